@@ -1,0 +1,94 @@
+//! The architecture extension point: a model family, registered by its own crate.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use crate::batch::{ForwardBatch, Logits};
+use crate::config::{ConfigError, ModelConfig};
+use crate::kv::{KvBackend, KvError, KvGeometry};
+use crate::runner::EngineConfig;
+use crate::weights::{WeightError, WeightStore};
+
+/// A model that cannot be built or run.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// The config does not describe a model this architecture can run.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A weight is missing or malformed.
+    #[error(transparent)]
+    Weights(#[from] WeightError),
+    /// The KV pool refused an operation.
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    /// A Candle operation failed.
+    #[error("tensor op: {0}")]
+    Candle(#[from] candle_core::Error),
+    /// A batch the model cannot run.
+    #[error("bad batch: {0}")]
+    BadBatch(String),
+    /// Anything else, in words.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What an architecture is built from.
+pub struct BuildCtx<'a> {
+    /// The parsed config (with this architecture's typed config inside).
+    pub config: &'a ModelConfig,
+    /// The checkpoint's tensors.
+    pub weights: &'a dyn WeightStore,
+    /// Engine settings (quantization, threads).
+    pub engine: &'a EngineConfig,
+    /// Where tensors live.
+    pub device: &'a candle_core::Device,
+}
+
+/// Per-step state handed to a forward.
+pub struct ForwardCtx<'a> {
+    /// The KV pool the step writes K/V into and reads them from.
+    pub kv: &'a mut dyn KvBackend,
+    /// Also return the final hidden state of every token.
+    pub want_hidden: bool,
+}
+
+/// What one forward step returns.
+#[derive(Clone, Debug)]
+pub struct ForwardOutput {
+    /// One row per sequence: its last token's logits.
+    pub logits: Logits,
+    /// With `want_hidden`: `(N, hidden_size)`, every token of the step in batch order.
+    pub hidden: Option<Vec<f32>>,
+}
+
+/// A built model: immutable weights; per-sequence state lives in the KV pool.
+pub trait Model: Send + Sync {
+    /// Hidden size `d` of the rows `ForwardOutput::hidden` holds.
+    fn hidden_size(&self) -> usize;
+    /// Run one step. The runner has already checked the batch (tokens < vocab, positions
+    /// within the context, block tables long enough, blocks in use).
+    fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError>;
+}
+
+/// A model family.
+pub trait Architecture: Send + Sync {
+    /// Parse and validate this architecture's own fields of config.json (`config.json()`),
+    /// refusing what it cannot run correctly. The result is kept in the `ModelConfig`.
+    fn parse_config(&self, config: &ModelConfig) -> Result<Arc<dyn Any + Send + Sync>, ConfigError>;
+    /// The KV block geometry the model needs, for blocks of `block_tokens` positions.
+    fn kv_geometry(&self, config: &ModelConfig, block_tokens: u32) -> Result<KvGeometry, ConfigError>;
+    /// Build the model from its weights.
+    fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError>;
+}
+
+/// An architecture registration: `inventory::submit!(ArchRegistration { name, make })`.
+pub struct ArchRegistration {
+    /// The `tl_arch` value that selects it.
+    pub name: &'static str,
+    /// The architecture object.
+    pub make: fn() -> Box<dyn Architecture>,
+}
+
+inventory::collect!(ArchRegistration);

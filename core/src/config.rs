@@ -1,0 +1,242 @@
+//! config.json: the fields every architecture shares (../shared/spec/model-dir.md).
+//!
+//! Core reads `tl_arch`, `tl_tokenizer`, the vocabulary and the special ids, keeps the
+//! whole JSON, and hands it to the architecture registered under `tl_arch`, which parses
+//! and validates its own typed config once; the result is kept here.
+
+use std::any::Any;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::registry::{self, RegistryError};
+
+/// Vocabulary sizes above this are refused as absurd (no real model comes close).
+pub const MAX_VOCAB: usize = 1 << 24;
+
+/// A config the engine refuses. Messages name the file or the field and the value.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// config.json (or another file of the directory) could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The text is not JSON, or not a JSON object.
+    #[error("config.json: bad JSON: {0}")]
+    Json(String),
+    /// A required field is absent.
+    #[error("config.json: missing field {field:?}{hint}")]
+    Missing {
+        /// The field.
+        field: &'static str,
+        /// Extra words (how to fix it), may be empty.
+        hint: &'static str,
+    },
+    /// A field holds a value the engine cannot run (or not of the right type).
+    #[error("config.json: {field} = {value}: {reason}")]
+    Invalid {
+        /// The field (dotted for nested ones).
+        field: String,
+        /// The offending value, as JSON.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// `tl_arch` names no linked architecture.
+    #[error("config.json: tl_arch: {0}")]
+    UnknownArch(#[from] RegistryError),
+    /// A file the config requires is missing from the directory.
+    #[error("{}: {reason}", path.display())]
+    MissingFile {
+        /// The file expected.
+        path: PathBuf,
+        /// Why it is needed.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    /// An `Invalid` error for `field` holding `value`.
+    pub fn invalid(field: impl Into<String>, value: &Value, reason: impl Into<String>) -> Self {
+        ConfigError::Invalid { field: field.into(), value: value.to_string(), reason: reason.into() }
+    }
+}
+
+/// How text becomes token ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// Ids 0..255 are the bytes.
+    Byte,
+    /// tokenizer.json, read by the `tokenizers` crate.
+    Hf,
+}
+
+/// A parsed config.json.
+#[derive(Clone)]
+pub struct ModelConfig {
+    /// The registered architecture to build (`tl_arch`).
+    pub arch: String,
+    /// The tokenizer (`tl_tokenizer`).
+    pub tokenizer: TokenizerKind,
+    /// Vocabulary size (logits row length).
+    pub vocab_size: usize,
+    /// Beginning-of-sequence id, when the config names one.
+    pub bos_token_id: Option<u32>,
+    /// End-of-sequence ids (`eos_token_id`, a number or a list).
+    pub eos_token_ids: Vec<u32>,
+    /// Longest context, when the config gives one.
+    pub max_position_embeddings: Option<usize>,
+    /// The model directory, when loaded from one.
+    pub dir: Option<PathBuf>,
+    json: Value,
+    arch_config: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for ModelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelConfig")
+            .field("arch", &self.arch)
+            .field("tokenizer", &self.tokenizer)
+            .field("vocab_size", &self.vocab_size)
+            .field("bos_token_id", &self.bos_token_id)
+            .field("eos_token_ids", &self.eos_token_ids)
+            .field("max_position_embeddings", &self.max_position_embeddings)
+            .finish_non_exhaustive()
+    }
+}
+
+fn id_field(json: &Value, field: &'static str) -> Result<Option<u32>, ConfigError> {
+    match json.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= u32::MAX as u64 => Ok(Some(n as u32)),
+            _ => Err(ConfigError::invalid(field, v, "expected a token id")),
+        },
+    }
+}
+
+impl ModelConfig {
+    /// Parse config.json text (no directory: file checks are [`ModelConfig::load`]'s).
+    pub fn from_json(text: &str) -> Result<ModelConfig, ConfigError> {
+        let json: Value = serde_json::from_str(text).map_err(|e| ConfigError::Json(e.to_string()))?;
+        Self::from_value(json, None)
+    }
+
+    /// Read `<dir>/config.json` and check the files the config requires.
+    pub fn load(dir: &Path) -> Result<ModelConfig, ConfigError> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io { path, source })?;
+        let json: Value = serde_json::from_str(&text).map_err(|e| ConfigError::Json(e.to_string()))?;
+        Self::from_value(json, Some(dir))
+    }
+
+    /// Parse a config already in JSON form (a GGUF's metadata translated, say).
+    pub fn from_value(json: Value, dir: Option<&Path>) -> Result<ModelConfig, ConfigError> {
+        if !json.is_object() {
+            return Err(ConfigError::Json("expected a JSON object".into()));
+        }
+        let arch = match json.get("tl_arch") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => return Err(ConfigError::invalid("tl_arch", v, "expected a string")),
+            None => match json.get("model_type").and_then(Value::as_str) {
+                Some("llama") => "llama".to_string(),
+                _ => return Err(ConfigError::Missing { field: "tl_arch", hint: " (and model_type is not \"llama\")" }),
+            },
+        };
+        let tokenizer = match json.get("tl_tokenizer") {
+            Some(Value::String(s)) if s == "byte" => TokenizerKind::Byte,
+            Some(Value::String(s)) if s == "hf" => TokenizerKind::Hf,
+            Some(v) => return Err(ConfigError::invalid("tl_tokenizer", v, "expected \"byte\" or \"hf\"")),
+            None => return Err(ConfigError::Missing { field: "tl_tokenizer", hint: " (\"byte\" or \"hf\")" }),
+        };
+        let vocab_size = match json.get("vocab_size") {
+            None => return Err(ConfigError::Missing { field: "vocab_size", hint: "" }),
+            Some(v) => match v.as_u64() {
+                Some(n) if n > 0 && n as usize <= MAX_VOCAB => n as usize,
+                _ => return Err(ConfigError::invalid("vocab_size", v, format!("expected 1..={MAX_VOCAB}"))),
+            },
+        };
+        if tokenizer == TokenizerKind::Byte && vocab_size < 256 {
+            return Err(ConfigError::invalid(
+                "vocab_size",
+                &json["vocab_size"],
+                "a \"byte\" tokenizer needs at least 256 ids",
+            ));
+        }
+        let bos_token_id = id_field(&json, "bos_token_id")?;
+        let eos_token_ids = match json.get("eos_token_id") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => {
+                let mut ids = Vec::with_capacity(items.len());
+                for v in items {
+                    match v.as_u64() {
+                        Some(n) if n <= u32::MAX as u64 => ids.push(n as u32),
+                        _ => return Err(ConfigError::invalid("eos_token_id", v, "expected token ids")),
+                    }
+                }
+                ids
+            }
+            Some(_) => id_field(&json, "eos_token_id")?.into_iter().collect(),
+        };
+        for &id in bos_token_id.iter().chain(&eos_token_ids) {
+            if id as usize >= vocab_size {
+                return Err(ConfigError::Invalid {
+                    field: "bos_token_id/eos_token_id".into(),
+                    value: id.to_string(),
+                    reason: format!("not below vocab_size {vocab_size}"),
+                });
+            }
+        }
+        let max_position_embeddings = match json.get("max_position_embeddings") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(n) if n > 0 && n <= (1 << 26) => Some(n as usize),
+                _ => return Err(ConfigError::invalid("max_position_embeddings", v, "expected 1..=2^26")),
+            },
+        };
+        if let (Some(dir), TokenizerKind::Hf) = (dir, tokenizer) {
+            let path = dir.join("tokenizer.json");
+            if !path.is_file() {
+                return Err(ConfigError::MissingFile {
+                    path,
+                    reason: "tl_tokenizer is \"hf\" but tokenizer.json is missing".into(),
+                });
+            }
+        }
+        let mut cfg = ModelConfig {
+            arch,
+            tokenizer,
+            vocab_size,
+            bos_token_id,
+            eos_token_ids,
+            max_position_embeddings,
+            dir: dir.map(Path::to_path_buf),
+            json,
+            arch_config: None,
+        };
+        let arch = (registry::architecture(&cfg.arch)?.make)();
+        cfg.arch_config = Some(arch.parse_config(&cfg)?);
+        Ok(cfg)
+    }
+
+    /// The whole config.json.
+    pub fn json(&self) -> &Value {
+        &self.json
+    }
+
+    /// The architecture's typed config, as its `parse_config` produced it.
+    pub fn arch_config<T: Any + Send + Sync>(&self) -> Result<&T, ConfigError> {
+        self.arch_config.as_ref().and_then(|c| c.downcast_ref::<T>()).ok_or_else(|| ConfigError::Invalid {
+            field: "tl_arch".into(),
+            value: format!("{:?}", self.arch),
+            reason: "the typed config is not this architecture's".into(),
+        })
+    }
+}

@@ -1,0 +1,191 @@
+//! The KV backend extension point: the block pool the forward writes K and V into.
+//!
+//! Layout (../shared/spec/kv.md): fixed-size blocks of `block_tokens` (B) positions. Each
+//! block has, per layer, one K slab and one V slab of `n_kv_heads * B * head_dim` f16
+//! values stored as `u16`. Position `j` of a sequence lives in block `table[j / B]`, slot
+//! `j % B`; its K for KV head `h` starts at element `(h * B + slot) * head_dim` of that
+//! layer's K slab.
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+use thiserror::Error;
+
+/// The shape of one KV block, fixed by the model (and the chosen block size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvGeometry {
+    /// Transformer layers.
+    pub n_layers: u32,
+    /// Key/value heads per layer.
+    pub n_kv_heads: u32,
+    /// Size of one head.
+    pub head_dim: u32,
+    /// Token positions per block (B).
+    pub block_tokens: u32,
+}
+
+impl KvGeometry {
+    /// Elements (f16 values) in one slab: `n_kv_heads * block_tokens * head_dim`, or
+    /// `None` when that overflows.
+    pub fn slab_elems(&self) -> Option<usize> {
+        (self.n_kv_heads as usize).checked_mul(self.block_tokens as usize)?.checked_mul(self.head_dim as usize)
+    }
+
+    /// Bytes one block takes (K and V slabs of every layer), or `None` on overflow.
+    pub fn block_bytes(&self) -> Option<usize> {
+        self.slab_elems()?
+            .checked_mul(2)? // K and V
+            .checked_mul(self.n_layers as usize)?
+            .checked_mul(2) // f16
+    }
+
+    /// Element offset of (kv head `h`, slot) inside one slab.
+    pub fn offset(&self, head: usize, slot: usize) -> usize {
+        (head * self.block_tokens as usize + slot) * self.head_dim as usize
+    }
+}
+
+/// What a backend is built from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvSpec {
+    /// Block geometry.
+    pub geometry: KvGeometry,
+    /// Blocks in the pool; allocated once, never grown.
+    pub n_blocks: u32,
+    /// Keep released full, registered blocks findable (the prefix cache).
+    pub prefix_cache: bool,
+}
+
+/// Every way a KV pool operation can fail. Messages name the block id or the field.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum KvError {
+    /// A pool of zero blocks or zero block_tokens, or a geometry with a zero field.
+    #[error("KV pool: {field} must be > 0")]
+    ZeroCapacity {
+        /// The field that was zero.
+        field: &'static str,
+    },
+    /// Slab or pool sizes overflow the address space.
+    #[error("KV pool: size overflows ({what})")]
+    Overflow {
+        /// What overflowed.
+        what: String,
+    },
+    /// All-or-nothing allocation failed.
+    #[error("KV pool: asked for {requested} blocks, only {available} free or evictable")]
+    OutOfBlocks {
+        /// Blocks asked for.
+        requested: usize,
+        /// Free plus cached blocks.
+        available: usize,
+    },
+    /// An id outside `0..n_blocks`.
+    #[error("KV pool: block id {id} out of range (pool has {n_blocks} blocks)")]
+    BadId {
+        /// The id.
+        id: u32,
+        /// Pool size.
+        n_blocks: u32,
+    },
+    /// The operation needs a block in use (ref >= 1), and this one is free or cached.
+    #[error("KV pool: block {id} is not in use")]
+    NotInUse {
+        /// The id.
+        id: u32,
+    },
+    /// `set_fill` past the block size.
+    #[error("KV pool: fill {fill} for block {id} exceeds block_tokens {block_tokens}")]
+    FillTooLarge {
+        /// The id.
+        id: u32,
+        /// The fill asked for.
+        fill: u32,
+        /// B.
+        block_tokens: u32,
+    },
+    /// `register` on a block that is not full.
+    #[error("KV pool: block {id} has fill {fill} of {block_tokens}; only full blocks register")]
+    NotFull {
+        /// The id.
+        id: u32,
+        /// Its fill.
+        fill: u32,
+        /// B.
+        block_tokens: u32,
+    },
+    /// A layer index past `n_layers`.
+    #[error("KV pool: layer {layer} out of range (model has {n_layers})")]
+    BadLayer {
+        /// The layer.
+        layer: u32,
+        /// Layers in the geometry.
+        n_layers: u32,
+    },
+    /// An export envelope that cannot be imported.
+    #[error("KV import: {reason}")]
+    BadEnvelope {
+        /// What is wrong: magic, version, geometry, checksum, truncation.
+        reason: String,
+    },
+    /// A backend-specific failure.
+    #[error("KV backend: {0}")]
+    Backend(String),
+}
+
+/// The block pool the forward writes K/V into and reads them from.
+///
+/// Implementations must return `Err` (never panic) on a bad id, layer or state. The
+/// default implementation is tl-kv's `KvPool`, registered as `"f16-slab"`.
+pub trait KvBackend: Send {
+    /// The block geometry.
+    fn geometry(&self) -> KvGeometry;
+    /// Blocks in the pool.
+    fn n_blocks(&self) -> u32;
+    /// Take `n` blocks, all or nothing; each comes back with ref 1 and fill 0.
+    fn alloc(&mut self, n: usize) -> Result<Vec<u32>, KvError>;
+    /// ref += 1 on a block in use.
+    fn retain(&mut self, id: u32) -> Result<(), KvError>;
+    /// ref -= 1; at 0 the block becomes cached (registered, prefix cache on) or free.
+    fn release(&mut self, id: u32) -> Result<(), KvError>;
+    /// Reference count of a block (0 when free or cached).
+    fn refs(&self, id: u32) -> Result<u32, KvError>;
+    /// How many slots of a block hold data.
+    fn fill(&self, id: u32) -> Result<u32, KvError>;
+    /// Set how many slots hold data (`n <= block_tokens`).
+    fn set_fill(&mut self, id: u32, n: u32) -> Result<(), KvError>;
+    /// Make a full block findable under `hash`.
+    fn register(&mut self, id: u32, hash: u64) -> Result<(), KvError>;
+    /// The block registered under `hash`, with ref += 1, or none.
+    fn lookup(&mut self, hash: u64) -> Option<u32>;
+    /// One layer's K (`is_v == false`) or V slab of a block.
+    fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError>;
+    /// Mutable slab access, for the forward's writes.
+    fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError>;
+    /// Free blocks.
+    fn n_free(&self) -> usize;
+    /// Cached blocks (ref 0, registered, evictable).
+    fn n_cached(&self) -> usize;
+    /// Blocks with ref >= 1.
+    fn n_in_use(&self) -> usize;
+    /// Serialize blocks into a self-describing envelope.
+    fn export(&self, ids: &[u32]) -> Result<Vec<u8>, KvError>;
+    /// Allocate fresh blocks and fill them from an envelope.
+    fn import(&mut self, buf: &[u8]) -> Result<Vec<u32>, KvError>;
+    /// For downcasting to the concrete backend.
+    fn as_any(&self) -> &dyn Any;
+    /// For downcasting to the concrete backend, mutably.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// The pool shared between the runner and whoever schedules blocks.
+pub type SharedPool = Arc<Mutex<Box<dyn KvBackend>>>;
+
+/// A KV backend registration: `inventory::submit!(KvRegistration { name, make })`.
+pub struct KvRegistration {
+    /// The name `EngineConfig.kv.backend` selects it by.
+    pub name: &'static str,
+    /// Build a pool of the given geometry and size.
+    pub make: fn(&KvSpec) -> Result<Box<dyn KvBackend>, KvError>,
+}
+
+inventory::collect!(KvRegistration);

@@ -1,0 +1,37 @@
+//! tl-core: the extension points of the tl model runner and the runner itself.
+//!
+//! The four extension points are traits: [`Architecture`] (a model family),
+//! [`WeightStore`] (named tensors from a checkpoint), [`KvBackend`] (the block pool the
+//! forward writes K/V into) and [`Sampler`] (logits to a token). Implementations live in
+//! their own crates and register themselves with [`inventory`]; this crate names none of
+//! them. [`ModelRunner::load`] reads a model directory, picks the architecture named by
+//! `tl_arch` in config.json and the KV backend named in [`EngineConfig`].
+//!
+//! Inventory linking pitfall: a plugin crate that nothing names is not linked, and its
+//! registrations vanish. A binary or test that wants a plugin writes `use tl_kv as _;`.
+#![deny(missing_docs)]
+
+pub mod arch;
+pub mod batch;
+pub mod config;
+pub mod kv;
+pub mod registry;
+pub mod runner;
+pub mod safetensors;
+pub mod sampler;
+pub mod sequence;
+pub mod weights;
+
+pub use arch::{ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError};
+pub use batch::{ForwardBatch, ForwardSeq, Logits};
+pub use config::{ConfigError, ModelConfig, TokenizerKind};
+pub use kv::{KvBackend, KvError, KvGeometry, KvRegistration, KvSpec, SharedPool};
+pub use registry::RegistryError;
+pub use runner::{EngineConfig, KvConfig, ModelRunner, PrefixCache, Quant, RunnerError, SchedPolicy};
+pub use safetensors::SafeTensors;
+pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};
+pub use sequence::Sequence;
+pub use weights::{DType, TensorInfo, WeightError, WeightStore};
+
+/// Re-exported so plugin crates register with the same `inventory` version as core.
+pub use inventory;

@@ -1,0 +1,144 @@
+//! The weight store extension point: named tensors from a checkpoint.
+//!
+//! The first implementation is the memory-mapped safetensors file ([`crate::SafeTensors`]);
+//! the trait carries no safetensors detail so other formats (GGUF) fit behind it.
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+/// A stored element type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// Bytes (packed int4 weights).
+    U8,
+    /// A type the store can only dequantize (a GGUF block quant, say), by name.
+    Other(String),
+}
+
+impl DType {
+    /// Bytes per element, where elements have a whole size.
+    pub fn size(&self) -> Option<usize> {
+        match self {
+            DType::F32 => Some(4),
+            DType::F16 | DType::BF16 => Some(2),
+            DType::U8 => Some(1),
+            DType::Other(_) => None,
+        }
+    }
+}
+
+/// What a store knows of a tensor without reading it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Stored element type.
+    pub dtype: DType,
+    /// Shape, outermost first (Hugging Face's `[out, in]` for a linear weight).
+    pub shape: Vec<usize>,
+}
+
+/// A weight that cannot be read as asked. Every variant names the file.
+#[derive(Debug, Error)]
+pub enum WeightError {
+    /// The file could not be opened or mapped.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file's structure breaks the format's rules.
+    #[error("{}: {reason}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What rule it breaks.
+        reason: String,
+    },
+    /// A tensor breaks the format's rules.
+    #[error("{}: tensor {name:?}: {reason}", path.display())]
+    Tensor {
+        /// The file.
+        path: PathBuf,
+        /// The tensor.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A tensor the model needs is not in the file.
+    #[error("{}: missing tensor {name:?}", path.display())]
+    Missing {
+        /// The file.
+        path: PathBuf,
+        /// The tensor.
+        name: String,
+    },
+    /// A tensor whose shape is not what the config implies.
+    #[error("{}: tensor {name:?} has shape {actual:?}, expected {expected:?}", path.display())]
+    Shape {
+        /// The file.
+        path: PathBuf,
+        /// The tensor.
+        name: String,
+        /// The shape the config implies.
+        expected: Vec<usize>,
+        /// The stored shape.
+        actual: Vec<usize>,
+    },
+    /// A tensor stored in a type this read does not accept.
+    #[error("{}: tensor {name:?} is {actual:?}, expected {expected}", path.display())]
+    DType {
+        /// The file.
+        path: PathBuf,
+        /// The tensor.
+        name: String,
+        /// What the read accepts.
+        expected: &'static str,
+        /// The stored type.
+        actual: DType,
+    },
+}
+
+/// Named tensors from a checkpoint.
+pub trait WeightStore: Send + Sync {
+    /// The file the tensors come from (for messages).
+    fn path(&self) -> &Path;
+    /// Every tensor name, sorted.
+    fn names(&self) -> Vec<String>;
+    /// Type and shape of a tensor, or `None` when absent.
+    fn info(&self, name: &str) -> Option<TensorInfo>;
+    /// A free-form metadata entry of the file (safetensors `__metadata__`, GGUF keys).
+    fn metadata(&self, key: &str) -> Option<String>;
+    /// The tensor widened to f32 (F32, F16, BF16; other stores may dequantize), after
+    /// checking its shape equals `shape`.
+    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, WeightError>;
+    /// The stored bytes of a tensor (little-endian), after checking type and shape.
+    fn raw(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<&[u8], WeightError>;
+
+    /// True when the store has a tensor of that name.
+    fn contains(&self, name: &str) -> bool {
+        self.info(name).is_some()
+    }
+
+    /// The tensor as an f32 Candle tensor of shape `shape` on `device`.
+    fn tensor(
+        &self,
+        name: &str,
+        shape: &[usize],
+        device: &candle_core::Device,
+    ) -> Result<candle_core::Tensor, WeightError> {
+        let data = self.f32(name, shape)?;
+        candle_core::Tensor::from_vec(data, shape, device).map_err(|e| WeightError::Tensor {
+            path: self.path().to_path_buf(),
+            name: name.to_string(),
+            reason: e.to_string(),
+        })
+    }
+}
