@@ -20,6 +20,7 @@ pub mod runner;
 pub mod safetensors;
 pub mod sampler;
 pub mod sequence;
+pub mod tokenizer;
 pub mod weights;
 
 pub use arch::{ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError};
@@ -31,6 +32,7 @@ pub use runner::{EngineConfig, KvConfig, ModelRunner, PrefixCache, Quant, Runner
 pub use safetensors::SafeTensors;
 pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};
 pub use sequence::Sequence;
+pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 pub use weights::{DType, TensorInfo, WeightError, WeightStore};
 
 /// Re-exported so plugin crates register with the same `inventory` version as core.
