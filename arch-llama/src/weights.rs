@@ -1,0 +1,170 @@
+//! Loading a Llama's tensors: F32/F16/BF16 widened to f32, or int4 projections (from an
+//! int4 checkpoint, or quantized at load). Every projection becomes one `tl_quant::Linear`.
+
+use tl_core::{BuildCtx, DType, ModelError, Quant, WeightError, WeightStore};
+use tl_quant::{Linear, QLinear, QuantError};
+
+use crate::config::LlamaConfig;
+
+/// One transformer layer's weights.
+pub struct Layer {
+    /// `(d,)` RMSNorm weight before attention.
+    pub input_norm: Vec<f32>,
+    /// `[H * D, d]`.
+    pub q: Linear,
+    /// `[H_kv * D, d]`.
+    pub k: Linear,
+    /// `[H_kv * D, d]`.
+    pub v: Linear,
+    /// `[d, H * D]`.
+    pub o: Linear,
+    /// `(d,)` RMSNorm weight before the MLP.
+    pub post_norm: Vec<f32>,
+    /// `[I, d]`.
+    pub gate: Linear,
+    /// `[I, d]`.
+    pub up: Linear,
+    /// `[d, I]`.
+    pub down: Linear,
+}
+
+/// Where the embedding table lives: its own tensor, or (tied) the LM head's weights,
+/// kept once rather than copied.
+pub enum Embedding {
+    /// `(V, d)` row-major.
+    Own(Vec<f32>),
+    /// The LM head's `[V, d]` f32 weights.
+    Tied,
+}
+
+/// All weights of a Llama.
+pub struct LlamaWeights {
+    /// Token embeddings.
+    pub embed: Embedding,
+    /// The layers, in order.
+    pub layers: Vec<Layer>,
+    /// `(d,)` final RMSNorm weight.
+    pub norm: Vec<f32>,
+    /// `[V, d]`, always f32 (numbers.md keeps the LM head floating point).
+    pub lm_head: Linear,
+}
+
+impl LlamaWeights {
+    /// The `(V, d)` embedding table.
+    pub fn embedding(&self) -> Result<&[f32], ModelError> {
+        match (&self.embed, &self.lm_head) {
+            (Embedding::Own(e), _) => Ok(e),
+            (Embedding::Tied, Linear::F32 { w, .. }) => Ok(w),
+            (Embedding::Tied, Linear::Q4(_)) => Err(ModelError::Other("tied LM head is not f32".into())),
+        }
+    }
+}
+
+/// How the seven projections are stored or converted.
+#[derive(Clone, Copy)]
+enum ProjFormat {
+    /// `<name>.weight`, widened to f32.
+    Float,
+    /// `<name>.weight`, widened and quantized at load with this group.
+    QuantizeAtLoad(usize),
+    /// `<name>.qweight` + `<name>.scales` from an int4 checkpoint with this group.
+    Int4File(usize),
+}
+
+fn quant_err(store: &dyn WeightStore, name: &str, e: QuantError) -> ModelError {
+    ModelError::Weights(WeightError::Tensor {
+        path: store.path().to_path_buf(),
+        name: name.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// The group of an `"int4-g<g>-sym"` metadata value.
+fn parse_quant_tag(store: &dyn WeightStore, tag: &str) -> Result<usize, ModelError> {
+    tag.strip_prefix("int4-g")
+        .and_then(|r| r.strip_suffix("-sym"))
+        .and_then(|g| g.parse::<usize>().ok())
+        .filter(|&g| g > 0)
+        .ok_or_else(|| {
+            ModelError::Weights(WeightError::Format {
+                path: store.path().to_path_buf(),
+                reason: format!("metadata quant = {tag:?}: expected \"int4-g<group>-sym\""),
+            })
+        })
+}
+
+fn le_u16s(bytes: &[u8]) -> Vec<u16> {
+    bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
+}
+
+fn projection(
+    store: &dyn WeightStore,
+    base: &str,
+    out: usize,
+    inp: usize,
+    fmt: ProjFormat,
+) -> Result<Linear, ModelError> {
+    let weight = format!("{base}.weight");
+    match fmt {
+        ProjFormat::Int4File(group) => {
+            let qname = format!("{base}.qweight");
+            let sname = format!("{base}.scales");
+            if inp % group != 0 || group % 2 != 0 {
+                return Err(quant_err(store, &qname, QuantError::BadGroup { group, inp }));
+            }
+            let qweight = store.raw(&qname, DType::U8, &[out, inp / 2])?.to_vec();
+            let scales = le_u16s(store.raw(&sname, DType::F16, &[out, inp / group])?);
+            let q = QLinear::from_parts(out, inp, group, qweight, scales).map_err(|e| quant_err(store, &qname, e))?;
+            Ok(Linear::Q4(q))
+        }
+        ProjFormat::QuantizeAtLoad(group) => {
+            let w = store.f32(&weight, &[out, inp])?;
+            let q = QLinear::quantize(&w, out, inp, group).map_err(|e| quant_err(store, &weight, e))?;
+            Ok(Linear::Q4(q))
+        }
+        ProjFormat::Float => {
+            let w = store.f32(&weight, &[out, inp])?;
+            Linear::new_f32(w, out, inp).map_err(|e| quant_err(store, &weight, e))
+        }
+    }
+}
+
+/// Load every tensor of the model `ctx` describes.
+pub fn load(cfg: &LlamaConfig, ctx: &BuildCtx<'_>) -> Result<LlamaWeights, ModelError> {
+    let store = ctx.weights;
+    let fmt = match (store.metadata("quant"), ctx.engine.quant) {
+        // An int4 file cannot be requantized without loss; its own group wins.
+        (Some(tag), _) => ProjFormat::Int4File(parse_quant_tag(store, &tag)?),
+        (None, Some(Quant::Int4 { group })) => ProjFormat::QuantizeAtLoad(group),
+        (None, None) => ProjFormat::Float,
+    };
+    let (d, v, inter) = (cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size);
+    let (qw, kvw) = (cfg.q_width(), cfg.kv_width());
+    let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+    for i in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{i}");
+        let proj = |name: &str, out, inp| projection(store, &format!("{p}.{name}"), out, inp, fmt);
+        layers.push(Layer {
+            input_norm: store.f32(&format!("{p}.input_layernorm.weight"), &[d])?,
+            q: proj("self_attn.q_proj", qw, d)?,
+            k: proj("self_attn.k_proj", kvw, d)?,
+            v: proj("self_attn.v_proj", kvw, d)?,
+            o: proj("self_attn.o_proj", d, qw)?,
+            post_norm: store.f32(&format!("{p}.post_attention_layernorm.weight"), &[d])?,
+            gate: proj("mlp.gate_proj", inter, d)?,
+            up: proj("mlp.up_proj", inter, d)?,
+            down: proj("mlp.down_proj", d, inter)?,
+        });
+    }
+    let norm = store.f32("model.norm.weight", &[d])?;
+    let table = store.f32("model.embed_tokens.weight", &[v, d])?;
+    // Tied: the embedding table is the LM head (Hugging Face ignores a stored
+    // lm_head.weight then); untied, a missing lm_head.weight is an error naming it.
+    let (embed, head) = if cfg.tie_word_embeddings {
+        (Embedding::Tied, table)
+    } else {
+        (Embedding::Own(table), store.f32("lm_head.weight", &[v, d])?)
+    };
+    let lm_head = Linear::new_f32(head, v, d).map_err(|e| quant_err(store, "lm_head.weight", e))?;
+    Ok(LlamaWeights { embed, layers, norm, lm_head })
+}
