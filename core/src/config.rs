@@ -95,6 +95,8 @@ pub struct ModelConfig {
     pub max_position_embeddings: Option<usize>,
     /// The model directory, when loaded from one.
     pub dir: Option<PathBuf>,
+    /// The GGUF file the config was translated from (its tokenizer is the model's).
+    pub gguf: Option<PathBuf>,
     json: Value,
     arch_config: Option<Arc<dyn Any + Send + Sync>>,
 }
@@ -129,8 +131,14 @@ impl ModelConfig {
         Self::from_value(json, None)
     }
 
-    /// Read `<dir>/config.json` and check the files the config requires.
+    /// Read `<dir>/config.json` and check the files the config requires. `dir` may also
+    /// be a `.gguf` file, or a directory holding `model.gguf` and no config.json: the
+    /// config then comes from the GGUF metadata ([`crate::Gguf::model_config`]).
     pub fn load(dir: &Path) -> Result<ModelConfig, ConfigError> {
+        if let Some(file) = crate::gguf::gguf_source(dir) {
+            let store = crate::gguf::Gguf::open(&file).map_err(|e| crate::gguf::config_error(e, &file))?;
+            return store.model_config();
+        }
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io { path, source })?;
         let json: Value = serde_json::from_str(&text).map_err(|e| ConfigError::Json(e.to_string()))?;
@@ -218,6 +226,7 @@ impl ModelConfig {
             eos_token_ids,
             max_position_embeddings,
             dir: dir.map(Path::to_path_buf),
+            gguf: None,
             json,
             arch_config: None,
         };

@@ -13,7 +13,9 @@
 
 pub mod arch;
 pub mod batch;
+pub mod chat;
 pub mod config;
+pub mod gguf;
 pub mod kv;
 pub mod registry;
 pub mod runner;
@@ -25,7 +27,9 @@ pub mod weights;
 
 pub use arch::{ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError};
 pub use batch::{ForwardBatch, ForwardSeq, Logits};
+pub use chat::{ChatError, ChatTemplate, Message};
 pub use config::{ConfigError, ModelConfig, TokenizerKind};
+pub use gguf::Gguf;
 pub use kv::{KvBackend, KvError, KvGeometry, KvRegistration, KvSpec, SharedPool};
 pub use registry::RegistryError;
 pub use runner::{EngineConfig, KvConfig, ModelRunner, PrefixCache, Quant, RunnerError, SchedPolicy};

@@ -8,6 +8,7 @@ use thiserror::Error;
 use crate::arch::{BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError};
 use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
+use crate::gguf::{gguf_source, Gguf};
 use crate::kv::{KvBackend, KvError, KvGeometry, KvSpec, SharedPool};
 use crate::registry::{self, RegistryError};
 use crate::safetensors::SafeTensors;
@@ -120,7 +121,7 @@ pub enum RunnerError {
     #[error("bad batch: {0}")]
     BadBatch(String),
     /// No weights file in the model directory.
-    #[error("{}: no model.safetensors in the model directory", .0.display())]
+    #[error("{}: no model.safetensors or model.gguf in the model directory", .0.display())]
     NoWeights(PathBuf),
     /// Anything else (thread pool creation, a poisoned lock).
     #[error("{0}")]
@@ -136,11 +137,19 @@ pub struct ModelRunner {
     threads: rayon::ThreadPool,
 }
 
-/// Open the weights of a model directory.
+/// Open the weights of a model directory (model.safetensors, else model.gguf), or of a
+/// `.gguf` file.
 pub fn open_weights(dir: &Path) -> Result<Box<dyn WeightStore>, RunnerError> {
+    if dir.is_file() && dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return Ok(Box::new(Gguf::open(dir)?));
+    }
     let st = dir.join("model.safetensors");
     if st.is_file() {
         return Ok(Box::new(SafeTensors::open(&st)?));
+    }
+    let gguf = dir.join("model.gguf");
+    if gguf.is_file() {
+        return Ok(Box::new(Gguf::open(&gguf)?));
     }
     Err(RunnerError::NoWeights(dir.to_path_buf()))
 }
@@ -159,8 +168,14 @@ fn pool_blocks(geometry: &KvGeometry, cfg: &ModelConfig, engine: &EngineConfig) 
 
 impl ModelRunner {
     /// Load `dir` (config.json + weights) with the architecture named by `tl_arch` and the
-    /// KV backend named in `cfg.kv.backend`.
+    /// KV backend named in `cfg.kv.backend`. `dir` may also be a `.gguf` file, or a
+    /// directory holding `model.gguf` (config from its metadata when config.json is absent).
     pub fn load(dir: &Path, cfg: &EngineConfig) -> Result<Self, RunnerError> {
+        if let Some(file) = gguf_source(dir) {
+            let store = Gguf::open(&file)?;
+            let config = store.model_config()?;
+            return Self::from_parts(config, &store, cfg);
+        }
         let config = ModelConfig::load(dir)?;
         let weights = open_weights(dir)?;
         Self::from_parts(config, weights.as_ref(), cfg)

@@ -1,0 +1,257 @@
+//! Chat templates, rendered as Hugging Face's `apply_chat_template` renders them.
+//!
+//! transformers compiles the template with jinja2 (`trim_blocks` and `lstrip_blocks` on,
+//! the loop-controls extension, a `raise_exception` function and a `tojson` filter that
+//! is Python's `json.dumps` without ASCII escaping) and renders it with `messages`,
+//! `add_generation_prompt` and the special tokens (`bos_token`, `eos_token`, ...). This
+//! module does the same with `minijinja`; Python string methods (`.strip()`,
+//! `.startswith()`, ...) come from minijinja-contrib's pycompat.
+
+use std::path::{Path, PathBuf};
+
+use minijinja::value::{Kwargs, ValueKind};
+use minijinja::{Environment, Error, ErrorKind, Value as JValue};
+use serde::Serialize;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::config::ModelConfig;
+use crate::gguf::Gguf;
+
+/// A template that could not be found, compiled or rendered.
+#[derive(Debug, Error)]
+pub enum ChatError {
+    /// A file could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file holds something other than what a chat template needs.
+    #[error("{}: {reason}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The template does not compile or failed while rendering (`raise_exception` included).
+    #[error("chat template: {0}")]
+    Template(String),
+}
+
+/// One turn of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Message {
+    /// `"system"`, `"user"` or `"assistant"`.
+    pub role: String,
+    /// The text of the turn.
+    pub content: String,
+}
+
+impl Message {
+    /// A message of `role` saying `content`.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
+        Message { role: role.into(), content: content.into() }
+    }
+}
+
+/// A compiled chat template and the special tokens it is rendered with.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    tokens: Vec<(String, String)>, // ("bos_token", "<s>"), ...
+}
+
+fn template_error(e: Error) -> ChatError {
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        msg.push_str(&format!(": {s}"));
+        src = s.source();
+    }
+    ChatError::Template(msg)
+}
+
+/// Python's `json.dumps(v, ensure_ascii=False, indent=indent)`, which transformers'
+/// `tojson` filter is: `", "` and `": "` separators without indent, `","` with it.
+fn py_json(v: &JValue, indent: Option<usize>, depth: usize, out: &mut String) -> Result<(), Error> {
+    let newline = |out: &mut String, d: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * d));
+        }
+    };
+    let sep = if indent.is_some() { "," } else { ", " };
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            let s = v.to_string();
+            // Python writes integral floats with ".0"; minijinja already does for floats.
+            out.push_str(&s);
+        }
+        ValueKind::String => {
+            out.push_str(&serde_json::Value::String(v.as_str().unwrap_or_default().into()).to_string())
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<JValue> = v.try_iter()?.collect();
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                py_json(item, indent, depth + 1, out)?;
+            }
+            if !items.is_empty() {
+                newline(out, depth);
+            }
+            out.push(']');
+        }
+        ValueKind::Map => {
+            let keys: Vec<JValue> = v.try_iter()?.collect();
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                let key = k.as_str().map(str::to_string).unwrap_or_else(|| k.to_string());
+                out.push_str(&serde_json::Value::String(key).to_string());
+                out.push_str(": ");
+                py_json(&v.get_item(k)?, indent, depth + 1, out)?;
+            }
+            if !keys.is_empty() {
+                newline(out, depth);
+            }
+            out.push('}');
+        }
+        _ => return Err(Error::new(ErrorKind::InvalidOperation, format!("tojson: cannot serialize {v}"))),
+    }
+    Ok(())
+}
+
+impl ChatTemplate {
+    /// Compile `source` with the special tokens it may refer to (`bos_token`, ...).
+    pub fn new(source: &str, tokens: Vec<(String, String)>) -> Result<ChatTemplate, ChatError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<JValue, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_filter("tojson", |v: JValue, kwargs: Kwargs| -> Result<String, Error> {
+            let indent: Option<usize> = kwargs.get("indent")?;
+            kwargs.assert_all_used()?;
+            let mut out = String::new();
+            py_json(&v, indent, 0, &mut out)?;
+            Ok(out)
+        });
+        env.add_template_owned("chat", source.to_string()).map_err(template_error)?;
+        Ok(ChatTemplate { env, tokens })
+    }
+
+    /// The template of a model, with its special tokens: the GGUF file's
+    /// `tokenizer.chat_template` when the config came from one, else the directory's
+    /// `chat_template.jinja` or tokenizer_config.json's `chat_template`. `None` when the
+    /// model has no template.
+    pub fn load(cfg: &ModelConfig) -> Result<Option<ChatTemplate>, ChatError> {
+        if let Some(file) = &cfg.gguf {
+            let g = Gguf::open(file).map_err(|e| ChatError::Format { path: file.clone(), reason: e.to_string() })?;
+            return Self::from_gguf(&g);
+        }
+        match &cfg.dir {
+            Some(dir) => Self::from_dir(dir),
+            None => Ok(None),
+        }
+    }
+
+    /// The template in a GGUF file's metadata.
+    pub fn from_gguf(g: &Gguf) -> Result<Option<ChatTemplate>, ChatError> {
+        let path = crate::WeightStore::path(g).to_path_buf();
+        let fail = |e: crate::WeightError| ChatError::Format { path: path.clone(), reason: e.to_string() };
+        let Some(source) = g.string("tokenizer.chat_template").map_err(fail)? else { return Ok(None) };
+        let names = g.strings("tokenizer.ggml.tokens").map_err(fail)?.unwrap_or_default();
+        let mut tokens = Vec::new();
+        for (var, key) in [
+            ("bos_token", "tokenizer.ggml.bos_token_id"),
+            ("eos_token", "tokenizer.ggml.eos_token_id"),
+            ("unk_token", "tokenizer.ggml.unknown_token_id"),
+            ("pad_token", "tokenizer.ggml.padding_token_id"),
+        ] {
+            if let Some(tok) = g.uint(key).map_err(fail)?.and_then(|id| names.get(id as usize)) {
+                tokens.push((var.to_string(), tok.to_string()));
+            }
+        }
+        Self::new(source, tokens).map(Some)
+    }
+
+    /// The template of a Hugging Face model directory.
+    pub fn from_dir(dir: &Path) -> Result<Option<ChatTemplate>, ChatError> {
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg: Value = match std::fs::read_to_string(&cfg_path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| ChatError::Format { path: cfg_path.clone(), reason: format!("bad JSON: {e}") })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Value::Null,
+            Err(source) => return Err(ChatError::Io { path: cfg_path, source }),
+        };
+        let mut tokens = Vec::new();
+        for var in ["bos_token", "eos_token", "unk_token", "pad_token"] {
+            // Either a plain string or an AddedToken object {"content": ...}.
+            let tok = match cfg.get(var) {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(obj) => obj.get("content").and_then(Value::as_str).map(str::to_string),
+                None => None,
+            };
+            if let Some(t) = tok {
+                tokens.push((var.to_string(), t));
+            }
+        }
+        let jinja = dir.join("chat_template.jinja");
+        if jinja.is_file() {
+            let source = std::fs::read_to_string(&jinja).map_err(|source| ChatError::Io { path: jinja, source })?;
+            return Self::new(&source, tokens).map(Some);
+        }
+        let source = match cfg.get("chat_template") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(s)) => s.clone(),
+            // A list of named templates: the one named "default" is apply_chat_template's.
+            Some(Value::Array(list)) => match list
+                .iter()
+                .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+                .and_then(|t| t.get("template"))
+                .and_then(Value::as_str)
+            {
+                Some(s) => s.to_string(),
+                None => {
+                    return Err(ChatError::Format {
+                        path: cfg_path,
+                        reason: "chat_template is a list without a template named \"default\"".into(),
+                    })
+                }
+            },
+            Some(_) => {
+                return Err(ChatError::Format { path: cfg_path, reason: "chat_template is not a string".into() })
+            }
+        };
+        Self::new(&source, tokens).map(Some)
+    }
+
+    /// Render a conversation; with `add_generation_prompt` the text ends where the
+    /// assistant's answer starts.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, ChatError> {
+        let tmpl = self.env.get_template("chat").map_err(template_error)?;
+        let mut ctx: Vec<(String, JValue)> = vec![
+            ("messages".into(), JValue::from_serialize(messages)),
+            ("add_generation_prompt".into(), JValue::from(add_generation_prompt)),
+        ];
+        for (k, v) in &self.tokens {
+            ctx.push((k.clone(), JValue::from(v.as_str())));
+        }
+        let ctx: JValue = ctx.into_iter().collect();
+        tmpl.render(ctx).map_err(template_error)
+    }
+}
