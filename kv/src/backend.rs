@@ -1,0 +1,76 @@
+//! `KvPool` as tl-core's `KvBackend`, registered as `"f16-slab"`.
+
+use std::any::Any;
+
+use tl_core::{KvBackend, KvError, KvGeometry, KvSpec};
+
+use crate::pool::{KvCfg, KvPool};
+
+// Each method names the inherent one explicitly: inherent methods win method lookup,
+// and the explicit path keeps that from silently recursing if one is ever renamed.
+impl KvBackend for KvPool {
+    fn geometry(&self) -> KvGeometry {
+        KvPool::geometry(self)
+    }
+    fn n_blocks(&self) -> u32 {
+        KvPool::n_blocks(self)
+    }
+    fn alloc(&mut self, n: usize) -> Result<Vec<u32>, KvError> {
+        KvPool::alloc(self, n)
+    }
+    fn retain(&mut self, id: u32) -> Result<(), KvError> {
+        KvPool::retain(self, id)
+    }
+    fn release(&mut self, id: u32) -> Result<(), KvError> {
+        KvPool::release(self, id)
+    }
+    fn refs(&self, id: u32) -> Result<u32, KvError> {
+        KvPool::refs(self, id)
+    }
+    fn fill(&self, id: u32) -> Result<u32, KvError> {
+        KvPool::fill(self, id)
+    }
+    fn set_fill(&mut self, id: u32, n: u32) -> Result<(), KvError> {
+        KvPool::set_fill(self, id, n)
+    }
+    fn register(&mut self, id: u32, hash: u64) -> Result<(), KvError> {
+        KvPool::register(self, id, hash)
+    }
+    fn lookup(&mut self, hash: u64) -> Option<u32> {
+        KvPool::lookup(self, hash)
+    }
+    fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError> {
+        KvPool::slab(self, id, layer, is_v)
+    }
+    fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError> {
+        KvPool::slab_mut(self, id, layer, is_v)
+    }
+    fn n_free(&self) -> usize {
+        KvPool::n_free(self)
+    }
+    fn n_cached(&self) -> usize {
+        KvPool::n_cached(self)
+    }
+    fn n_in_use(&self) -> usize {
+        KvPool::n_in_use(self)
+    }
+    fn export(&self, ids: &[u32]) -> Result<Vec<u8>, KvError> {
+        KvPool::export(self, ids)
+    }
+    fn import(&mut self, buf: &[u8]) -> Result<Vec<u32>, KvError> {
+        KvPool::import(self, buf)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+fn make(spec: &KvSpec) -> Result<Box<dyn KvBackend>, KvError> {
+    let pool = KvPool::with_prefix_cache(KvCfg::f16(spec.geometry, spec.n_blocks), spec.prefix_cache)?;
+    Ok(Box::new(pool))
+}
+
+tl_core::inventory::submit!(tl_core::KvRegistration { name: crate::BACKEND_NAME, make });

@@ -1,0 +1,198 @@
+//! Export/import envelope, version 1 (byte layout: docs/formats/kv-block.md).
+//!
+//! All integers little-endian:
+//! header `[magic 8][version u32][dtype i32][n_layers u32][n_kv_heads u32][head_dim u32]
+//! [block_tokens u32][n_blocks u32][reserved u32 = 0]`, then `n_blocks` records
+//! `[fill u32][flags u32][hash u64][layer 0 K][layer 0 V]...[layer L-1 V]` (slabs as
+//! u16), then the FNV-1a 64 of every preceding byte as a u64 trailer.
+
+use tl_core::KvError;
+
+use crate::hash::Fnv;
+use crate::pool::{KvPool, DTYPE_F16, FORMAT_F16_SLAB};
+
+/// The first 8 bytes of every envelope.
+pub const ENVELOPE_MAGIC: [u8; 8] = *b"TLKVBLK\0";
+/// The envelope version this crate writes and reads (equals [`FORMAT_F16_SLAB`]).
+pub const ENVELOPE_VERSION: u32 = FORMAT_F16_SLAB;
+/// Bytes before the first block record.
+pub const HEADER_BYTES: usize = 40;
+/// Bytes of a record before its slabs: fill, flags, hash.
+pub const RECORD_HEADER_BYTES: usize = 16;
+/// Bytes of the checksum trailer.
+pub const TRAILER_BYTES: usize = 8;
+
+/// Record flag: the hash field holds the block's registered hash.
+const FLAG_HASH: u32 = 1;
+
+fn bad(reason: impl Into<String>) -> KvError {
+    KvError::BadEnvelope { reason: reason.into() }
+}
+
+fn u32_at(buf: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn u64_at(buf: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// A validated record: where its slabs start, its fill and hash.
+struct Record {
+    slabs_at: usize,
+    fill: u32,
+    hash: Option<u64>,
+}
+
+impl KvPool {
+    /// Bytes of one record in this pool's geometry (checked when the pool was built).
+    fn record_bytes(&self) -> usize {
+        RECORD_HEADER_BYTES + self.slab_elems * 2 * self.geometry.n_layers as usize * 2
+    }
+
+    /// Serialize blocks in use (fill, hash if registered, K and V of every layer) into a
+    /// self-describing envelope. Ids may repeat; every id must be in use.
+    pub fn export(&self, ids: &[u32]) -> Result<Vec<u8>, KvError> {
+        for &id in ids {
+            self.used(id)?;
+        }
+        let n = u32::try_from(ids.len())
+            .map_err(|_| KvError::Overflow { what: format!("export of {} blocks", ids.len()) })?;
+        let len = self
+            .record_bytes()
+            .checked_mul(ids.len())
+            .and_then(|b| b.checked_add(HEADER_BYTES + TRAILER_BYTES))
+            .ok_or_else(|| KvError::Overflow { what: format!("export of {n} blocks") })?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(len)
+            .map_err(|_| KvError::Backend(format!("f16-slab: cannot allocate a {len}-byte export")))?;
+        let g = self.geometry;
+        out.extend_from_slice(&ENVELOPE_MAGIC);
+        for v in [ENVELOPE_VERSION, DTYPE_F16 as u32, g.n_layers, g.n_kv_heads, g.head_dim, g.block_tokens, n, 0] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for &id in ids {
+            let b = &self.blocks[id as usize];
+            out.extend_from_slice(&b.fill.to_le_bytes());
+            let flags = if b.hash.is_some() { FLAG_HASH } else { 0 };
+            out.extend_from_slice(&flags.to_le_bytes());
+            out.extend_from_slice(&b.hash.unwrap_or(0).to_le_bytes());
+            for v in self.block_data(id) {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let sum = crate::hash::fnv1a64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        Ok(out)
+    }
+
+    /// Check an envelope against this pool without touching it.
+    fn parse(&self, buf: &[u8]) -> Result<Vec<Record>, KvError> {
+        if buf.len() < HEADER_BYTES + TRAILER_BYTES {
+            return Err(bad(format!(
+                "truncated: {} bytes, shorter than the {}-byte header and trailer",
+                buf.len(),
+                HEADER_BYTES + TRAILER_BYTES
+            )));
+        }
+        if buf[..8] != ENVELOPE_MAGIC {
+            return Err(bad(format!("bad magic {:02x?}, expected {:02x?}", &buf[..8], ENVELOPE_MAGIC)));
+        }
+        let version = u32_at(buf, 8);
+        if version != ENVELOPE_VERSION {
+            return Err(bad(format!("unsupported version {version}, this pool reads {ENVELOPE_VERSION}")));
+        }
+        let dtype = u32_at(buf, 12) as i32;
+        if dtype != DTYPE_F16 {
+            return Err(bad(format!("dtype {dtype} does not match this pool's {DTYPE_F16} (f16)")));
+        }
+        let g = self.geometry;
+        let theirs = [u32_at(buf, 16), u32_at(buf, 20), u32_at(buf, 24), u32_at(buf, 28)];
+        let ours = [g.n_layers, g.n_kv_heads, g.head_dim, g.block_tokens];
+        if theirs != ours {
+            return Err(bad(format!(
+                "geometry (n_layers, n_kv_heads, head_dim, block_tokens) = {theirs:?} does not match this pool's {ours:?}"
+            )));
+        }
+        let n = u32_at(buf, 32) as usize;
+        let reserved = u32_at(buf, 36);
+        if reserved != 0 {
+            return Err(bad(format!("reserved header field is {reserved:#x}, expected 0")));
+        }
+        let record = self.record_bytes();
+        let want = record
+            .checked_mul(n)
+            .and_then(|b| b.checked_add(HEADER_BYTES + TRAILER_BYTES))
+            .ok_or_else(|| bad(format!("{n} blocks overflow the address space")))?;
+        if buf.len() < want {
+            return Err(bad(format!("truncated: {} bytes, {n} blocks need {want}", buf.len())));
+        }
+        if buf.len() > want {
+            return Err(bad(format!("{} trailing bytes after {n} blocks", buf.len() - want)));
+        }
+        let body = want - TRAILER_BYTES;
+        let mut h = Fnv::new();
+        h.update(&buf[..body]);
+        let (got, stored) = (h.finish(), u64_at(buf, body));
+        if got != stored {
+            return Err(bad(format!("checksum mismatch: stored {stored:#018x}, computed {got:#018x}")));
+        }
+        let bt = g.block_tokens;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = HEADER_BYTES + i * record;
+            let (fill, flags, hash) = (u32_at(buf, at), u32_at(buf, at + 4), u64_at(buf, at + 8));
+            if fill > bt {
+                return Err(bad(format!("block {i}: fill {fill} exceeds block_tokens {bt}")));
+            }
+            if flags & !FLAG_HASH != 0 {
+                return Err(bad(format!("block {i}: unknown flags {flags:#x}")));
+            }
+            let hash = if flags & FLAG_HASH != 0 {
+                if fill != bt {
+                    return Err(bad(format!("block {i}: has a hash but fill {fill} of {bt}")));
+                }
+                Some(hash)
+            } else {
+                if hash != 0 {
+                    return Err(bad(format!("block {i}: hash field {hash:#x} without the hash flag")));
+                }
+                None
+            };
+            out.push(Record { slabs_at: at + RECORD_HEADER_BYTES, fill, hash });
+        }
+        Ok(out)
+    }
+
+    /// Allocate fresh blocks and fill them from an envelope; returns their ids in
+    /// envelope order, each with ref 1 and the exported fill.
+    ///
+    /// A wrong magic, version, dtype or geometry, a bad checksum, a truncated buffer,
+    /// trailing bytes, a malformed record or too few free+cached blocks is an error, and
+    /// then no block is taken. A block exported with a hash is registered under it again
+    /// when prefix caching is on and no other block holds that hash; otherwise it comes
+    /// back unregistered.
+    pub fn import(&mut self, buf: &[u8]) -> Result<Vec<u32>, KvError> {
+        let records = self.parse(buf)?;
+        let ids = self.alloc(records.len())?;
+        for (rec, &id) in records.iter().zip(&ids) {
+            let dst = self.block_data_mut(id);
+            let src = &buf[rec.slabs_at..rec.slabs_at + dst.len() * 2];
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = u16::from_le_bytes([s[0], s[1]]);
+            }
+            self.blocks[id as usize].fill = rec.fill;
+            if let Some(h) = rec.hash {
+                if self.prefix_cache && !self.index.contains_key(&h) {
+                    self.index.insert(h, id);
+                    self.blocks[id as usize].hash = Some(h);
+                }
+            }
+        }
+        Ok(ids)
+    }
+}
