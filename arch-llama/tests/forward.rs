@@ -1,0 +1,185 @@
+//! The forward's invariances (batch, chunk, threads), the pool bookkeeping around it, and
+//! the batches it refuses.
+
+mod common;
+
+use common::*;
+use tl_core::{ForwardBatch, ForwardSeq, ModelRunner};
+
+/// A prompt from the HF reference (40 tokens) and a few more ids past the bytes.
+fn tokens() -> Vec<u32> {
+    let mut t = reference("tiny-llama")[3].ids.clone();
+    t.extend([300, 257, 1, 319]);
+    t
+}
+
+#[test]
+fn incremental_decode_equals_full_prefill() {
+    let mut r = load("tiny-llama", 0, None);
+    let toks = tokens();
+    let full = run_in_steps(&mut r, &toks, &[toks.len()]);
+    let tol = 1e-4 * max_abs(&full);
+    for (name, steps) in [("chunks", vec![5, 3, 7, 1, 11]), ("one token a step", vec![1; toks.len()])] {
+        let ours = run_in_steps(&mut r, &toks, &steps);
+        let diff = max_abs_diff(&ours, &full);
+        eprintln!("{name}: max diff from one prefill {diff:.3e} (tolerance {tol:.3e})");
+        assert!(diff <= tol, "{name}: last logits differ from one prefill by {diff} > {tol}");
+    }
+}
+
+/// Four sequences, each a list of steps (token runs); positions continue across steps.
+fn schedule() -> Vec<Vec<Vec<u32>>> {
+    let t = tokens();
+    let runs = |sizes: &[usize], from: usize| -> Vec<Vec<u32>> {
+        let mut at = from;
+        sizes
+            .iter()
+            .map(|&n| {
+                let run = t[at..at + n].to_vec();
+                at += n;
+                run
+            })
+            .collect()
+    };
+    vec![runs(&[7, 3, 1, 1], 0), runs(&[2, 5, 1, 1], 9), runs(&[13, 1, 4, 1], 3), runs(&[1, 1, 1, 6], 20)]
+}
+
+/// Every step's logits and hidden rows of every sequence, running the schedule either
+/// each sequence alone, or all sequences together in one step (in a rotating order).
+fn run_schedule(r: &mut ModelRunner, together: bool) -> Vec<Vec<(Vec<u32>, Vec<u32>)>> {
+    let sched = schedule();
+    let d = r.hidden_size();
+    let tables: Vec<Vec<u32>> = sched.iter().map(|s| alloc(r, s.iter().map(Vec::len).sum())).collect();
+    let mut starts = vec![0usize; sched.len()];
+    let mut out = vec![Vec::new(); sched.len()];
+    for step in 0..sched[0].len() {
+        let order: Vec<usize> = (0..sched.len()).map(|i| (i + step) % sched.len()).collect();
+        let groups: Vec<Vec<usize>> = if together { vec![order] } else { order.into_iter().map(|i| vec![i]).collect() };
+        for g in groups {
+            let seqs = g
+                .iter()
+                .map(|&i| ForwardSeq { tokens: &sched[i][step], start: starts[i], blocks: &tables[i] })
+                .collect();
+            let res = r.forward_hidden(&ForwardBatch { seqs }).expect("forward");
+            let hidden = res.hidden.expect("hidden states");
+            let mut row0 = 0;
+            for (k, &i) in g.iter().enumerate() {
+                let n = sched[i][step].len();
+                out[i].push((bits(res.logits.row(k)), bits(&hidden[row0 * d..(row0 + n) * d])));
+                row0 += n;
+            }
+        }
+        for (i, s) in sched.iter().enumerate() {
+            starts[i] += s[step].len();
+        }
+    }
+    for t in &tables {
+        release(r, t);
+    }
+    out
+}
+
+#[test]
+fn batched_forward_equals_single() {
+    let mut r = load("tiny-llama", 0, None);
+    let alone = run_schedule(&mut r, false);
+    let together = run_schedule(&mut r, true);
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        for (step, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(x.0 == y.0, "sequence {i} step {step}: logits differ in a batch");
+            assert!(x.1 == y.1, "sequence {i} step {step}: hidden states differ in a batch");
+        }
+    }
+}
+
+#[test]
+fn threads_do_not_change_logits() {
+    let one = run_schedule(&mut load("tiny-llama", 1, None), true);
+    let two = run_schedule(&mut load("tiny-llama", 2, None), true);
+    assert!(one == two, "1 and 2 threads give different logits or hidden states");
+}
+
+#[test]
+fn run_once_returns_its_blocks() {
+    let mut r = load("tiny-llama", 0, None);
+    let toks = tokens();
+    let d = r.hidden_size();
+    let n_blocks = r.pool().lock().expect("pool lock").n_blocks() as usize;
+    for len in [1, 4, 5, 17, toks.len()] {
+        let (hidden, logits) = r.run_once(&toks[..len]).expect("run_once");
+        assert_eq!((hidden.len(), logits.len()), (len * d, r.config().vocab_size));
+        assert_eq!(bits(&logits), bits(&run_in_steps(&mut r, &toks[..len], &[])));
+        let pool = r.pool();
+        let pool = pool.lock().expect("pool lock");
+        assert_eq!((pool.n_free(), pool.n_in_use(), pool.n_cached()), (n_blocks, 0, 0), "after run_once of {len}");
+    }
+}
+
+/// Every K and V slab of `ids`, all layers.
+fn snapshot(r: &ModelRunner, ids: &[u32]) -> Vec<Vec<u16>> {
+    let pool = r.pool();
+    let pool = pool.lock().expect("pool lock");
+    let layers = pool.geometry().n_layers;
+    let mut out = Vec::new();
+    for &id in ids {
+        out.push(vec![pool.fill(id).expect("fill") as u16]);
+        for l in 0..layers {
+            for is_v in [false, true] {
+                out.push(pool.slab(id, l, is_v).expect("slab").to_vec());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn forward_refuses_bad_batches() {
+    let mut r = load("tiny-llama", 0, None);
+    let toks = tokens();
+    let (vocab, max_pos) = (r.config().vocab_size as u32, r.config().max_position_embeddings.expect("a context"));
+    let b = r.block_tokens();
+    // A sequence with 6 tokens in the cache; its next 3 tokens are a valid part of every
+    // bad batch below, so a forward that wrote before checking would change its blocks.
+    let a = alloc(&r, 9);
+    r.forward(&ForwardBatch::single(&toks[..6], 0, &a)).expect("prefill");
+    let good = ForwardSeq { tokens: &toks[6..9], start: 6, blocks: &a };
+    let c = alloc(&r, 12);
+    // Past the context: start at max_pos - 1, two tokens, a table long enough to hold
+    // them (earlier entries may repeat; only the written ones must be distinct).
+    let end = max_pos + 1;
+    let written = alloc(&r, 2 * b);
+    let mut long = vec![c[0]; end.div_ceil(b)];
+    let first = (max_pos - 1) / b;
+    long[first..].copy_from_slice(&written[..end.div_ceil(b) - first]);
+    let free = {
+        let pool = r.pool();
+        let pool = pool.lock().expect("pool lock");
+        (0..pool.n_blocks()).find(|&id| pool.refs(id).ok() == Some(0)).expect("a free block")
+    };
+    let n_blocks = r.pool().lock().expect("pool lock").n_blocks();
+    let bad_token = [1, vocab, 2];
+    let (unallocated, outside) = ([free], [n_blocks + 3]);
+    let cases: Vec<(&str, ForwardSeq)> = vec![
+        ("short block table", ForwardSeq { tokens: &toks[..9], start: 0, blocks: &c[..2] }),
+        ("position past max_position_embeddings", ForwardSeq { tokens: &toks[..2], start: max_pos - 1, blocks: &long }),
+        ("token id >= vocab", ForwardSeq { tokens: &bad_token, start: 0, blocks: &c }),
+        ("empty sequence", ForwardSeq { tokens: &[], start: 0, blocks: &c }),
+        ("block not allocated", ForwardSeq { tokens: &toks[..3], start: 0, blocks: &unallocated }),
+        ("block id outside the pool", ForwardSeq { tokens: &toks[..3], start: 0, blocks: &outside }),
+    ];
+    let mut ids: Vec<u32> = a.iter().chain(&c).chain(&written).copied().collect();
+    ids.sort();
+    let before = snapshot(&r, &ids);
+    for (what, bad) in cases {
+        for seqs in [vec![good, bad], vec![bad, good]] {
+            let res = r.forward(&ForwardBatch { seqs });
+            assert!(res.is_err(), "{what}: accepted");
+            assert!(snapshot(&r, &ids) == before, "{what}: a KV slab changed");
+            assert_eq!(r.pool().lock().expect("pool lock").refs(free).expect("refs"), 0, "{what}");
+        }
+    }
+    assert!(r.forward(&ForwardBatch { seqs: vec![] }).is_err(), "an empty batch was accepted");
+    // The good sequence alone runs, and then it does write.
+    r.forward(&ForwardBatch { seqs: vec![good] }).expect("the good sequence alone");
+    assert!(snapshot(&r, &ids) != before);
+}

@@ -1,0 +1,75 @@
+//! The Llama against Hugging Face's float32 forward (tests/fixtures, written by
+//! scripts/fixtures/make_tiny_llama.py), and the two int4 paths against each other.
+
+mod common;
+
+use common::*;
+use tl_core::Quant;
+
+/// The f16 cache's bound (seed 2.4): 1e-3 of the largest |logit|, or 2e-2 absolute.
+fn tolerance(hf: &[f32]) -> f32 {
+    (1e-3 * max_abs(hf)).max(2e-2)
+}
+
+#[test]
+fn tiny_llama_logits_match_hf() {
+    let mut r = load("tiny-llama", 0, None);
+    for p in reference("tiny-llama") {
+        let ours = run_in_steps(&mut r, &p.ids, &[]);
+        let diff = max_abs_diff(&ours, &p.last_logits);
+        let tol = tolerance(&p.last_logits);
+        assert!((tol - p.tolerance).abs() < 1e-6, "reference tolerance {} disagrees with the rule {tol}", p.tolerance);
+        eprintln!("prompt {:?} ({} tokens): max |ours - HF| = {diff:.3e} (tolerance {tol:.3e})", p.text, p.ids.len());
+        assert!(diff <= tol, "prompt {:?}: max |ours - HF| = {diff} > {tol}", p.text);
+    }
+}
+
+#[test]
+fn tiny_llama_greedy_matches_hf() {
+    let mut r = load("tiny-llama", 0, None);
+    for p in reference("tiny-llama") {
+        let tol = tolerance(&p.last_logits) as f64;
+        let ours = greedy(&mut r, &p.ids, p.greedy.len());
+        assert_eq!(p.greedy.len(), 32);
+        let mut matched = 0;
+        for (k, (&a, &b)) in ours.iter().zip(&p.greedy).enumerate() {
+            if a != b {
+                // Only a near tie at this step may part the sequences.
+                assert!(
+                    p.margins[k] < tol,
+                    "prompt {:?}: step {k}: ours {a}, HF {b}, HF's top-2 margin {} >= {tol}",
+                    p.text,
+                    p.margins[k]
+                );
+                break;
+            }
+            matched += 1;
+        }
+        eprintln!("prompt {:?}: {matched} of {} greedy tokens equal HF's", p.text, p.greedy.len());
+    }
+}
+
+#[test]
+fn int4_runner_matches_its_dequantized_model() {
+    let group = 32; // the fixture's "int4-g32-sym"
+    let mut at_load = load("tiny-llama", 0, Some(Quant::Int4 { group }));
+    let mut file = load("tiny-llama-int4", 0, None);
+    let mut twin = load("tiny-llama-int4-deq", 0, None);
+    for p in reference("tiny-llama-int4-deq") {
+        let a = run_in_steps(&mut at_load, &p.ids, &[]);
+        let f = run_in_steps(&mut file, &p.ids, &[]);
+        let d = run_in_steps(&mut twin, &p.ids, &[]);
+        assert_eq!(bits(&a), bits(&f), "prompt {:?}: quantizing at load differs from the int4 file", p.text);
+        let close = 1e-4 * max_abs(&d);
+        let diff = max_abs_diff(&f, &d);
+        eprintln!("prompt {:?}: int4 vs dequantized twin: max diff {diff:.3e}", p.text);
+        assert!(diff <= close, "prompt {:?}: int4 vs dequantized twin differ by {diff} > {close}", p.text);
+        // The twin is the model HF ran: the int4 logits are within the f16 cache's bound.
+        let hf = max_abs_diff(&f, &p.last_logits);
+        assert!(hf <= tolerance(&p.last_logits), "prompt {:?}: int4 vs HF on the twin: {hf}", p.text);
+    }
+    // And the int4 runner is not secretly the float model.
+    let float = run_in_steps(&mut load("tiny-llama", 0, None), &reference("tiny-llama")[2].ids, &[]);
+    let int4 = run_in_steps(&mut file, &reference("tiny-llama")[2].ids, &[]);
+    assert!(max_abs_diff(&float, &int4) > 1e-3, "int4 logits equal the float model's");
+}
