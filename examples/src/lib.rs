@@ -1,0 +1,123 @@
+//! Shared pieces of tl's example binaries: command-line parsing that fails in one line,
+//! the sampling flags, and runner loading with every plugin crate linked.
+#![deny(missing_docs)]
+
+// Link every plugin crate so their inventory registrations exist in each binary.
+use tl_arch_bigram as _;
+use tl_arch_llama as _;
+use tl_kv as _;
+use tl_sampling as _;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tl_core::{EngineConfig, ModelRunner, Quant, SamplingParams};
+
+/// Parse the command line; a bad flag prints one line (plus `--help` advice) and exits 2.
+pub fn parse_or_exit<T: Parser>() -> T {
+    match T::try_parse() {
+        Ok(t) => t,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            eprintln!("{first} (try --help)");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Print an error chain on one line and return a failing exit code.
+pub fn fail(e: anyhow::Error) -> ExitCode {
+    eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+    ExitCode::FAILURE
+}
+
+/// The sampling flags every generating binary takes (sampling.md's parameters).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f64,
+    /// Keep the k most likely tokens; 0 = off.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus mass in (0, 1]; 1 = off.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f64,
+    /// Keep tokens with prob >= min_p * max prob; 0 = off.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f64,
+    /// Hugging Face repetition penalty over prompt and output; 1 = off.
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f64,
+    /// OpenAI presence penalty over the output; 0 = off.
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f64,
+    /// OpenAI frequency penalty over the output; 0 = off.
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f64,
+    /// Seed of the sampling stream: the same seed gives the same tokens.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The registered sampler to use.
+    #[arg(long, default_value = "spec")]
+    pub sampler: String,
+}
+
+impl SamplingArgs {
+    /// The parameters these flags describe.
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+        }
+    }
+}
+
+/// Engine flags shared by the binaries.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Worker threads; 0 = one per core.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Quantize the projections at load: "int4" (group 32) or "int4:G".
+    #[arg(long)]
+    pub quant: Option<String>,
+    /// The registered KV backend.
+    #[arg(long, default_value = "f16-slab")]
+    pub kv: String,
+}
+
+impl EngineArgs {
+    /// The engine configuration these flags describe.
+    pub fn engine(&self) -> anyhow::Result<EngineConfig> {
+        let mut cfg = EngineConfig { threads: self.threads, ..EngineConfig::default() };
+        cfg.kv.backend = self.kv.clone();
+        cfg.quant = match self.quant.as_deref() {
+            None | Some("none") | Some("f32") => None,
+            Some("int4") => Some(Quant::Int4 { group: 32 }),
+            Some(q) => match q.strip_prefix("int4:").and_then(|g| g.parse().ok()) {
+                Some(group) => Some(Quant::Int4 { group }),
+                None => anyhow::bail!("--quant {q:?}: expected int4 or int4:GROUP"),
+            },
+        };
+        Ok(cfg)
+    }
+
+    /// Load a model with these flags.
+    pub fn load(&self, model: &Path) -> anyhow::Result<ModelRunner> {
+        let cfg = self.engine()?;
+        ModelRunner::load(model, &cfg).map_err(|e| anyhow::anyhow!("{}: {e}", model.display()))
+    }
+}
