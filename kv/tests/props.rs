@@ -13,6 +13,7 @@ enum Op {
     Release(u32),
     SetFill(u32, u32),
     Register(u32, u64),
+    FillAndRegister(u32, u64),
     Lookup(u64),
     Write(u32, u32, bool, u16),
     Export(Vec<u32>),
@@ -30,6 +31,9 @@ fn op(n_blocks: u32) -> impl Strategy<Value = Op> {
         id.clone().prop_map(Op::Release),
         (id.clone(), 0u32..4).prop_map(|(i, n)| Op::SetFill(i, n)),
         (id.clone(), 0u64..4).prop_map(|(i, h)| Op::Register(i, h)),
+        // The productive path (fill to B, then register) would be rare by chance.
+        (id.clone(), 0u64..4).prop_map(|(i, h)| Op::FillAndRegister(i, h)),
+        (id.clone(), 0u64..4).prop_map(|(i, h)| Op::FillAndRegister(i, h)),
         (0u64..5).prop_map(Op::Lookup),
         (id.clone(), 0u32..3, any::<bool>(), any::<u16>()).prop_map(|(i, l, v, x)| Op::Write(i, l, v, x)),
         proptest::collection::vec(id, 0..3).prop_map(Op::Export),
@@ -82,6 +86,7 @@ fn run(n_blocks: u32, prefix_cache: bool, ops: &[Op]) -> Result<(), TestCaseErro
             }
             Op::SetFill(id, n) => p.set_fill(*id, *n).is_err(),
             Op::Register(id, h) => p.register(*id, *h).is_err(),
+            Op::FillAndRegister(id, h) => p.set_fill(*id, G.block_tokens).and_then(|()| p.register(*id, *h)).is_err(),
             Op::Lookup(h) => {
                 if let Some(id) = p.lookup(*h) {
                     prop_assert_eq!(p.hash_of(id).ok(), Some(Some(*h)));
@@ -124,7 +129,7 @@ fn run(n_blocks: u32, prefix_cache: bool, ops: &[Op]) -> Result<(), TestCaseErro
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
     fn kv_pool_invariants_hold_under_random_operations(
