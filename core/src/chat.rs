@@ -247,6 +247,9 @@ impl ChatTemplate {
         let mut ctx: Vec<(String, JValue)> = vec![
             ("messages".into(), JValue::from_serialize(messages)),
             ("add_generation_prompt".into(), JValue::from(add_generation_prompt)),
+            // transformers passes these as None when not given: `tools is none` holds.
+            ("tools".into(), JValue::from(())),
+            ("documents".into(), JValue::from(())),
         ];
         for (k, v) in &self.tokens {
             ctx.push((k.clone(), JValue::from(v.as_str())));

@@ -1,0 +1,43 @@
+//! Chat templates rendered with minijinja equal transformers' own renderings
+//! (tests/data/chat_templates.json, written by scripts/fixtures/smollm2/chat_templates.py).
+
+use serde_json::Value;
+use tl_core::{ChatTemplate, Message};
+
+#[test]
+fn chat_templates_render_as_hugging_face_does() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/chat_templates.json")).unwrap();
+    let data: Value = serde_json::from_str(&text).unwrap();
+    let tokens = vec![("bos_token".to_string(), "<s>".to_string()), ("eos_token".to_string(), "</s>".to_string())];
+    let cases = data["cases"].as_array().unwrap();
+    assert!(cases.len() >= 9);
+    let mut errors = 0;
+    for case in cases {
+        let name = case["template"].as_str().unwrap();
+        let tmpl = ChatTemplate::new(data["templates"][name].as_str().unwrap(), tokens.clone()).unwrap();
+        let conv = case["conversation"].as_str().unwrap();
+        let messages: Vec<Message> = data["conversations"][conv]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        let got = tmpl.render(&messages, case["add_generation_prompt"].as_bool().unwrap());
+        match (&case["text"], &case["error"]) {
+            (Value::String(want), _) => assert_eq!(&got.unwrap(), want, "{name} / {conv}"),
+            (_, Value::String(msg)) => {
+                let e = got.unwrap_err().to_string();
+                assert!(e.contains(msg.as_str()), "{name} / {conv}: {e}");
+                errors += 1;
+            }
+            _ => panic!("case without text or error"),
+        }
+    }
+    assert_eq!(errors, 1, "the raise_exception case");
+}
+
+#[test]
+fn chat_template_syntax_errors_are_errors() {
+    let e = ChatTemplate::new("{% for m in messages %}{{ m.content }}", Vec::new()).err().unwrap();
+    assert!(e.to_string().contains("chat template"), "{e}");
+}
