@@ -173,6 +173,9 @@ fn write_kv(
     Ok(())
 }
 
+/// One sequence's K slabs and V slabs of one layer, in block-table order.
+type KvSlabs<'a> = (Vec<&'a [u16]>, Vec<&'a [u16]>);
+
 /// Attention of every new token over exactly its visible keys, read back from the pool.
 /// `q` is `(N, H * D)` after RoPE; `out` is `(N, H * D)`. Query head h reads KV head
 /// `h / (H / H_kv)`. Keys are visited in ascending position, so the sums of token t are
@@ -193,7 +196,7 @@ fn attention(
     let slab_len = g.slab_elems().unwrap_or(0);
     // Per sequence, the K and V slabs of the blocks it reads, in table order. The
     // backend is not Sync; its slabs are, so the workers share these slices.
-    let mut slabs: Vec<(Vec<&[u16]>, Vec<&[u16]>)> = Vec::with_capacity(batch.seqs.len());
+    let mut slabs: Vec<KvSlabs> = Vec::with_capacity(batch.seqs.len());
     for (s, &n) in batch.seqs.iter().zip(&plan.n_blocks) {
         let mut ks = Vec::with_capacity(n);
         let mut vs = Vec::with_capacity(n);

@@ -183,3 +183,18 @@ fn forward_refuses_bad_batches() {
     r.forward(&ForwardBatch { seqs: vec![good] }).expect("the good sequence alone");
     assert!(snapshot(&r, &ids) != before);
 }
+
+#[test]
+fn untied_model_without_lm_head_is_refused() {
+    // tiny-llama's weights (no lm_head.weight) under a config that does not tie them.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("untied-tiny-llama");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let src = fixture("tiny-llama");
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).expect("copy weights");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config")).expect("JSON");
+    cfg["tie_word_embeddings"] = false.into();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).expect("write config");
+    let err = ModelRunner::load(&dir, &engine(0, None)).err().map(|e| e.to_string());
+    assert!(err.as_deref().is_some_and(|e| e.contains("lm_head.weight")), "{err:?}");
+}
