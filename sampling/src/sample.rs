@@ -1,0 +1,333 @@
+//! The sampler of sampling.md. Every sum is a left-to-right f64 loop in the order the spec
+//! names; orderings use (s descending, id ascending) with `==` on values, so -0.0 and +0.0
+//! tie and fall back to the id, as in any implementation that compares numbers.
+
+use std::cmp::Ordering;
+
+use tl_core::{Rng, SampleError, Sampler, SamplingParams};
+
+use crate::pcg::Pcg32;
+
+/// First chunk of the lazily sorted nucleus walk; each further chunk doubles.
+const FIRST_CHUNK: usize = 64;
+
+/// The spec sampler with its buffers kept across calls (one allocation per vocabulary size).
+#[derive(Default, Debug)]
+pub struct SpecSampler {
+    /// Penalised logits, (V,).
+    l: Vec<f64>,
+    /// Temperature-scaled logits, (V,).
+    s: Vec<f64>,
+    /// Candidate ids, in step-7 order where an order is needed, (<= V,).
+    ids: Vec<u32>,
+    /// Kept ids in ascending order, (<= V,).
+    asc: Vec<u32>,
+    /// Per-id marks for distinct history ids; all false between calls, (V,).
+    seen: Vec<bool>,
+    /// Per-id counts in the output; all zero between calls, (V,).
+    count: Vec<u32>,
+}
+
+fn bad(field: &'static str, value: f64, range: &'static str) -> SampleError {
+    SampleError::BadParam { field, value, range }
+}
+
+fn check_params(p: &SamplingParams) -> Result<(), SampleError> {
+    if !(p.temperature.is_finite() && p.temperature >= 0.0) {
+        return Err(bad("temperature", p.temperature, "finite and >= 0"));
+    }
+    if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+        return Err(bad("top_p", p.top_p, "(0, 1]"));
+    }
+    if !(p.min_p >= 0.0 && p.min_p <= 1.0) {
+        return Err(bad("min_p", p.min_p, "[0, 1]"));
+    }
+    if !(p.repetition_penalty.is_finite() && p.repetition_penalty > 0.0) {
+        return Err(bad("repetition_penalty", p.repetition_penalty, "finite and > 0"));
+    }
+    // Not listed by sampling.md, but a NaN or infinite penalty has no meaning either.
+    if !p.presence_penalty.is_finite() {
+        return Err(bad("presence_penalty", p.presence_penalty, "finite"));
+    }
+    if !p.frequency_penalty.is_finite() {
+        return Err(bad("frequency_penalty", p.frequency_penalty, "finite"));
+    }
+    Ok(())
+}
+
+fn check_input(logits: &[f32], prompt: &[u32], output: &[u32]) -> Result<(), SampleError> {
+    let v = logits.len();
+    if v == 0 {
+        return Err(SampleError::EmptyLogits);
+    }
+    if v > u32::MAX as usize {
+        return Err(SampleError::BadParam { field: "vocabulary size", value: v as f64, range: "<= u32::MAX" });
+    }
+    if let Some((id, &value)) = logits.iter().enumerate().find(|(_, x)| x.is_nan() || **x == f32::INFINITY) {
+        return Err(SampleError::BadLogit { id: id as u32, value });
+    }
+    if logits.iter().all(|x| *x == f32::NEG_INFINITY) {
+        return Err(SampleError::AllMasked);
+    }
+    for (which, hist) in [("prompt", prompt), ("output", output)] {
+        if let Some(&id) = hist.iter().find(|&&id| id as usize >= v) {
+            return Err(SampleError::BadHistoryId { which, id, vocab: v });
+        }
+    }
+    Ok(())
+}
+
+/// The first largest value (`>` from -inf), so which of -0.0 and +0.0 wins is fixed.
+#[inline]
+fn max_of(xs: impl Iterator<Item = f64>) -> f64 {
+    let mut m = f64::NEG_INFINITY;
+    for x in xs {
+        if x > m {
+            m = x;
+        }
+    }
+    m
+}
+
+/// (s descending, id ascending); values never NaN here.
+#[inline]
+fn by_score(s: &[f64]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
+    move |&a, &b| {
+        let (x, y) = (s[a as usize], s[b as usize]);
+        if x > y {
+            Ordering::Less
+        } else if x < y {
+            Ordering::Greater
+        } else {
+            a.cmp(&b)
+        }
+    }
+}
+
+/// Step 8's walk over `ids` in step-7 order, sorting only as far as it walks. Returns how
+/// many candidates are kept (through the first at which `c >= top_p`).
+fn nucleus(ids: &mut [u32], s: &[f64], m: f64, z: f64, top_p: f64) -> usize {
+    let cmp = by_score(s);
+    let mut c = 0.0f64;
+    let mut done = 0;
+    let mut chunk = FIRST_CHUNK;
+    while done < ids.len() {
+        let rest = &mut ids[done..];
+        let take = chunk.min(rest.len());
+        if take < rest.len() {
+            rest.select_nth_unstable_by(take - 1, &cmp);
+        }
+        rest[..take].sort_unstable_by(&cmp);
+        for (j, &i) in rest[..take].iter().enumerate() {
+            c += (s[i as usize] - m).exp() / z;
+            if c >= top_p {
+                return done + j + 1;
+            }
+        }
+        done += take;
+        chunk *= 2;
+    }
+    ids.len()
+}
+
+impl SpecSampler {
+    /// A sampler with empty buffers (they grow to the vocabulary on first use).
+    pub fn new() -> SpecSampler {
+        SpecSampler::default()
+    }
+
+    /// Steps 1 to 3: widen and apply the penalties into `self.l`.
+    fn penalise(
+        &mut self,
+        logits: &[f32],
+        p: &SamplingParams,
+        prompt: &[u32],
+        output: &[u32],
+    ) -> Result<(), SampleError> {
+        let v = logits.len();
+        self.l.clear();
+        self.l.extend(logits.iter().map(|&x| x as f64));
+        if self.seen.len() < v {
+            self.seen.resize(v, false);
+            self.count.resize(v, 0);
+        }
+        let r = p.repetition_penalty;
+        if r != 1.0 {
+            let mut overflow = false;
+            for &id in prompt.iter().chain(output) {
+                let i = id as usize;
+                if !self.seen[i] {
+                    self.seen[i] = true;
+                    let x = self.l[i];
+                    self.l[i] = if x > 0.0 { x / r } else { x * r };
+                    overflow |= self.l[i] == f64::INFINITY;
+                }
+            }
+            for &id in prompt.iter().chain(output) {
+                self.seen[id as usize] = false;
+            }
+            if overflow {
+                return Err(bad("repetition_penalty", r, "one that keeps penalised logits below +inf"));
+            }
+        }
+        let (a_p, a_f) = (p.presence_penalty, p.frequency_penalty);
+        if a_f != 0.0 || a_p != 0.0 {
+            for &id in output {
+                self.count[id as usize] += 1;
+            }
+            let mut overflow = false;
+            for &id in output {
+                let i = id as usize;
+                let c = self.count[i];
+                if c != 0 {
+                    self.count[i] = 0; // marks the id done and leaves the buffer zeroed
+                    self.l[i] -= a_f * (c as f64) + a_p;
+                    overflow |= self.l[i] == f64::INFINITY || self.l[i].is_nan();
+                }
+            }
+            if overflow {
+                return Err(bad("frequency_penalty", a_f, "one that keeps penalised logits finite"));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`sample`] with this sampler's buffers and any [`Rng`].
+    pub fn sample_with(
+        &mut self,
+        logits: &[f32],
+        p: &SamplingParams,
+        prompt: &[u32],
+        output: &[u32],
+        rng: &mut dyn Rng,
+    ) -> Result<(u32, f64), SampleError> {
+        check_params(p)?;
+        check_input(logits, prompt, output)?;
+        self.penalise(logits, p, prompt, output)?;
+        let v = logits.len();
+        let l = &self.l;
+
+        // Step 4: logprobs from the penalised logits, ascending-id sum.
+        let big_m = max_of(l.iter().copied());
+        if big_m == f64::NEG_INFINITY {
+            return Err(SampleError::AllMasked);
+        }
+        let mut z = 0.0f64;
+        for &x in l {
+            z += (x - big_m).exp();
+        }
+        let ln_z = z.ln();
+        let logprob = |id: usize| (l[id] - big_m) - ln_z;
+
+        // Step 5: greedy, ties to the lowest id, no draw.
+        if p.temperature == 0.0 {
+            let mut best = 0;
+            for (i, &x) in l.iter().enumerate() {
+                if x > l[best] {
+                    best = i;
+                }
+            }
+            return Ok((best as u32, logprob(best)));
+        }
+
+        // Step 6.
+        let t = p.temperature;
+        self.s.clear();
+        self.s.extend(l.iter().map(|&x| x / t));
+        let s = &self.s;
+        let s_max = max_of(s.iter().copied());
+        if s_max == f64::INFINITY {
+            return Err(bad("temperature", t, "large enough to keep logit / T finite"));
+        }
+
+        // Steps 7 to 9 produce the kept set K in `self.asc`, ascending.
+        let top_k = if p.top_k > 0 && p.top_k < v { p.top_k } else { 0 };
+        let asc = &mut self.asc;
+        asc.clear();
+        if top_k == 0 && p.top_p >= 1.0 && p.min_p <= 0.0 {
+            asc.extend(0..v as u32);
+        } else {
+            let ids = &mut self.ids;
+            ids.clear();
+            ids.extend(0..v as u32);
+            let cmp = by_score(s);
+            if top_k > 0 {
+                // The top-k SET is exact under the total order; its internal order comes later.
+                ids.select_nth_unstable_by(top_k - 1, &cmp);
+                ids.truncate(top_k);
+            }
+            // Candidates in ascending id order, for the sums of steps 8 and 9.
+            asc.extend_from_slice(ids);
+            if top_k > 0 {
+                asc.sort_unstable();
+            }
+            if p.top_p < 1.0 {
+                let m = max_of(asc.iter().map(|&i| s[i as usize]));
+                let mut zp = 0.0f64;
+                for &i in asc.iter() {
+                    zp += (s[i as usize] - m).exp();
+                }
+                let kept = nucleus(ids, s, m, zp, p.top_p);
+                ids.truncate(kept);
+                asc.clear();
+                asc.extend_from_slice(ids);
+                asc.sort_unstable();
+            }
+            if p.min_p > 0.0 {
+                let m = max_of(asc.iter().map(|&i| s[i as usize]));
+                let mut zp = 0.0f64;
+                for &i in asc.iter() {
+                    zp += (s[i as usize] - m).exp();
+                }
+                // The first candidate in step-7 order holds the maximum, so its q is exp(0) / Z'.
+                let qmax = (m - m).exp() / zp;
+                let floor = p.min_p * qmax;
+                asc.retain(|&i| (s[i as usize] - m).exp() / zp >= floor);
+            }
+        }
+
+        // Step 10: one uniform, CDF walked in ascending id order.
+        let m = max_of(asc.iter().map(|&i| s[i as usize]));
+        let mut zk = 0.0f64;
+        for &i in asc.iter() {
+            zk += (s[i as usize] - m).exp();
+        }
+        let u = rng.uniform_f64();
+        let mut c = 0.0f64;
+        for &i in asc.iter() {
+            c += (s[i as usize] - m).exp() / zk;
+            if u < c {
+                return Ok((i, logprob(i as usize)));
+            }
+        }
+        // Rounding left c below u: the spec takes the last kept id. `asc` is never empty.
+        let last = asc.last().copied().unwrap_or(0) as usize;
+        Ok((last as u32, logprob(last)))
+    }
+}
+
+impl Sampler for SpecSampler {
+    fn sample(
+        &mut self,
+        logits: &[f32],
+        params: &SamplingParams,
+        prompt: &[u32],
+        output: &[u32],
+        rng: &mut dyn Rng,
+    ) -> Result<(u32, f64), SampleError> {
+        self.sample_with(logits, params, prompt, output, rng)
+    }
+}
+
+/// Sample one token from `logits` as sampling.md specifies: `(id, logprob)`, where the
+/// logprob is the log-softmax of the penalised logits (temperature never changes it).
+/// Greedy (`temperature == 0`) takes no draw; otherwise exactly one `uniform_f64`.
+pub fn sample(
+    logits: &[f32],
+    p: &SamplingParams,
+    prompt: &[u32],
+    output: &[u32],
+    rng: &mut Pcg32,
+) -> Result<(u32, f64), SampleError> {
+    SpecSampler::new().sample_with(logits, p, prompt, output, rng)
+}

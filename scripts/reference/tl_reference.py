@@ -1,0 +1,167 @@
+"""An independent reference of spec/pcg32.md and spec/sampling.md in plain Python 3.
+
+Standard library only: math.exp, math.log and plain loops, written from the spec text,
+not from the Rust code. Every sum is a left-to-right loop in the order the spec names.
+"""
+
+import math
+
+MASK64 = (1 << 64) - 1
+MULT = 6364136223846793005
+GOLDEN = 0x9E3779B97F4A7C15
+PURPOSE_SAMPLE = 4
+
+
+class Pcg32:
+    """O'Neill's PCG32, pcg32_random_r (XSH-RR), as in pcg-c-basic."""
+
+    def __init__(self, seed, seq):
+        self.state = 0
+        self.inc = ((seq << 1) | 1) & MASK64
+        self.next_u32()
+        self.state = (self.state + seed) & MASK64
+        self.next_u32()
+
+    def next_u32(self):
+        old = self.state
+        self.state = (old * MULT + self.inc) & MASK64
+        xorshifted = (((old >> 18) ^ old) >> 27) & 0xFFFFFFFF
+        rot = old >> 59
+        return ((xorshifted >> rot) | (xorshifted << ((-rot) & 31))) & 0xFFFFFFFF
+
+    def uniform_f64(self):
+        a = self.next_u32()
+        b = self.next_u32()
+        return (float(a >> 5) * 67108864.0 + float(b >> 6)) * (2.0 ** -53)
+
+
+def mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def child_seed(seed, purpose):
+    return mix64((seed + purpose * GOLDEN) & MASK64)
+
+
+def stream(seed, purpose):
+    return Pcg32(child_seed(seed, purpose), purpose)
+
+
+class BadInput(Exception):
+    """sampling.md's bad input."""
+
+
+def check(logits, p, prompt, output):
+    v = len(logits)
+    if v == 0:
+        raise BadInput("V = 0")
+    for i, x in enumerate(logits):
+        if math.isnan(x) or x == math.inf:
+            raise BadInput("logit %d is %r" % (i, x))
+    if all(x == -math.inf for x in logits):
+        raise BadInput("every logit is -inf")
+    for i in list(prompt) + list(output):
+        if i >= v:
+            raise BadInput("history id %d >= V" % i)
+    t = p["temperature"]
+    if not (math.isfinite(t) and t >= 0.0):
+        raise BadInput("temperature")
+    if not (0.0 < p["top_p"] <= 1.0):
+        raise BadInput("top_p")
+    if not (0.0 <= p["min_p"] <= 1.0):
+        raise BadInput("min_p")
+    r = p["repetition_penalty"]
+    if not (math.isfinite(r) and r > 0.0):
+        raise BadInput("repetition_penalty")
+
+
+def sample(logits, p, prompt, output, rng):
+    """Return (id, logprob) for one row of logits (Python floats holding f32 values)."""
+    check(logits, p, prompt, output)
+    v = len(logits)
+    # 1. Widen (the values are already exact doubles of f32s).
+    l = [float(x) for x in logits]
+    # 2. Repetition penalty over the distinct ids of prompt and output.
+    r = p["repetition_penalty"]
+    if r != 1.0:
+        for i in set(prompt) | set(output):
+            if l[i] > 0.0:
+                l[i] = l[i] / r
+            else:
+                l[i] = l[i] * r
+    # 3. Presence and frequency over the output only.
+    a_p, a_f = p["presence_penalty"], p["frequency_penalty"]
+    if a_f != 0.0 or a_p != 0.0:
+        counts = {}
+        for i in output:
+            counts[i] = counts.get(i, 0) + 1
+        for i, c in counts.items():
+            l[i] = l[i] - (a_f * float(c) + a_p)
+    # 4. Logprobs.
+    big_m = -math.inf
+    for x in l:
+        if x > big_m:
+            big_m = x
+    z = 0.0
+    for i in range(v):
+        z += math.exp(l[i] - big_m)
+    ln_z = math.log(z)
+
+    def logprob(i):
+        return (l[i] - big_m) - ln_z
+
+    # 5. Greedy: ties to the lowest id, no draw.
+    t = p["temperature"]
+    if t == 0.0:
+        best = 0
+        for i in range(v):
+            if l[i] > l[best]:
+                best = i
+        return best, logprob(best)
+    # 6. Temperature.
+    s = [x / t for x in l]
+    # 7. Candidates: (s descending, id ascending); top_k.
+    cand = sorted(range(v), key=lambda i: (-s[i], i))
+    if p["top_k"] > 0:
+        cand = cand[: min(p["top_k"], v)]
+    # 8. Nucleus, inclusive of the crossing candidate.
+    if p["top_p"] < 1.0:
+        m = s[cand[0]]
+        zp = 0.0
+        for i in sorted(cand):
+            zp += math.exp(s[i] - m)
+        c = 0.0
+        kept = []
+        for i in cand:
+            c += math.exp(s[i] - m) / zp
+            kept.append(i)
+            if c >= p["top_p"]:
+                break
+        cand = kept
+    # 9. Min-p.
+    if p["min_p"] > 0.0:
+        m = s[cand[0]]
+        zp = 0.0
+        for i in sorted(cand):
+            zp += math.exp(s[i] - m)
+        qmax = math.exp(s[cand[0]] - m) / zp
+        cand = [i for i in cand if math.exp(s[i] - m) / zp >= p["min_p"] * qmax]
+    # 10. Draw over the kept ids in ascending order.
+    k = sorted(cand)
+    m = -math.inf
+    for i in k:
+        if s[i] > m:
+            m = s[i]
+    e = {i: math.exp(s[i] - m) for i in k}
+    z = 0.0
+    for i in k:
+        z += e[i]
+    u = rng.uniform_f64()
+    c = 0.0
+    for i in k:
+        c += e[i] / z
+        if u < c:
+            return i, logprob(i)
+    return k[-1], logprob(k[-1])
