@@ -1,4 +1,4 @@
-//! Symmetric int4 in groups of `g` columns (numbers.md, "int4-g<g>-sym").
+//! Symmetric int4 in groups of `g` columns (numbers.md, `int4-g<g>-sym`).
 
 use crate::error::QuantError;
 use crate::half_conv::{f16_to_f32, f32_to_f16};

@@ -61,14 +61,15 @@ fn int4_hand_example() {
     let q = QLinear::quantize(&w, 1, 4, 4).unwrap();
     // The stored scale is f16(0.2) = 0.199951171875.
     assert_eq!(q.scales.len(), 1);
-    assert_eq!(f16_to_f32(q.scales[0]), 0.199951171875);
+    assert_eq!(q.scales, vec![0x3266]);
+    assert_eq!(f16_to_f32(q.scales[0]) as f64, 0.199951171875);
     // Rounded with the stored scale, 0.29995 -> 2 (with 0.2 it would be 1).
     assert_eq!(unpack_int4(&q.qweight), vec![4, -7, 0, 2]);
     // Nibble order: column 2b low, 2b+1 high; 4-bit two's complement.
     assert_eq!(q.qweight, vec![0x94, 0x20]);
     assert_eq!(pack_int4(&[-8, 7, 1, -1], 1, 4).unwrap(), vec![0x78, 0xF1]);
     assert_eq!(unpack_int4(&[0x78, 0xF1]), vec![-8, 7, 1, -1]);
-    let s = 0.199951171875f32;
+    let s: f32 = 1638.0 / 8192.0; // 0.199951171875
     assert_eq!(q.dequantize(), vec![4.0 * s, -7.0 * s, 0.0, 2.0 * s]);
     for (a, b) in w.iter().zip(q.dequantize()) {
         assert!((a - b).abs() <= s / 2.0);

@@ -279,8 +279,9 @@ impl SpecSampler {
                 for &i in asc.iter() {
                     zp += (s[i as usize] - m).exp();
                 }
-                // The first candidate in step-7 order holds the maximum, so its q is exp(0) / Z'.
-                let qmax = (m - m).exp() / zp;
+                // The first candidate in step-7 order holds the maximum m: its q is exp(0) / Z',
+                // and exp(0) is exactly 1.
+                let qmax = 1.0 / zp;
                 let floor = p.min_p * qmax;
                 asc.retain(|&i| (s[i as usize] - m).exp() / zp >= floor);
             }
