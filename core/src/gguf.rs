@@ -282,13 +282,6 @@ impl Gguf {
         self.metadata.get(key)
     }
 
-    /// Every metadata key, sorted.
-    pub fn keys(&self) -> Vec<&str> {
-        let mut k: Vec<&str> = self.metadata.keys().map(String::as_str).collect();
-        k.sort_unstable();
-        k
-    }
-
     pub(crate) fn meta_err(&self, key: &str, reason: &str) -> WeightError {
         WeightError::Format { path: self.path.clone(), reason: format!("metadata {key}: {reason}") }
     }
@@ -537,16 +530,12 @@ fn unpermute_rows(w: &[f32], rows: usize, cols: usize, n_head: usize) -> Vec<f32
     out
 }
 
-fn render(v: &GValue) -> String {
+/// Metadata as text: a top-level string as it is, numbers in decimal, arrays as JSON.
+fn render(v: &GValue, top: bool) -> String {
     match v {
-        GValue::String(s) => s.clone(),
-        GValue::Array(items) => format!("[{}]", items.iter().map(render_json).collect::<Vec<_>>().join(",")),
-        other => render_json(other),
-    }
-}
-
-fn render_json(v: &GValue) -> String {
-    match v {
+        GValue::String(s) if top => s.clone(),
+        GValue::String(s) => Value::String(s.clone()).to_string(),
+        GValue::Array(items) => format!("[{}]", items.iter().map(|x| render(x, false)).collect::<Vec<_>>().join(",")),
         GValue::U8(x) => x.to_string(),
         GValue::I8(x) => x.to_string(),
         GValue::U16(x) => x.to_string(),
@@ -558,8 +547,6 @@ fn render_json(v: &GValue) -> String {
         GValue::F32(x) => x.to_string(),
         GValue::F64(x) => x.to_string(),
         GValue::Bool(x) => x.to_string(),
-        GValue::String(s) => Value::String(s.clone()).to_string(),
-        GValue::Array(_) => render(v),
     }
 }
 
@@ -578,7 +565,7 @@ impl WeightStore for Gguf {
 
     /// GGUF metadata: strings as they are, numbers and booleans in decimal, arrays as JSON.
     fn metadata(&self, key: &str) -> Option<String> {
-        self.metadata.get(key).map(render)
+        self.metadata.get(key).map(|v| render(v, true))
     }
 
     fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, WeightError> {

@@ -1,6 +1,8 @@
 //! generate: run any tl model on a prompt and stream the continuation to stdout.
 //!
 //! `generate --model DIR --prompt TEXT [--max-tokens N] [sampling flags] [--seed S]`
+//! `--chat` wraps the prompt as one user turn of the model's chat template (`--system`
+//! adds a system turn); `--stop TEXT` (repeatable) ends the output before that text.
 //! A final line on stderr gives prompt and generated token counts and prefill/decode
 //! speeds. The same seed gives the same tokens.
 
@@ -11,14 +13,14 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use tl_core::{registry, Tokenizer};
+use tl_core::{registry, ChatTemplate, Message, Tokenizer};
 use tl_examples::{fail, parse_or_exit, EngineArgs, SamplingArgs};
 
 /// Generate text with a tl model.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
-    /// Model directory (config.json + weights).
+    /// Model directory (config.json + weights) or a .gguf file.
     #[arg(long)]
     model: PathBuf,
     /// The prompt text.
@@ -27,6 +29,15 @@ struct Cli {
     /// Most tokens to generate.
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
+    /// Render the prompt as one user turn with the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// With --chat: a system turn before the user's.
+    #[arg(long)]
+    system: Option<String>,
+    /// Stop before this text (repeatable); it is not printed.
+    #[arg(long)]
+    stop: Vec<String>,
     #[command(flatten)]
     sampling: SamplingArgs,
     #[command(flatten)]
@@ -34,12 +45,22 @@ struct Cli {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    anyhow::ensure!(cli.chat || cli.system.is_none(), "--system needs --chat");
     let params = cli.sampling.params();
     let mut sampler = (registry::sampler(&cli.sampling.sampler)?.make)();
     let mut runner = cli.engine.load(&cli.model)?;
     let cfg = runner.config().clone();
     let tok = Tokenizer::load(&cfg).with_context(|| format!("{}", cli.model.display()))?;
-    let mut prompt = tok.encode(&cli.prompt)?;
+    let mut prompt = if cli.chat {
+        let tmpl = ChatTemplate::load(&cfg)?
+            .ok_or_else(|| anyhow::anyhow!("{}: the model has no chat template", cli.model.display()))?;
+        let mut turns: Vec<Message> = cli.system.iter().map(|s| Message::new("system", s.as_str())).collect();
+        turns.push(Message::new("user", cli.prompt.as_str()));
+        // The template writes any BOS itself, so no special tokens are added here.
+        tok.encode(&tmpl.render(&turns, true)?)?
+    } else {
+        tok.encode_with_special(&cli.prompt)?
+    };
     if prompt.is_empty() {
         prompt.extend(cfg.bos_token_id);
     }
@@ -53,6 +74,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
     let mut out = std::io::stdout().lock();
     let mut stream = tok.stream();
+    let mut stops = StopText::new(&cli.stop);
     let mut output: Vec<u32> = Vec::new();
     let t1 = Instant::now();
     for step in 0..cli.max_tokens {
@@ -61,13 +83,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             break;
         }
         output.push(id);
-        write!(out, "{}", stream.push(id)?)?;
+        let (text, stopped) = stops.push(&stream.push(id)?);
+        write!(out, "{text}")?;
         out.flush()?;
+        if stopped {
+            break;
+        }
         if step + 1 < cli.max_tokens {
             logits = runner.feed(&mut seq, &[id])?;
         }
     }
-    write!(out, "{}", stream.finish())?;
+    if !stops.stopped {
+        let (text, _) = stops.push(&stream.finish());
+        write!(out, "{text}{}", stops.flush())?;
+    }
     writeln!(out)?;
     let decode = t1.elapsed();
     let rate = |n: usize, d: std::time::Duration| n as f64 / d.as_secs_f64().max(1e-9);
@@ -79,6 +108,49 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         rate(output.len(), decode)
     );
     Ok(())
+}
+
+/// Holds back output that could be the start of a stop string, and cuts the output
+/// where a stop string appears.
+struct StopText<'a> {
+    stops: &'a [String],
+    held: String, // text not yet printed: a suffix that a stop string may begin with
+    stopped: bool,
+}
+
+impl<'a> StopText<'a> {
+    fn new(stops: &'a [String]) -> Self {
+        StopText { stops, held: String::new(), stopped: false }
+    }
+
+    /// Add text; returns what can be printed now and whether a stop string appeared.
+    fn push(&mut self, text: &str) -> (String, bool) {
+        self.held.push_str(text);
+        if let Some(cut) = self.stops.iter().filter(|s| !s.is_empty()).filter_map(|s| self.held.find(s.as_str())).min()
+        {
+            self.stopped = true;
+            let out = self.held[..cut].to_string();
+            self.held.clear();
+            return (out, true);
+        }
+        // Keep the longest suffix that is a proper prefix of some stop string.
+        let keep = (1..=self.held.len())
+            .rev()
+            .filter(|&n| self.held.is_char_boundary(self.held.len() - n))
+            .find(|&n| {
+                let tail = &self.held[self.held.len() - n..];
+                self.stops.iter().any(|s| s.len() > n && s.starts_with(tail))
+            })
+            .unwrap_or(0);
+        let out = self.held[..self.held.len() - keep].to_string();
+        self.held.drain(..self.held.len() - keep);
+        (out, false)
+    }
+
+    /// Whatever is still held back (the output ended without a stop string).
+    fn flush(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
 }
 
 fn main() -> ExitCode {

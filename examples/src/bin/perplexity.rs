@@ -1,0 +1,107 @@
+//! perplexity: how well a model predicts a text file.
+//!
+//! `perplexity --model PATH --file TEXT [--window N] [--max-windows K] [--quant int4]`
+//! The text is tokenized whole and cut into windows of N tokens; each window runs as one
+//! fresh sequence, and every token after the first of its window is scored against the
+//! model's prediction from the tokens before it. Perplexity = exp(mean negative log
+//! likelihood). The logits of every position come from the final hidden states times the
+//! LM head (the embedding matrix when tied), which stays floating point under int4.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use candle_core::{Device, Tensor};
+use clap::Parser;
+use tl_core::runner::open_weights;
+use tl_core::Tokenizer;
+use tl_examples::{fail, parse_or_exit, EngineArgs};
+
+/// Measure a model's perplexity on a text file.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    /// Model directory or .gguf file.
+    #[arg(long)]
+    model: PathBuf,
+    /// The text file to score.
+    #[arg(long)]
+    file: PathBuf,
+    /// Tokens per window (each window is scored from scratch).
+    #[arg(long, default_value_t = 512)]
+    window: usize,
+    /// Score at most this many windows (0 = all).
+    #[arg(long, default_value_t = 0)]
+    max_windows: usize,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// Negative log likelihood of `next` under each row of `logits` `(T, V)`, summed.
+fn nll(logits: &[f32], vocab: usize, next: &[u32]) -> f64 {
+    let mut total = 0.0;
+    for (row, &t) in logits.chunks(vocab).zip(next) {
+        let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+        let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
+        total += max + sum.ln() - row[t as usize] as f64;
+    }
+    total
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    anyhow::ensure!(cli.window >= 2, "--window {}: need at least 2 tokens", cli.window);
+    let text = std::fs::read_to_string(&cli.file).with_context(|| cli.file.display().to_string())?;
+    let load = Instant::now();
+    let mut runner = cli.engine.load(&cli.model)?;
+    let load = load.elapsed();
+    let cfg = runner.config().clone();
+    if let Some(max) = cfg.max_position_embeddings {
+        anyhow::ensure!(cli.window <= max, "--window {}: the model's context is {max} tokens", cli.window);
+    }
+    let tok = Tokenizer::load(&cfg).with_context(|| cli.model.display().to_string())?;
+    let ids = tok.encode(&text)?;
+    anyhow::ensure!(ids.len() >= 2, "{}: fewer than 2 tokens to score", cli.file.display());
+
+    // The LM head as the model uses it: lm_head.weight, or the embedding when tied.
+    let weights = open_weights(&cli.model)?;
+    let (v, d) = (cfg.vocab_size, runner.hidden_size());
+    let head_name = if weights.contains("lm_head.weight") { "lm_head.weight" } else { "model.embed_tokens.weight" };
+    let head = weights.tensor(head_name, &[v, d], &Device::Cpu)?.t()?; // (d, V)
+    drop(weights);
+
+    let mut windows: Vec<&[u32]> = ids.chunks(cli.window).filter(|w| w.len() >= 2).collect();
+    if cli.max_windows > 0 {
+        windows.truncate(cli.max_windows);
+    }
+    let (mut total, mut scored, mut fed) = (0.0f64, 0usize, 0usize);
+    let mut forward = Duration::ZERO;
+    for w in &windows {
+        let t0 = Instant::now();
+        let (hidden, _) = runner.run_once(w)?; // (T, d)
+        forward += t0.elapsed();
+        fed += w.len();
+        let rows = w.len() - 1; // the last position predicts past the window
+        let h = Tensor::from_slice(&hidden[..rows * d], (rows, d), &Device::Cpu)?;
+        let logits = h.matmul(&head)?.flatten_all()?.to_vec1::<f32>()?; // (T-1, V)
+        total += nll(&logits, v, &w[1..]);
+        scored += rows;
+    }
+    let ppl = (total / scored as f64).exp();
+    let quant = cli.engine.quant.as_deref().unwrap_or("f32");
+    println!(
+        "perplexity {ppl:.4} over {scored} tokens ({} windows of up to {}), {quant}; forward {:.1} tok/s; load {:.1} s",
+        windows.len(),
+        cli.window,
+        fed as f64 / forward.as_secs_f64().max(1e-9),
+        load.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(parse_or_exit::<Cli>()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
