@@ -27,13 +27,16 @@ fn model() -> Option<PathBuf> {
     if std::env::var_os("TL_REQUIRE_MODEL").is_some() {
         panic!("TL_REQUIRE_MODEL is set but {} is missing: run scripts/fetch_model.sh", path.display());
     }
-    eprintln!(
+    // Written to the stderr handle directly: libtest captures `eprintln!` of passing tests,
+    // and a skip must be seen.
+    let msg = format!(
         "\n********************************************************************\n\
          SKIPPED: {} is missing. Run scripts/fetch_model.sh to test on the\n\
          real model (CI fetches it and sets TL_REQUIRE_MODEL, so CI never skips).\n\
          ********************************************************************\n",
         path.display()
     );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), msg.as_bytes());
     None
 }
 
