@@ -206,7 +206,7 @@ impl Gguf {
                 name,
                 reason: format!("quantization {} is not supported (Candle cannot read it)", unknown_type_name(t)),
             },
-            None => fmt(format!("not a readable GGUF file: {e}")),
+            None => fmt(format!("not a readable GGUF file: {}", candle_msg(&e))),
         })?;
         match content.metadata.get("general.architecture") {
             Some(GValue::String(a)) if a == "llama" => {}
@@ -479,13 +479,18 @@ impl Gguf {
             &bytemuck::cast_slice::<u64, u8>(&aligned)[..bytes.len()]
         };
         let storage = QStorage::from_data(Cow::Borrowed(bytes), &candle_core::Device::Cpu, e.ggml)
-            .map_err(|err| fail(err.to_string()))?;
-        let q = QTensor::new(storage, e.shape.as_slice()).map_err(|err| fail(err.to_string()))?;
+            .map_err(|err| fail(candle_msg(&err)))?;
+        let q = QTensor::new(storage, e.shape.as_slice()).map_err(|err| fail(candle_msg(&err)))?;
         q.dequantize(&candle_core::Device::Cpu)
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|err| fail(format!("dequantizing {}: {err}", ggml_name(e.ggml))))
+            .map_err(|err| fail(format!("dequantizing {}: {}", ggml_name(e.ggml), candle_msg(&err))))
     }
+}
+
+/// A Candle error's message without the backtrace Candle appends when RUST_BACKTRACE is set.
+fn candle_msg(e: &candle_core::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
 /// A GGUF read error as a config error (loading a config from a GGUF reads the file).

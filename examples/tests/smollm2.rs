@@ -186,6 +186,15 @@ fn smollm2_gguf_and_converted_directory_agree_bit_for_bit() {
         assert_eq!(from_dir.encode(t).unwrap(), from_gguf.encode(t).unwrap(), "{t:?}");
     }
 
+    // A directory holding model.gguf (and no config.json) loads from the GGUF metadata.
+    let gdir = dir.path().join("gguf-dir");
+    std::fs::create_dir(&gdir).unwrap();
+    std::os::unix::fs::symlink(&path, gdir.join("model.gguf")).unwrap();
+    let gcfg = tl_core::ModelConfig::load(&gdir).unwrap();
+    assert_eq!(gcfg.gguf.as_deref(), Some(gdir.join("model.gguf").as_path()));
+    assert_eq!((gcfg.vocab_size, gcfg.bos_token_id, gcfg.eos_token_ids.clone()), (49152, Some(1), vec![2]));
+    assert_eq!(Tokenizer::load(&gcfg).unwrap().encode(text.as_str()).unwrap(), ids(&case["prompt_ids"]));
+
     let prompt = ids(&case["prompt_ids"]);
     let engine = EngineConfig::default();
     let mut a = ModelRunner::load(&path, &engine).unwrap();
