@@ -79,6 +79,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     safetensors::serialize_to_file(views, Some(meta), &st).with_context(|| format!("writing {}", st.display()))?;
 
     write_json(&cli.out.join("config.json"), &config)?;
+    // serialize_to_file creates the file owner-only; give it the mode of its neighbours.
+    let mode = std::fs::metadata(cli.out.join("config.json"))?.permissions();
+    std::fs::set_permissions(&st, mode).with_context(|| st.display().to_string())?;
     write_json(&cli.out.join("tokenizer.json"), &tokenizer)?;
     write_json(&cli.out.join("tokenizer_config.json"), &tokenizer_config(&g, &config)?)?;
     eprintln!("wrote {} ({} tensors, {})", cli.out.display(), tensors.len(), cli.dtype);
