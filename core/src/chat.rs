@@ -22,12 +22,12 @@ use crate::gguf::Gguf;
 #[derive(Debug, Error)]
 pub enum ChatError {
     /// A file could not be read.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A file holds something other than what a chat template needs.
     #[error("{}: {reason}", path.display())]
@@ -196,7 +196,7 @@ impl ChatTemplate {
             Ok(text) => serde_json::from_str(&text)
                 .map_err(|e| ChatError::Format { path: cfg_path.clone(), reason: format!("bad JSON: {e}") })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Value::Null,
-            Err(source) => return Err(ChatError::Io { path: cfg_path, source }),
+            Err(error) => return Err(ChatError::Io { path: cfg_path, error }),
         };
         let mut tokens = Vec::new();
         for var in ["bos_token", "eos_token", "unk_token", "pad_token"] {
@@ -212,7 +212,7 @@ impl ChatTemplate {
         }
         let jinja = dir.join("chat_template.jinja");
         if jinja.is_file() {
-            let source = std::fs::read_to_string(&jinja).map_err(|source| ChatError::Io { path: jinja, source })?;
+            let source = std::fs::read_to_string(&jinja).map_err(|error| ChatError::Io { path: jinja, error })?;
             return Self::new(&source, tokens).map(Some);
         }
         let source = match cfg.get("chat_template") {

@@ -21,12 +21,12 @@ pub const MAX_VOCAB: usize = 1 << 24;
 #[derive(Debug, Error)]
 pub enum ConfigError {
     /// config.json (or another file of the directory) could not be read.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The text is not JSON, or not a JSON object.
     #[error("config.json: bad JSON: {0}")]
@@ -140,7 +140,7 @@ impl ModelConfig {
             return store.model_config();
         }
         let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io { path, source })?;
+        let text = std::fs::read_to_string(&path).map_err(|error| ConfigError::Io { path, error })?;
         let json: Value = serde_json::from_str(&text).map_err(|e| ConfigError::Json(e.to_string()))?;
         Self::from_value(json, Some(dir))
     }

@@ -194,7 +194,7 @@ fn find_unknown_type(buf: &[u8]) -> Option<(String, u32)> {
 impl Gguf {
     /// Map a GGUF file and check its header and tensor table.
     pub fn open(path: &Path) -> Result<Gguf, WeightError> {
-        let io = |source| WeightError::Io { path: path.to_path_buf(), source };
+        let io = |error| WeightError::Io { path: path.to_path_buf(), error };
         let file = File::open(path).map_err(io)?;
         // SAFETY: as for `SafeTensors::open`: model files are treated as immutable while
         // mapped; rewriting one under a running model gives undefined contents.
@@ -496,13 +496,13 @@ fn candle_msg(e: &candle_core::Error) -> String {
 /// A GGUF read error as a config error (loading a config from a GGUF reads the file).
 pub(crate) fn config_error(e: WeightError, path: &Path) -> ConfigError {
     match e {
-        WeightError::Io { path, source } => ConfigError::Io { path, source },
+        WeightError::Io { path, error } => ConfigError::Io { path, error },
         other => {
             let s = other.to_string();
             let msg = s.strip_prefix(&format!("{}: ", path.display())).map(str::to_string).unwrap_or(s);
             ConfigError::Io {
                 path: path.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
+                error: std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
             }
         }
     }

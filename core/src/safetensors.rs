@@ -82,7 +82,7 @@ impl SafeTensors {
     /// user who rewrites a checkpoint under a running model gets undefined contents,
     /// as with every mmap-based loader (Candle, llama.cpp, safetensors itself).
     pub fn open(path: &Path) -> Result<SafeTensors, WeightError> {
-        let io = |source| WeightError::Io { path: path.to_path_buf(), source };
+        let io = |error| WeightError::Io { path: path.to_path_buf(), error };
         let file = File::open(path).map_err(io)?;
         // SAFETY: see the doc comment above: the file is not modified while mapped.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;

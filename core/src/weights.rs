@@ -47,12 +47,12 @@ pub struct TensorInfo {
 #[derive(Debug, Error)]
 pub enum WeightError {
     /// The file could not be opened or mapped.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file's structure breaks the format's rules.
     #[error("{}: {reason}", path.display())]

@@ -65,7 +65,10 @@ fn config_refuses_what_the_engine_cannot_run() {
     refused(r#"{"tl_arch":"plain","tl_tokenizer":"hf","vocab_size":1000000000}"#, "vocab_size");
     refused(r#"{"tl_arch":"plain","tl_tokenizer":"byte","vocab_size":256,"eos_token_id":256}"#, "eos_token_id");
     refused(r#"{"tl_arch":"plain","tl_tokenizer":"byte","vocab_size":256,"eos_token_id":"x"}"#, "eos_token_id");
-    refused(r#"{"tl_arch":"plain","tl_tokenizer":"byte","vocab_size":256,"max_position_embeddings":0}"#, "max_position");
+    refused(
+        r#"{"tl_arch":"plain","tl_tokenizer":"byte","vocab_size":256,"max_position_embeddings":0}"#,
+        "max_position",
+    );
 
     // "hf" needs tokenizer.json beside config.json; the message names the file.
     let dir = tempfile::tempdir().unwrap();

@@ -61,7 +61,8 @@ impl Model for EchoModel {
             row[last] += self.scale * (s.start + s.tokens.len()) as f32;
             data.extend(row);
         }
-        let hidden = ctx.want_hidden.then(|| batch.seqs.iter().flat_map(|s| s.tokens.iter().map(|&t| t as f32)).collect());
+        let hidden =
+            ctx.want_hidden.then(|| batch.seqs.iter().flat_map(|s| s.tokens.iter().map(|&t| t as f32)).collect());
         Ok(ForwardOutput { logits: Logits { vocab: self.vocab, data }, hidden })
     }
 }
@@ -291,11 +292,10 @@ fn the_runner_refuses_bad_batches_before_the_pool_changes() {
     // Two sequences writing the same block in one step would race on its slots.
     let b2 = [blocks[0]];
     let batch = ForwardBatch {
-        seqs: vec![tl_core::ForwardSeq { tokens: &[1], start: 0, blocks: &b2 }, tl_core::ForwardSeq {
-            tokens: &[2],
-            start: 1,
-            blocks: &b2,
-        }],
+        seqs: vec![
+            tl_core::ForwardSeq { tokens: &[1], start: 0, blocks: &b2 },
+            tl_core::ForwardSeq { tokens: &[2], start: 1, blocks: &b2 },
+        ],
     };
     assert!(runner.forward(&batch).is_err());
     assert_eq!(snapshot(&pool), before);

@@ -75,7 +75,9 @@ fn safetensors_reader_rules() {
 
     // Each refusal is an Err naming the file (and the tensor where there is one).
     let two = |a: &str, b: &str| {
-        format!(r#"{{"a":{{"dtype":"F32","shape":[1],"data_offsets":{a}}},"b":{{"dtype":"F32","shape":[1],"data_offsets":{b}}}}}"#)
+        format!(
+            r#"{{"a":{{"dtype":"F32","shape":[1],"data_offsets":{a}}},"b":{{"dtype":"F32","shape":[1],"data_offsets":{b}}}}}"#
+        )
     };
     let eight = [0u8; 8];
     // A gap between tensors.

@@ -118,6 +118,7 @@ impl EngineArgs {
     /// Load a model with these flags.
     pub fn load(&self, model: &Path) -> anyhow::Result<ModelRunner> {
         let cfg = self.engine()?;
-        ModelRunner::load(model, &cfg).map_err(|e| anyhow::anyhow!("{}: {e}", model.display()))
+        // Every load error already names the file or field at fault.
+        Ok(ModelRunner::load(model, &cfg)?)
     }
 }
