@@ -1,18 +1,26 @@
 //! The Llama forward, one step (docs/forward.md walks through it with every shape).
 //!
 //! A step is a batch of sequences, each a run of new tokens at absolute positions. The N
-//! tokens of the step are laid out in batch order; every per-token buffer is `(N, ...)`.
-//! Per layer: RMSNorm, q/k/v projections, RoPE at the absolute positions, K and V of the
-//! new tokens into the pool as f16, attention of each new token over exactly its visible
-//! keys read back from the pool, o projection + residual, RMSNorm, SwiGLU MLP + residual.
-//! Then the final norm and the LM head, for each sequence's last token only.
+//! tokens of the step are laid out in batch order; the hidden state is a Candle tensor
+//! `(N, d)`. Per layer: RMSNorm, q/k/v projections, RoPE at the absolute positions, K and V
+//! of the new tokens into the pool as f16, attention of each new token over exactly its
+//! visible keys read back from the pool, o projection + residual, RMSNorm, SwiGLU MLP +
+//! residual. Then the final norm and the LM head, for each sequence's last token only.
+//!
+//! What runs on Candle: the row-wise parts (RMSNorm, RoPE, SiLU, products, residual adds,
+//! row selection). What is ours: the projections (`tl_quant::Linear`, wrapped as a Candle
+//! op), the K/V writes and the attention over the paged f16 pool.
 //!
 //! Batch invariance (bit for bit): every projection goes through `tl_quant::Linear`,
 //! whose output elements each use one fixed summation order whatever the number of rows
-//! or threads; norms, RoPE and SwiGLU are per token; attention of token t reads exactly
-//! keys `0..=pos(t)` of its own sequence, in ascending order. So nothing a token computes
-//! depends on the other tokens of the step, nor on how rayon splits the work.
+//! or threads; the Candle ops used here compute each row (or element) by one function of
+//! that row alone; attention of token t reads exactly keys `0..=pos(t)` of its own
+//! sequence, in ascending order. So nothing a token computes depends on the other tokens
+//! of the step, nor on how rayon splits the work.
 
+use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Storage, Tensor};
+use candle_nn::ops::rms_norm;
+use candle_nn::rotary_emb::rope_thd;
 use rayon::prelude::*;
 use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, KvBackend, Logits, Model, ModelError};
 use tl_quant::{f16_to_f32, f32_to_f16, Linear};
@@ -24,16 +32,22 @@ use crate::weights::LlamaWeights;
 pub struct Llama {
     cfg: LlamaConfig,
     w: LlamaWeights,
-    /// `(D/2,)` RoPE inverse frequencies `theta^(-2i/D)`, i ascending, as Hugging Face
+    /// `(1, D/2)` RoPE inverse frequencies `theta^(-2i/D)`, i ascending, as Hugging Face
     /// computes them in f32: `1 / theta^(f32(2i) / f32(D))`.
-    inv_freq: Vec<f32>,
+    inv_freq: Tensor,
+    /// Where the step's tensors live (the CPU: the projections and attention are CPU code).
+    device: Device,
 }
 
 impl Llama {
-    pub(crate) fn new(cfg: LlamaConfig, w: LlamaWeights) -> Llama {
+    pub(crate) fn new(cfg: LlamaConfig, w: LlamaWeights, device: &Device) -> Result<Llama, ModelError> {
+        if !device.is_cpu() {
+            return Err(ModelError::Other(format!("the Llama forward runs on the CPU, not {device:?}")));
+        }
         let d = cfg.head_dim;
-        let inv_freq = (0..d / 2).map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f32 / d as f32)).collect();
-        Llama { cfg, w, inv_freq }
+        let inv_freq: Vec<f32> = (0..d / 2).map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f32 / d as f32)).collect();
+        let inv_freq = Tensor::from_vec(inv_freq, (1, d / 2), device)?;
+        Ok(Llama { cfg, w, inv_freq, device: device.clone() })
     }
 }
 
@@ -105,42 +119,62 @@ fn checked(slab: &[u16], id: u32, len: usize) -> Result<&[u16], ModelError> {
     Ok(slab)
 }
 
-fn linear(lin: &Linear, x: &[f32], m: usize, y: &mut [f32], what: &str) -> Result<(), ModelError> {
-    lin.forward(x, m, y).map_err(|e| ModelError::Other(format!("{what}: {e}")))
+/// A projection as a Candle op: `(N, in)` -> `(N, out)` through `tl_quant::Linear`. Not
+/// `Tensor::matmul`: Candle's CPU matmul picks its kernel, and so its summation order, from
+/// the number of rows, which would make a token's result depend on its neighbours.
+struct Project<'a> {
+    lin: &'a Linear,
+    what: &'static str,
 }
 
-/// `out = x / sqrt(mean(x^2) + eps) * w`, row by row, in Hugging Face's f32 order.
-fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let d = w.len();
-    out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, x)| {
-        let sum_sq = x.iter().fold(0.0f32, |a, &v| a + v * v);
-        let r = 1.0 / (sum_sq / d as f32 + eps).sqrt();
-        for ((o, &v), &wi) in o.iter_mut().zip(x).zip(w) {
-            *o = wi * (v * r);
+impl CustomOp1 for Project<'_> {
+    fn name(&self) -> &'static str {
+        "tl-linear"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (n, inp) = layout.shape().dims2()?;
+        let x = match (storage, layout.contiguous_offsets()) {
+            (CpuStorage::F32(x), Some((a, b))) => &x[a..b], // (N, in), borrowed
+            _ => candle_core::bail!("{}: input is not contiguous f32", self.what),
+        };
+        if inp != self.lin.inp() {
+            candle_core::bail!("{}: input has {inp} features, the weights {}", self.what, self.lin.inp());
         }
-    });
+        let mut y = vec![0.0f32; n * self.lin.out()]; // (N, out)
+        self.lin.forward(x, n, &mut y).map_err(|e| candle_core::Error::msg(format!("{}: {e}", self.what)))?;
+        Ok((CpuStorage::F32(y), Shape::from((n, self.lin.out()))))
+    }
 }
 
-/// Rotate each head of each token by its position (half-split layout, Hugging Face's
-/// `x * cos + rotate_half(x) * sin`). `x` is `(N, heads * D)`, `cos`/`sin` `(N, D/2)`.
-fn rope(x: &mut [f32], heads: usize, d: usize, cos: &[f32], sin: &[f32]) {
-    let half = d / 2;
-    x.par_chunks_mut(heads * d).enumerate().for_each(|(t, row)| {
-        let (c, s) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
-        for head in row.chunks_exact_mut(d) {
-            let (lo, hi) = head.split_at_mut(half);
-            for i in 0..half {
-                let (a, b) = (lo[i], hi[i]);
-                lo[i] = a * c[i] + (-b) * s[i];
-                hi[i] = b * c[i] + a * s[i];
-            }
-        }
-    });
+/// `x W^T` for a `(N, in)` tensor.
+fn project(x: &Tensor, lin: &Linear, what: &'static str) -> Result<Tensor, ModelError> {
+    Ok(x.apply_op1_no_bwd(&Project { lin, what })?)
+}
+
+/// Run `f` over the data of a contiguous f32 CPU tensor, borrowed (no copy).
+fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R, ModelError>) -> Result<R, ModelError> {
+    let (storage, layout) = t.storage_and_layout();
+    match (&*storage, layout.contiguous_offsets()) {
+        (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => f(&v[a..b]),
+        _ => Err(ModelError::Other(format!("expected a contiguous f32 CPU tensor, got {:?}", t.shape()))),
+    }
 }
 
 /// Write each token's K and V (`(N, H_kv * D)`, f32) into its sequence's blocks as f16:
 /// position j goes to block `blocks[j / B]`, slot `j % B`, head h at `(h * B + slot) * D`.
 fn write_kv(
+    kv: &mut dyn KvBackend,
+    layer: u32,
+    batch: &ForwardBatch,
+    plan: &Plan,
+    k: &Tensor,
+    v: &Tensor,
+) -> Result<(), ModelError> {
+    with_f32(k, |k| with_f32(v, |v| write_kv_rows(kv, layer, batch, plan, k, v)))
+}
+
+fn write_kv_rows(
     kv: &mut dyn KvBackend,
     layer: u32,
     batch: &ForwardBatch,
@@ -177,10 +211,23 @@ fn write_kv(
 type KvSlabs<'a> = (Vec<&'a [u16]>, Vec<&'a [u16]>);
 
 /// Attention of every new token over exactly its visible keys, read back from the pool.
-/// `q` is `(N, H * D)` after RoPE; `out` is `(N, H * D)`. Query head h reads KV head
+/// `q` is `(N, H * D)` after RoPE; so is the result. Query head h reads KV head
 /// `h / (H / H_kv)`. Keys are visited in ascending position, so the sums of token t are
 /// the same whatever else shares the step.
 fn attention(
+    kv: &dyn KvBackend,
+    layer: u32,
+    batch: &ForwardBatch,
+    plan: &Plan,
+    cfg: &LlamaConfig,
+    q: &Tensor,
+) -> Result<Tensor, ModelError> {
+    let mut out = vec![0.0f32; q.elem_count()]; // (N, H * D), heads concatenated
+    with_f32(q, |q| attend(kv, layer, batch, plan, cfg, q, &mut out))?;
+    Ok(Tensor::from_vec(out, q.shape(), q.device())?)
+}
+
+fn attend(
     kv: &dyn KvBackend,
     layer: u32,
     batch: &ForwardBatch,
@@ -237,15 +284,6 @@ fn attention(
     Ok(())
 }
 
-fn add(x: &mut [f32], y: &[f32]) {
-    x.par_iter_mut().zip(y.par_iter()).for_each(|(x, &y)| *x += y);
-}
-
-/// `gate = silu(gate) * up`, element by element.
-fn swiglu(gate: &mut [f32], up: &[f32]) {
-    gate.par_iter_mut().zip(up.par_iter()).for_each(|(g, &u)| *g = *g / (1.0 + (-*g).exp()) * u);
-}
-
 impl Model for Llama {
     fn hidden_size(&self) -> usize {
         self.cfg.hidden_size
@@ -254,82 +292,66 @@ impl Model for Llama {
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
         let cfg = &self.cfg;
         let plan = Plan::new(batch, cfg, &*ctx.kv)?;
-        let n = plan.pos.len();
+        let (n, dev) = (plan.pos.len(), &self.device);
         let (dm, hd, eps) = (cfg.hidden_size, cfg.head_dim, cfg.rms_norm_eps);
-        let (qw, kvw, inter) = (cfg.q_width(), cfg.kv_width(), cfg.intermediate_size);
+        let (heads, kv_heads) = (cfg.num_attention_heads, cfg.num_key_value_heads);
 
-        // Embedding lookup: (N, d).
-        let table = self.w.embedding()?;
-        let mut x = Vec::with_capacity(n * dm);
+        // Embedding rows of the tokens. A plain gather: with tied embeddings the table is
+        // the LM head's `Linear` weights, which a Candle `embedding` could only read from
+        // a second copy of the (V, d) table.
+        let table = self.w.embedding()?; // (V, d)
+        let mut rows = Vec::with_capacity(n * dm);
         for s in &batch.seqs {
             for &t in s.tokens {
-                x.extend_from_slice(&table[t as usize * dm..(t as usize + 1) * dm]);
+                rows.extend_from_slice(&table[t as usize * dm..(t as usize + 1) * dm]);
             }
         }
+        let mut x = Tensor::from_vec(rows, (n, dm), dev)?; // (N, d) the residual stream
 
-        // RoPE angles per token: inv_freq * pos in f32, as Hugging Face. (N, D/2) each.
-        let half = hd / 2;
-        let mut cos = vec![0.0f32; n * half];
-        let mut sin = vec![0.0f32; n * half];
-        for (t, &p) in plan.pos.iter().enumerate() {
-            for (i, &f) in self.inv_freq.iter().enumerate() {
-                let angle = f * p as f32;
-                cos[t * half + i] = angle.cos();
-                sin[t * half + i] = angle.sin();
-            }
-        }
-
-        let mut h = vec![0.0f32; n * dm]; // (N, d) normed input of a sublayer
-        let mut q = vec![0.0f32; n * qw]; // (N, H * D)
-        let mut k = vec![0.0f32; n * kvw]; // (N, H_kv * D)
-        let mut v = vec![0.0f32; n * kvw]; // (N, H_kv * D)
-        let mut att = vec![0.0f32; n * qw]; // (N, H * D) attention output, heads concatenated
-        let mut o = vec![0.0f32; n * dm]; // (N, d) a sublayer's output before the residual
-        let mut gate = vec![0.0f32; n * inter]; // (N, I)
-        let mut up = vec![0.0f32; n * inter]; // (N, I)
+        // RoPE angles per token, (N, D/2): f32(pos) * inv_freq, in f32 as Hugging Face.
+        let pos: Vec<f32> = plan.pos.iter().map(|&p| p as f32).collect();
+        let angles = Tensor::from_vec(pos, (n, 1), dev)?.broadcast_mul(&self.inv_freq)?;
+        // (N, 1, D/2): rope_thd's per-batch-row tables, so each token has its own position.
+        let cos = angles.cos()?.reshape((n, 1, hd / 2))?;
+        let sin = angles.sin()?.reshape((n, 1, hd / 2))?;
+        // Each token is a "batch" of one position: (N, 1, heads, D) in, the same out.
+        let rope = |t: Tensor, h: usize| -> Result<Tensor, ModelError> {
+            Ok(rope_thd(&t.reshape((n, 1, h, hd))?, &cos, &sin)?.reshape((n, h * hd))?)
+        };
 
         for (l, layer) in self.w.layers.iter().enumerate() {
             let li = l as u32;
-            rms_norm(&x, &layer.input_norm, eps, &mut h);
-            linear(&layer.q, &h, n, &mut q, "q_proj")?;
-            linear(&layer.k, &h, n, &mut k, "k_proj")?;
-            linear(&layer.v, &h, n, &mut v, "v_proj")?;
-            rope(&mut q, cfg.num_attention_heads, hd, &cos, &sin);
-            rope(&mut k, cfg.num_key_value_heads, hd, &cos, &sin);
+            let h = rms_norm(&x, &layer.input_norm, eps)?; // (N, d)
+            let q = rope(project(&h, &layer.q, "q_proj")?, heads)?; // (N, H * D)
+            let k = rope(project(&h, &layer.k, "k_proj")?, kv_heads)?; // (N, H_kv * D)
+            let v = project(&h, &layer.v, "v_proj")?; // (N, H_kv * D)
             write_kv(&mut *ctx.kv, li, batch, &plan, &k, &v)?;
-            attention(&*ctx.kv, li, batch, &plan, cfg, &q, &mut att)?;
-            linear(&layer.o, &att, n, &mut o, "o_proj")?;
-            add(&mut x, &o);
+            let att = attention(&*ctx.kv, li, batch, &plan, cfg, &q)?; // (N, H * D)
+            x = (x + project(&att, &layer.o, "o_proj")?)?; // (N, d)
 
-            rms_norm(&x, &layer.post_norm, eps, &mut h);
-            linear(&layer.gate, &h, n, &mut gate, "gate_proj")?;
-            linear(&layer.up, &h, n, &mut up, "up_proj")?;
-            swiglu(&mut gate, &up);
-            linear(&layer.down, &gate, n, &mut o, "down_proj")?;
-            add(&mut x, &o);
+            let h = rms_norm(&x, &layer.post_norm, eps)?; // (N, d)
+            let gate = project(&h, &layer.gate, "gate_proj")?; // (N, I)
+            let up = project(&h, &layer.up, "up_proj")?; // (N, I)
+            let act = (gate.silu()? * up)?; // (N, I) SwiGLU: silu(gate) * up
+            x = (x + project(&act, &layer.down, "down_proj")?)?; // (N, d)
         }
 
         // Final norm: every token when the caller wants hidden states, else only each
         // sequence's last token (the only rows the LM head needs).
         let s_rows = plan.last.len();
-        let mut last = vec![0.0f32; s_rows * dm]; // (S, d)
-        let hidden = if ctx.want_hidden {
-            rms_norm(&x, &self.w.norm, eps, &mut h);
-            for (r, &t) in plan.last.iter().enumerate() {
-                last[r * dm..(r + 1) * dm].copy_from_slice(&h[t * dm..(t + 1) * dm]);
-            }
-            Some(h)
+        let last_ids: Vec<u32> = plan.last.iter().map(|&t| t as u32).collect();
+        let last_ids = Tensor::from_vec(last_ids, s_rows, dev)?; // (S,)
+        let (last, hidden) = if ctx.want_hidden {
+            let normed = rms_norm(&x, &self.w.norm, eps)?; // (N, d)
+            (normed.index_select(&last_ids, 0)?, Some(normed.flatten_all()?.to_vec1::<f32>()?))
         } else {
-            let mut rows = vec![0.0f32; s_rows * dm]; // (S, d) pre-norm
-            for (r, &t) in plan.last.iter().enumerate() {
-                rows[r * dm..(r + 1) * dm].copy_from_slice(&x[t * dm..(t + 1) * dm]);
-            }
-            rms_norm(&rows, &self.w.norm, eps, &mut last);
-            None
-        };
+            (rms_norm(&x.index_select(&last_ids, 0)?, &self.w.norm, eps)?, None)
+        }; // last: (S, d)
         let vocab = cfg.vocab_size;
-        let mut logits = vec![0.0f32; s_rows * vocab]; // (S, V)
-        linear(&self.w.lm_head, &last, s_rows, &mut logits, "lm_head")?;
+        let mut logits = vec![0.0f32; s_rows * vocab]; // (S, V), straight into the output
+        with_f32(&last, |last| {
+            self.w.lm_head.forward(last, s_rows, &mut logits).map_err(|e| ModelError::Other(format!("lm_head: {e}")))
+        })?;
         Ok(ForwardOutput { logits: Logits { vocab, data: logits }, hidden })
     }
 }

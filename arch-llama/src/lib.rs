@@ -45,7 +45,7 @@ impl Architecture for LlamaArch {
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg = ctx.config.arch_config::<LlamaConfig>()?.clone();
         let weights = weights::load(&cfg, &ctx)?;
-        Ok(Box::new(Llama::new(cfg, weights)))
+        Ok(Box::new(Llama::new(cfg, weights, ctx.device)?))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Loading a Llama's tensors: F32/F16/BF16 widened to f32, or int4 projections (from an
 //! int4 checkpoint, or quantized at load). Every projection becomes one `tl_quant::Linear`.
 
+use candle_core::{Device, Tensor};
 use tl_core::{BuildCtx, DType, ModelError, Quant, WeightError, WeightStore};
 use tl_quant::{Linear, QLinear, QuantError};
 
@@ -9,7 +10,7 @@ use crate::config::LlamaConfig;
 /// One transformer layer's weights.
 pub struct Layer {
     /// `(d,)` RMSNorm weight before attention.
-    pub input_norm: Vec<f32>,
+    pub input_norm: Tensor,
     /// `[H * D, d]`.
     pub q: Linear,
     /// `[H_kv * D, d]`.
@@ -19,7 +20,7 @@ pub struct Layer {
     /// `[d, H * D]`.
     pub o: Linear,
     /// `(d,)` RMSNorm weight before the MLP.
-    pub post_norm: Vec<f32>,
+    pub post_norm: Tensor,
     /// `[I, d]`.
     pub gate: Linear,
     /// `[I, d]`.
@@ -44,7 +45,7 @@ pub struct LlamaWeights {
     /// The layers, in order.
     pub layers: Vec<Layer>,
     /// `(d,)` final RMSNorm weight.
-    pub norm: Vec<f32>,
+    pub norm: Tensor,
     /// `[V, d]`, always f32 (numbers.md keeps the LM head floating point).
     pub lm_head: Linear,
 }
@@ -129,6 +130,11 @@ fn projection(
     }
 }
 
+/// A `(d,)` norm weight as a tensor on `device`.
+fn norm(store: &dyn WeightStore, name: &str, d: usize, device: &Device) -> Result<Tensor, ModelError> {
+    Ok(Tensor::from_vec(store.f32(name, &[d])?, d, device)?)
+}
+
 /// Load every tensor of the model `ctx` describes.
 pub fn load(cfg: &LlamaConfig, ctx: &BuildCtx<'_>) -> Result<LlamaWeights, ModelError> {
     let store = ctx.weights;
@@ -145,18 +151,18 @@ pub fn load(cfg: &LlamaConfig, ctx: &BuildCtx<'_>) -> Result<LlamaWeights, Model
         let p = format!("model.layers.{i}");
         let proj = |name: &str, out, inp| projection(store, &format!("{p}.{name}"), out, inp, fmt);
         layers.push(Layer {
-            input_norm: store.f32(&format!("{p}.input_layernorm.weight"), &[d])?,
+            input_norm: norm(store, &format!("{p}.input_layernorm.weight"), d, ctx.device)?,
             q: proj("self_attn.q_proj", qw, d)?,
             k: proj("self_attn.k_proj", kvw, d)?,
             v: proj("self_attn.v_proj", kvw, d)?,
             o: proj("self_attn.o_proj", d, qw)?,
-            post_norm: store.f32(&format!("{p}.post_attention_layernorm.weight"), &[d])?,
+            post_norm: norm(store, &format!("{p}.post_attention_layernorm.weight"), d, ctx.device)?,
             gate: proj("mlp.gate_proj", inter, d)?,
             up: proj("mlp.up_proj", inter, d)?,
             down: proj("mlp.down_proj", d, inter)?,
         });
     }
-    let norm = store.f32("model.norm.weight", &[d])?;
+    let norm = norm(store, "model.norm.weight", d, ctx.device)?;
     let table = store.f32("model.embed_tokens.weight", &[v, d])?;
     // Tied: the embedding table is the LM head (Hugging Face ignores a stored
     // lm_head.weight then); untied, a missing lm_head.weight is an error naming it.
