@@ -78,7 +78,10 @@ pub struct EngineConfig {
     pub kv: KvConfig,
     /// Scheduling policy (for schedulers).
     pub policy: SchedPolicy,
-    /// Worker threads for the forward; 0 = one per core.
+    /// Worker threads for the forward's own kernels (projections, attention); 0 = one
+    /// per core. Results do not depend on it, bit for bit. Candle's elementwise ops on
+    /// large tensors use Candle's process-wide pool, sized by `CANDLE_NUM_THREADS` at
+    /// first use (the example binaries set it from `--threads`).
     pub threads: usize,
     /// Quantize the projections at load.
     pub quant: Option<Quant>,

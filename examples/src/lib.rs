@@ -102,6 +102,13 @@ pub struct EngineArgs {
 impl EngineArgs {
     /// The engine configuration these flags describe.
     pub fn engine(&self) -> anyhow::Result<EngineConfig> {
+        if self.threads > 0 && std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+            // Candle's elementwise ops on large tensors run on Candle's own process-wide
+            // pool, sized from this variable at first use; the runner's rayon pool only
+            // bounds our kernels. The binaries call this before any tensor exists and
+            // while the process has one thread, so setting it here is race-free.
+            std::env::set_var("CANDLE_NUM_THREADS", self.threads.to_string());
+        }
         let mut cfg = EngineConfig { threads: self.threads, ..EngineConfig::default() };
         cfg.kv.backend = self.kv.clone();
         cfg.quant = match self.quant.as_deref() {
