@@ -37,7 +37,7 @@ pub enum SchedPolicy {
 /// Weight quantization applied at load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Quant {
-    /// Symmetric int4 in groups of `group` input columns (numbers.md, "int4-g<g>-sym").
+    /// Symmetric int4 in groups of `group` input columns (numbers.md, `int4-g<g>-sym`).
     Int4 {
         /// Columns per scale; even, and dividing every projection's input size.
         group: usize,

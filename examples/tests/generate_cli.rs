@@ -44,3 +44,18 @@ fn bad_input_prints_one_line_and_fails() {
         assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
     }
 }
+
+#[test]
+fn a_stop_string_ends_the_output_before_it() {
+    // Greedy on the tracer continues "a" with "bcd\nabcd\n...".
+    for (stop, want) in [("d", "bc"), ("cd\na", "b"), ("zz", "bcd\nabcd\nabc")] {
+        let out =
+            generate(&["--model", TRACER, "--prompt", "a", "--temperature", "0", "--max-tokens", "12", "--stop", stop]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
+            want.trim_end_matches('\n'),
+            "stop {stop:?}"
+        );
+    }
+}
