@@ -92,6 +92,31 @@ fn batched_forward_equals_single() {
     }
 }
 
+/// A step large enough to take the parallel paths of the Candle ops (RMSNorm over more
+/// than 32 rows, elementwise ops over 64K+ values: 600 rows x intermediate 128), so a
+/// kernel whose per-row arithmetic depended on the split would show here.
+#[test]
+fn a_large_step_equals_its_sequences_alone() {
+    let mut r = load("tiny-llama", 0, None);
+    let d = r.hidden_size();
+    let seqs: Vec<Vec<u32>> = (0..3u32).map(|s| (0..200u32).map(|k| (s * 7919 + k * 31) % 320).collect()).collect();
+    let tables: Vec<Vec<u32>> = seqs.iter().map(|t| alloc(&r, t.len())).collect();
+    let batch = ForwardBatch {
+        seqs: seqs.iter().zip(&tables).map(|(t, b)| ForwardSeq { tokens: t, start: 0, blocks: b }).collect(),
+    };
+    let together = r.forward_hidden(&batch).expect("forward");
+    let hidden = together.hidden.expect("hidden states");
+    for (i, (t, b)) in seqs.iter().zip(&tables).enumerate() {
+        let alone = r.forward_hidden(&ForwardBatch::single(t, 0, b)).expect("forward");
+        assert!(bits(together.logits.row(i)) == bits(alone.logits.row(0)), "sequence {i}: logits differ in a batch");
+        let rows = &hidden[i * 200 * d..(i + 1) * 200 * d];
+        assert!(bits(rows) == bits(&alone.hidden.expect("hidden")), "sequence {i}: hidden states differ in a batch");
+    }
+    for t in &tables {
+        release(&r, t);
+    }
+}
+
 #[test]
 fn threads_do_not_change_logits() {
     let one = run_schedule(&mut load("tiny-llama", 1, None), true);
