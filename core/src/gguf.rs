@@ -23,7 +23,7 @@ use serde_json::{json, Map, Value};
 
 use crate::config::{ConfigError, ModelConfig};
 use crate::safetensors::widen;
-use crate::weights::{DType, TensorInfo, WeightError, WeightStore};
+use crate::weights::{check_found, DType, TensorInfo, WeightError, WeightStore};
 
 /// Whether a tensor's rows were permuted by llama.cpp's converter, and over how many heads.
 #[derive(Clone, Copy, Debug)]
@@ -445,19 +445,7 @@ impl Gguf {
     }
 
     fn entry(&self, name: &str, shape: &[usize]) -> Result<&Entry, WeightError> {
-        let e = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| WeightError::Missing { path: self.path.clone(), name: name.to_string() })?;
-        if e.shape != shape {
-            return Err(WeightError::Shape {
-                path: self.path.clone(),
-                name: name.to_string(),
-                expected: shape.to_vec(),
-                actual: e.shape.clone(),
-            });
-        }
-        Ok(e)
+        check_found(&self.path, name, self.tensors.get(name), |e| &e.shape, shape)
     }
 
     fn dequantize(&self, name: &str, e: &Entry) -> Result<Vec<f32>, WeightError> {

@@ -13,7 +13,7 @@ use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata, SafeTensorError};
 use safetensors::SafeTensors as Parser;
 
-use crate::weights::{DType, TensorInfo, WeightError, WeightStore};
+use crate::weights::{check_found, DType, TensorInfo, WeightError, WeightStore};
 
 /// One tensor's place in the data buffer.
 #[derive(Clone, Debug)]
@@ -122,19 +122,7 @@ impl SafeTensors {
     }
 
     fn entry(&self, name: &str, shape: &[usize]) -> Result<&Entry, WeightError> {
-        let e = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| WeightError::Missing { path: self.path.clone(), name: name.to_string() })?;
-        if e.shape != shape {
-            return Err(WeightError::Shape {
-                path: self.path.clone(),
-                name: name.to_string(),
-                expected: shape.to_vec(),
-                actual: e.shape.clone(),
-            });
-        }
-        Ok(e)
+        check_found(&self.path, name, self.tensors.get(name), |e| &e.shape, shape)
     }
 
     fn bytes(&self, e: &Entry) -> &[u8] {

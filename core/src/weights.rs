@@ -106,6 +106,27 @@ pub enum WeightError {
     },
 }
 
+/// The `Missing` or `Shape` error for tensor `name` of `path`, or `Ok` when `found` holds
+/// a tensor of the `expected` shape; the stores' shared lookup rule.
+pub(crate) fn check_found<'a, T>(
+    path: &Path,
+    name: &str,
+    found: Option<&'a T>,
+    shape_of: impl Fn(&T) -> &[usize],
+    expected: &[usize],
+) -> Result<&'a T, WeightError> {
+    let t = found.ok_or_else(|| WeightError::Missing { path: path.to_path_buf(), name: name.to_string() })?;
+    if shape_of(t) != expected {
+        return Err(WeightError::Shape {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            expected: expected.to_vec(),
+            actual: shape_of(t).to_vec(),
+        });
+    }
+    Ok(t)
+}
+
 /// Named tensors from a checkpoint.
 pub trait WeightStore: Send + Sync {
     /// The file the tensors come from (for messages).
