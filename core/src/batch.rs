@@ -42,11 +42,7 @@ pub struct Logits {
 impl Logits {
     /// Rows (one per sequence of the batch).
     pub fn rows(&self) -> usize {
-        if self.vocab == 0 {
-            0
-        } else {
-            self.data.len() / self.vocab
-        }
+        self.data.len().checked_div(self.vocab).unwrap_or(0)
     }
 
     /// Row `i`; panics past `rows()` like slice indexing.
