@@ -6,4 +6,10 @@ cd "$(dirname "$0")/.."
 scripts/fetch_model.sh >/dev/null
 # The real-model tests must run, never skip, once the model is fetched.
 export TL_REQUIRE_MODEL=1
-cargo test --workspace "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
+# cargo's last line is the last crate's (often empty) doc-test run: close with the totals.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "summary: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
