@@ -12,7 +12,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +22,7 @@ use serde_json::{json, Map, Value};
 
 use crate::config::{ConfigError, ModelConfig};
 use crate::safetensors::widen;
-use crate::weights::{check_found, DType, TensorInfo, WeightError, WeightStore};
+use crate::weights::{check_found, map_file, DType, TensorInfo, WeightError, WeightStore};
 
 /// Whether a tensor's rows were permuted by llama.cpp's converter, and over how many heads.
 #[derive(Clone, Copy, Debug)]
@@ -194,11 +193,7 @@ fn find_unknown_type(buf: &[u8]) -> Option<(String, u32)> {
 impl Gguf {
     /// Map a GGUF file and check its header and tensor table.
     pub fn open(path: &Path) -> Result<Gguf, WeightError> {
-        let io = |error| WeightError::Io { path: path.to_path_buf(), error };
-        let file = File::open(path).map_err(io)?;
-        // SAFETY: as for `SafeTensors::open`: model files are treated as immutable while
-        // mapped; rewriting one under a running model gives undefined contents.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let map = map_file(path)?; // the shared read-only map (weights.rs, its safety contract)
         let fmt = |reason: String| WeightError::Format { path: path.to_path_buf(), reason };
         let content = Content::read(&mut Cursor::new(&map[..])).map_err(|e| match find_unknown_type(&map) {
             Some((name, t)) => WeightError::Tensor {

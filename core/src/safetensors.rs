@@ -6,14 +6,13 @@
 //! tensor in every error, and widens F16/BF16 to f32 (numbers.md).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata, SafeTensorError};
 use safetensors::SafeTensors as Parser;
 
-use crate::weights::{check_found, DType, TensorInfo, WeightError, WeightStore};
+use crate::weights::{check_found, map_file, DType, TensorInfo, WeightError, WeightStore};
 
 /// One tensor's place in the data buffer.
 #[derive(Clone, Debug)]
@@ -72,20 +71,10 @@ fn find_bad_range(header: &[u8]) -> Option<String> {
 }
 
 impl SafeTensors {
-    /// Map and validate a safetensors file.
-    ///
-    /// # Safety
-    ///
-    /// The one `unsafe` of the project's weight loading: memmap2's map is unsafe because
-    /// another process could truncate or rewrite the file while it is mapped. Model
-    /// files are opened read-only and treated as immutable while the runner lives; a
-    /// user who rewrites a checkpoint under a running model gets undefined contents,
-    /// as with every mmap-based loader (Candle, llama.cpp, safetensors itself).
+    /// Map and validate a safetensors file (mapped by the one `map_file` of weights.rs,
+    /// whose safety contract applies: the file must not change while mapped).
     pub fn open(path: &Path) -> Result<SafeTensors, WeightError> {
-        let io = |error| WeightError::Io { path: path.to_path_buf(), error };
-        let file = File::open(path).map_err(io)?;
-        // SAFETY: see the doc comment above: the file is not modified while mapped.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let map = map_file(path)?;
         let fmt = |reason: String| WeightError::Format { path: path.to_path_buf(), reason };
         if map.len() < 8 {
             return Err(fmt(format!("truncated: {} bytes, shorter than the 8-byte header length", map.len())));

@@ -106,6 +106,22 @@ pub enum WeightError {
     },
 }
 
+/// Map a checkpoint file read-only: the one `unsafe` of weight loading, shared by every
+/// store (safetensors, GGUF), so its contract is stated and kept in one place.
+///
+/// # Safety
+///
+/// memmap2's map is unsafe because another process could truncate or rewrite the file
+/// while it is mapped. Model files are opened read-only and treated as immutable while
+/// the runner lives; a user who rewrites a checkpoint under a running model gets
+/// undefined contents, as with every mmap-based loader (Candle, llama.cpp, safetensors).
+pub(crate) fn map_file(path: &Path) -> Result<memmap2::Mmap, WeightError> {
+    let io = |error| WeightError::Io { path: path.to_path_buf(), error };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: see the doc comment: the file is not modified while mapped.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+}
+
 /// The `Missing` or `Shape` error for tensor `name` of `path`, or `Ok` when `found` holds
 /// a tensor of the `expected` shape; the stores' shared lookup rule.
 pub(crate) fn check_found<'a, T>(
