@@ -299,12 +299,11 @@ impl Model for Llama {
         // Embedding rows of the tokens. A plain gather: with tied embeddings the table is
         // the LM head's `Linear` weights, which a Candle `embedding` could only read from
         // a second copy of the (V, d) table.
-        let table = self.w.embedding()?; // (V, d)
-        let mut rows = Vec::with_capacity(n * dm);
-        for s in &batch.seqs {
-            for &t in s.tokens {
-                rows.extend_from_slice(&table[t as usize * dm..(t as usize + 1) * dm]);
-            }
+        let table = self.w.embedding(); // (V, d), widened a row at a time
+        let mut rows = vec![0.0f32; n * dm]; // (N, d)
+        let ids = batch.seqs.iter().flat_map(|s| s.tokens.iter());
+        for (row, &t) in rows.chunks_exact_mut(dm).zip(ids) {
+            table.row(t as usize, row).map_err(|e| ModelError::Other(format!("embedding: {e}")))?;
         }
         let mut x = Tensor::from_vec(rows, (n, dm), dev)?; // (N, d) the residual stream
 

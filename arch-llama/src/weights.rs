@@ -1,9 +1,12 @@
-//! Loading a Llama's tensors: F32/F16/BF16 widened to f32, or int4 projections (from an
-//! int4 checkpoint, or quantized at load). Every projection becomes one `tl_quant::Linear`.
+//! Loading a Llama's tensors. Every matrix becomes one `tl_quant::Linear`, held as
+//! `EngineConfig.weights` says: in the file's own format (`native`: F32/F16/BF16, GGUF
+//! Q4_0/Q4_1/Q8_0 blocks; other GGUF block types are widened), widened to f32 (`f32`), or
+//! with the projections quantized to int4 at load (`int4`). An int4 checkpoint's
+//! projections stay int4. Native and f32 give the same logits bit for bit.
 
 use candle_core::{Device, Tensor};
-use tl_core::{BuildCtx, DType, ModelError, Quant, WeightError, WeightStore};
-use tl_quant::{Linear, QLinear, QuantError};
+use tl_core::{BuildCtx, DType, ModelError, WeightError, WeightStore, Weights};
+use tl_quant::{Format, Linear, QLinear, QuantError};
 
 use crate::config::LlamaConfig;
 
@@ -29,12 +32,12 @@ pub struct Layer {
     pub down: Linear,
 }
 
-/// Where the embedding table lives: its own tensor, or (tied) the LM head's weights,
+/// Where the embedding table lives: its own matrix, or (tied) the LM head's weights,
 /// kept once rather than copied.
 pub enum Embedding {
-    /// `(V, d)` row-major.
-    Own(Vec<f32>),
-    /// The LM head's `[V, d]` f32 weights.
+    /// `(V, d)`, in its stored format.
+    Own(Linear),
+    /// The LM head's `[V, d]` weights.
     Tied,
 }
 
@@ -46,17 +49,17 @@ pub struct LlamaWeights {
     pub layers: Vec<Layer>,
     /// `(d,)` final RMSNorm weight.
     pub norm: Tensor,
-    /// `[V, d]`, always f32 (numbers.md keeps the LM head floating point).
+    /// `[V, d]`, never int4 (numbers.md keeps the LM head as stored: floating point, or
+    /// a GGUF file's own blocks).
     pub lm_head: Linear,
 }
 
 impl LlamaWeights {
-    /// The `(V, d)` embedding table.
-    pub fn embedding(&self) -> Result<&[f32], ModelError> {
-        match (&self.embed, &self.lm_head) {
-            (Embedding::Own(e), _) => Ok(e),
-            (Embedding::Tied, Linear::F32 { w, .. }) => Ok(w),
-            (Embedding::Tied, Linear::Q4(_)) => Err(ModelError::Other("tied LM head is not f32".into())),
+    /// The `(V, d)` embedding table: rows are widened to f32 on lookup.
+    pub fn embedding(&self) -> &Linear {
+        match &self.embed {
+            Embedding::Own(e) => e,
+            Embedding::Tied => &self.lm_head,
         }
     }
 }
@@ -66,6 +69,8 @@ impl LlamaWeights {
 enum ProjFormat {
     /// `<name>.weight`, widened to f32.
     Float,
+    /// `<name>.weight`, kept as stored.
+    Native,
     /// `<name>.weight`, widened and quantized at load with this group.
     QuantizeAtLoad(usize),
     /// `<name>.qweight` + `<name>.scales` from an int4 checkpoint with this group.
@@ -116,18 +121,43 @@ fn projection(
             let qweight = store.raw(&qname, DType::U8, &[out, inp / 2])?.to_vec();
             let scales = le_u16s(store.raw(&sname, DType::F16, &[out, inp / group])?);
             let q = QLinear::from_parts(out, inp, group, qweight, scales).map_err(|e| quant_err(store, &qname, e))?;
-            Ok(Linear::Q4(q))
+            Linear::from_int4(&q).map_err(|e| quant_err(store, &qname, e))
         }
         ProjFormat::QuantizeAtLoad(group) => {
             let w = store.f32(&weight, &[out, inp])?;
             let q = QLinear::quantize(&w, out, inp, group).map_err(|e| quant_err(store, &weight, e))?;
-            Ok(Linear::Q4(q))
+            Linear::from_int4(&q).map_err(|e| quant_err(store, &weight, e))
         }
-        ProjFormat::Float => {
-            let w = store.f32(&weight, &[out, inp])?;
-            Linear::new_f32(w, out, inp).map_err(|e| quant_err(store, &weight, e))
-        }
+        ProjFormat::Float => matrix(store, &weight, out, inp, false),
+        ProjFormat::Native => matrix(store, &weight, out, inp, true),
     }
+}
+
+/// The kernel format of a stored type, when the kernels read it as it is.
+fn native_format(dtype: &DType) -> Option<Format> {
+    match dtype {
+        DType::F32 => Some(Format::F32),
+        DType::F16 => Some(Format::F16),
+        DType::BF16 => Some(Format::BF16),
+        DType::Other(t) if t == "Q4_0" => Some(Format::Q4_0),
+        DType::Other(t) if t == "Q4_1" => Some(Format::Q4_1),
+        DType::Other(t) if t == "Q8_0" => Some(Format::Q8_0),
+        _ => None,
+    }
+}
+
+/// A `[out, inp]` matrix: as stored when `native` and the kernels read its type, else
+/// widened to f32.
+fn matrix(store: &dyn WeightStore, name: &str, out: usize, inp: usize, native: bool) -> Result<Linear, ModelError> {
+    let format = store.info(name).and_then(|i| native_format(&i.dtype));
+    let lin = match format {
+        Some(format) if native => {
+            let stored = store.stored(name, &[out, inp])?;
+            Linear::from_stored(format, &stored.bytes, out, inp)
+        }
+        _ => Linear::new_f32(store.f32(name, &[out, inp])?, out, inp),
+    };
+    lin.map_err(|e| quant_err(store, name, e))
 }
 
 /// A `(d,)` norm weight as a tensor on `device`.
@@ -138,12 +168,15 @@ fn norm(store: &dyn WeightStore, name: &str, d: usize, device: &Device) -> Resul
 /// Load every tensor of the model `ctx` describes.
 pub fn load(cfg: &LlamaConfig, ctx: &BuildCtx<'_>) -> Result<LlamaWeights, ModelError> {
     let store = ctx.weights;
-    let fmt = match (store.metadata("quant"), ctx.engine.quant) {
+    let fmt = match (store.metadata("quant"), ctx.engine.weights) {
         // An int4 file cannot be requantized without loss; its own group wins.
         (Some(tag), _) => ProjFormat::Int4File(parse_quant_tag(store, &tag)?),
-        (None, Some(Quant::Int4 { group })) => ProjFormat::QuantizeAtLoad(group),
-        (None, None) => ProjFormat::Float,
+        (None, Weights::Int4 { group }) => ProjFormat::QuantizeAtLoad(group),
+        (None, Weights::F32) => ProjFormat::Float,
+        (None, Weights::Native) => ProjFormat::Native,
     };
+    // Embedding and LM head: never int4; native unless everything is widened.
+    let native = ctx.engine.weights != Weights::F32;
     let (d, v, inter) = (cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size);
     let (qw, kvw) = (cfg.q_width(), cfg.kv_width());
     let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
@@ -163,14 +196,13 @@ pub fn load(cfg: &LlamaConfig, ctx: &BuildCtx<'_>) -> Result<LlamaWeights, Model
         });
     }
     let norm = norm(store, "model.norm.weight", d, ctx.device)?;
-    let table = store.f32("model.embed_tokens.weight", &[v, d])?;
+    let table = matrix(store, "model.embed_tokens.weight", v, d, native)?;
     // Tied: the embedding table is the LM head (Hugging Face ignores a stored
     // lm_head.weight then); untied, a missing lm_head.weight is an error naming it.
-    let (embed, head) = if cfg.tie_word_embeddings {
+    let (embed, lm_head) = if cfg.tie_word_embeddings {
         (Embedding::Tied, table)
     } else {
-        (Embedding::Own(table), store.f32("lm_head.weight", &[v, d])?)
+        (Embedding::Own(table), matrix(store, "lm_head.weight", v, d, native)?)
     };
-    let lm_head = Linear::new_f32(head, v, d).map_err(|e| quant_err(store, "lm_head.weight", e))?;
     Ok(LlamaWeights { embed, layers, norm, lm_head })
 }

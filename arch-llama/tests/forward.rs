@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use tl_core::{ForwardBatch, ForwardSeq, ModelRunner};
+use tl_core::{ForwardBatch, ForwardSeq, ModelRunner, Weights};
 
 /// A prompt from the HF reference (40 tokens) and a few more ids past the bytes.
 fn tokens() -> Vec<u32> {
@@ -15,7 +15,7 @@ fn tokens() -> Vec<u32> {
 
 #[test]
 fn incremental_decode_equals_full_prefill() {
-    let mut r = load("tiny-llama", 0, None);
+    let mut r = load("tiny-llama", 0, Weights::Native);
     let toks = tokens();
     let full = run_in_steps(&mut r, &toks, &[toks.len()]);
     let tol = 1e-4 * max_abs(&full);
@@ -81,7 +81,7 @@ fn run_schedule(r: &mut ModelRunner, together: bool) -> Vec<Vec<(Vec<u32>, Vec<u
 
 #[test]
 fn batched_forward_equals_single() {
-    let mut r = load("tiny-llama", 0, None);
+    let mut r = load("tiny-llama", 0, Weights::Native);
     let alone = run_schedule(&mut r, false);
     let together = run_schedule(&mut r, true);
     for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
@@ -97,7 +97,7 @@ fn batched_forward_equals_single() {
 /// kernel whose per-row arithmetic depended on the split would show here.
 #[test]
 fn a_large_step_equals_its_sequences_alone() {
-    let mut r = load("tiny-llama", 0, None);
+    let mut r = load("tiny-llama", 0, Weights::Native);
     let d = r.hidden_size();
     let seqs: Vec<Vec<u32>> = (0..3u32).map(|s| (0..200u32).map(|k| (s * 7919 + k * 31) % 320).collect()).collect();
     let tables: Vec<Vec<u32>> = seqs.iter().map(|t| alloc(&r, t.len())).collect();
@@ -119,14 +119,14 @@ fn a_large_step_equals_its_sequences_alone() {
 
 #[test]
 fn threads_do_not_change_logits() {
-    let one = run_schedule(&mut load("tiny-llama", 1, None), true);
-    let two = run_schedule(&mut load("tiny-llama", 2, None), true);
+    let one = run_schedule(&mut load("tiny-llama", 1, Weights::Native), true);
+    let two = run_schedule(&mut load("tiny-llama", 2, Weights::Native), true);
     assert!(one == two, "1 and 2 threads give different logits or hidden states");
 }
 
 #[test]
 fn run_once_returns_its_blocks() {
-    let mut r = load("tiny-llama", 0, None);
+    let mut r = load("tiny-llama", 0, Weights::Native);
     let toks = tokens();
     let d = r.hidden_size();
     let n_blocks = r.pool().lock().expect("pool lock").n_blocks() as usize;
@@ -159,7 +159,7 @@ fn snapshot(r: &ModelRunner, ids: &[u32]) -> Vec<Vec<u16>> {
 
 #[test]
 fn forward_refuses_bad_batches() {
-    let mut r = load("tiny-llama", 0, None);
+    let mut r = load("tiny-llama", 0, Weights::Native);
     let toks = tokens();
     let (vocab, max_pos) = (r.config().vocab_size as u32, r.config().max_position_embeddings.expect("a context"));
     let b = r.block_tokens();
@@ -220,6 +220,6 @@ fn untied_model_without_lm_head_is_refused() {
         serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config")).expect("JSON");
     cfg["tie_word_embeddings"] = false.into();
     std::fs::write(dir.join("config.json"), cfg.to_string()).expect("write config");
-    let err = ModelRunner::load(&dir, &engine(0, None)).err().map(|e| e.to_string());
+    let err = ModelRunner::load(&dir, &engine(0, Weights::Native)).err().map(|e| e.to_string());
     assert!(err.as_deref().is_some_and(|e| e.contains("lm_head.weight")), "{err:?}");
 }

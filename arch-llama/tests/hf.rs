@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use tl_core::Quant;
+use tl_core::Weights;
 
 /// The f16 cache's bound (seed 2.4): 1e-3 of the largest |logit|, or 2e-2 absolute.
 fn tolerance(hf: &[f32]) -> f32 {
@@ -13,7 +13,7 @@ fn tolerance(hf: &[f32]) -> f32 {
 
 #[test]
 fn tiny_llama_logits_match_hf() {
-    let mut r = load("tiny-llama", 0, None);
+    let mut r = load("tiny-llama", 0, Weights::Native);
     for p in reference("tiny-llama") {
         let ours = run_in_steps(&mut r, &p.ids, &[]);
         let diff = max_abs_diff(&ours, &p.last_logits);
@@ -26,7 +26,7 @@ fn tiny_llama_logits_match_hf() {
 
 #[test]
 fn tiny_llama_greedy_matches_hf() {
-    let mut r = load("tiny-llama", 0, None);
+    let mut r = load("tiny-llama", 0, Weights::Native);
     for p in reference("tiny-llama") {
         let tol = tolerance(&p.last_logits) as f64;
         let ours = greedy(&mut r, &p.ids, p.greedy.len());
@@ -52,9 +52,9 @@ fn tiny_llama_greedy_matches_hf() {
 #[test]
 fn int4_runner_matches_its_dequantized_model() {
     let group = 32; // the fixture's "int4-g32-sym"
-    let mut at_load = load("tiny-llama", 0, Some(Quant::Int4 { group }));
-    let mut file = load("tiny-llama-int4", 0, None);
-    let mut twin = load("tiny-llama-int4-deq", 0, None);
+    let mut at_load = load("tiny-llama", 0, Weights::Int4 { group });
+    let mut file = load("tiny-llama-int4", 0, Weights::Native);
+    let mut twin = load("tiny-llama-int4-deq", 0, Weights::Native);
     for p in reference("tiny-llama-int4-deq") {
         let a = run_in_steps(&mut at_load, &p.ids, &[]);
         let f = run_in_steps(&mut file, &p.ids, &[]);
@@ -69,7 +69,7 @@ fn int4_runner_matches_its_dequantized_model() {
         assert!(hf <= tolerance(&p.last_logits), "prompt {:?}: int4 vs HF on the twin: {hf}", p.text);
     }
     // And the int4 runner is not secretly the float model.
-    let float = run_in_steps(&mut load("tiny-llama", 0, None), &reference("tiny-llama")[2].ids, &[]);
+    let float = run_in_steps(&mut load("tiny-llama", 0, Weights::Native), &reference("tiny-llama")[2].ids, &[]);
     let int4 = run_in_steps(&mut file, &reference("tiny-llama")[2].ids, &[]);
     assert!(max_abs_diff(&float, &int4) > 1e-3, "int4 logits equal the float model's");
 }

@@ -503,9 +503,9 @@ pub fn gguf_source(path: &Path) -> Option<PathBuf> {
 
 /// Undo llama.cpp's `permute(w, n_head)`: HF row `h*D + half*D/2 + i` is stored as row
 /// `h*D + 2*i + half` (the converter interleaves the two RoPE halves of each head).
-fn unpermute_rows(w: &[f32], rows: usize, cols: usize, n_head: usize) -> Vec<f32> {
+fn unpermute_rows<T: Copy + Default>(w: &[T], rows: usize, cols: usize, n_head: usize) -> Vec<T> {
     let d = rows / n_head;
-    let mut out = vec![0f32; w.len()];
+    let mut out = vec![T::default(); w.len()];
     for h in 0..n_head {
         for half in 0..2 {
             for i in 0..d / 2 {
@@ -563,6 +563,23 @@ impl WeightStore for Gguf {
             Rows::AsStored => w,
             Rows::Permuted(h) => unpermute_rows(&w, e.shape[0], e.shape[1], h),
         })
+    }
+
+    /// The stored blocks, rows in Hugging Face order: the Q and K projections' rows are
+    /// moved back from llama.cpp's permuted order whole (a row is a run of blocks), so
+    /// their values are not touched.
+    fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::Stored<'_>, WeightError> {
+        let e = self.entry(name, shape)?;
+        let bytes = &self.map[e.begin..e.end];
+        let bytes = match e.rows {
+            Rows::AsStored => Cow::Borrowed(bytes),
+            Rows::Permuted(h) => {
+                let rows = e.shape[0];
+                let row_bytes = bytes.len() / rows.max(1);
+                Cow::Owned(unpermute_rows(bytes, rows, row_bytes, h))
+            }
+        };
+        Ok(crate::Stored { dtype: store_dtype(e.ggml), bytes })
     }
 
     /// The stored bytes. Refused for the Q and K projections, whose stored rows are in

@@ -32,12 +32,12 @@ pub use config::{ConfigError, ModelConfig, TokenizerKind};
 pub use gguf::Gguf;
 pub use kv::{KvBackend, KvError, KvGeometry, KvRegistration, KvSpec, SharedPool};
 pub use registry::RegistryError;
-pub use runner::{EngineConfig, KvConfig, ModelRunner, PrefixCache, Quant, RunnerError, SchedPolicy};
+pub use runner::{EngineConfig, KvConfig, ModelRunner, PrefixCache, RunnerError, SchedPolicy, Weights};
 pub use safetensors::SafeTensors;
 pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};
 pub use sequence::Sequence;
 pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
-pub use weights::{DType, TensorInfo, WeightError, WeightStore};
+pub use weights::{DType, Stored, TensorInfo, WeightError, WeightStore};
 
 /// Re-exported so plugin crates register with the same `inventory` version as core.
 pub use inventory;

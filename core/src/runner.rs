@@ -34,14 +34,53 @@ pub enum SchedPolicy {
     ShortestFirst,
 }
 
-/// Weight quantization applied at load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Quant {
-    /// Symmetric int4 in groups of `group` input columns (numbers.md, `int4-g<g>-sym`).
+/// How the weights are held in memory after load.
+///
+/// `Native` and `F32` give the same logits bit for bit on the same file: every stored
+/// format widens exactly to f32 and the kernels run the same operations on the widened
+/// values. `F32` is the reference; `Native` is the fast default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Weights {
+    /// Everything widened to f32 at load.
+    F32,
+    /// Kept in the file's format (F32, F16, BF16, GGUF Q4_0/Q4_1/Q8_0 blocks, int4),
+    /// repacked for the kernels and widened in registers.
+    #[default]
+    Native,
+    /// The seven projections quantized at load to symmetric int4 in groups of `group`
+    /// input columns (numbers.md, `int4-g<g>-sym`); the rest as `Native`. An int4
+    /// checkpoint keeps its own group.
     Int4 {
         /// Columns per scale; even, and dividing every projection's input size.
         group: usize,
     },
+}
+
+impl std::str::FromStr for Weights {
+    type Err = String;
+
+    /// `f32`, `native`, `int4` (group 32) or `int4:G`.
+    fn from_str(s: &str) -> Result<Weights, String> {
+        match s {
+            "f32" => Ok(Weights::F32),
+            "native" => Ok(Weights::Native),
+            "int4" => Ok(Weights::Int4 { group: 32 }),
+            _ => match s.strip_prefix("int4:").and_then(|g| g.parse().ok()) {
+                Some(group) => Ok(Weights::Int4 { group }),
+                None => Err(format!("weights {s:?}: expected f32, native, int4 or int4:GROUP")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Weights::F32 => write!(f, "f32"),
+            Weights::Native => write!(f, "native"),
+            Weights::Int4 { group } => write!(f, "int4:{group}"),
+        }
+    }
 }
 
 /// The KV pool to build.
@@ -83,8 +122,8 @@ pub struct EngineConfig {
     /// large tensors use Candle's process-wide pool, sized by `CANDLE_NUM_THREADS` at
     /// first use (the example binaries set it from `--threads`).
     pub threads: usize,
-    /// Quantize the projections at load.
-    pub quant: Option<Quant>,
+    /// How the weights are held after load (f32, as stored, or int4 projections).
+    pub weights: Weights,
 }
 
 impl Default for EngineConfig {
@@ -97,7 +136,7 @@ impl Default for EngineConfig {
             kv: KvConfig::default(),
             policy: SchedPolicy::Fcfs,
             threads: 0,
-            quant: None,
+            weights: Weights::Native,
         }
     }
 }

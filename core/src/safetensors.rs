@@ -179,4 +179,18 @@ impl WeightStore for SafeTensors {
         }
         Ok(self.bytes(e))
     }
+
+    /// The stored bytes of a floating-point tensor (F32, F16, BF16), borrowed from the map.
+    fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::Stored<'_>, WeightError> {
+        let e = self.entry(name, shape)?;
+        if !matches!(e.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(WeightError::DType {
+                path: self.path.clone(),
+                name: name.into(),
+                expected: "F32, F16 or BF16",
+                actual: e.dtype.clone(),
+            });
+        }
+        Ok(crate::Stored { dtype: e.dtype.clone(), bytes: std::borrow::Cow::Borrowed(self.bytes(e)) })
+    }
 }

@@ -143,6 +143,17 @@ pub(crate) fn check_found<'a, T>(
     Ok(t)
 }
 
+/// A tensor as the file stores it.
+#[derive(Clone, Debug)]
+pub struct Stored<'a> {
+    /// The stored element or block type.
+    pub dtype: DType,
+    /// Little-endian bytes, rows in Hugging Face order (`[out, in]` row-major; a GGML
+    /// block type as a run of blocks along each row). Borrowed from the file's map where
+    /// the file's order is already Hugging Face's.
+    pub bytes: std::borrow::Cow<'a, [u8]>,
+}
+
 /// Named tensors from a checkpoint.
 pub trait WeightStore: Send + Sync {
     /// The file the tensors come from (for messages).
@@ -158,6 +169,14 @@ pub trait WeightStore: Send + Sync {
     fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, WeightError>;
     /// The stored bytes of a tensor (little-endian), after checking type and shape.
     fn raw(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<&[u8], WeightError>;
+
+    /// The tensor in its stored type (so a model can keep f16, bf16 or quantized blocks
+    /// as they are), after checking its shape. The default widens to f32 through
+    /// [`WeightStore::f32`], for stores that have nothing narrower.
+    fn stored(&self, name: &str, shape: &[usize]) -> Result<Stored<'_>, WeightError> {
+        let w = self.f32(name, shape)?;
+        Ok(Stored { dtype: DType::F32, bytes: w.iter().flat_map(|v| v.to_le_bytes()).collect() })
+    }
 
     /// True when the store has a tensor of that name.
     fn contains(&self, name: &str) -> bool {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tl_core::{EngineConfig, ModelRunner, Quant, SamplingParams};
+use tl_core::{EngineConfig, ModelRunner, SamplingParams, Weights};
 
 /// Parse the command line; a bad flag prints one line (plus `--help` advice) and exits 2.
 pub fn parse_or_exit<T: Parser>() -> T {
@@ -91,9 +91,11 @@ pub struct EngineArgs {
     /// Worker threads; 0 = one per core.
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Quantize the projections at load: "int4" (group 32) or "int4:G".
-    #[arg(long)]
-    pub quant: Option<String>,
+    /// How weights are held: "native" (as stored in the file, the default), "f32" (widened,
+    /// the reference; same results bit for bit), "int4" (projections quantized at load,
+    /// group 32) or "int4:G".
+    #[arg(long, default_value = "native")]
+    pub weights: String,
     /// The registered KV backend.
     #[arg(long, default_value = "f16-slab")]
     pub kv: String,
@@ -111,14 +113,7 @@ impl EngineArgs {
         }
         let mut cfg = EngineConfig { threads: self.threads, ..EngineConfig::default() };
         cfg.kv.backend = self.kv.clone();
-        cfg.quant = match self.quant.as_deref() {
-            None | Some("none") | Some("f32") => None,
-            Some("int4") => Some(Quant::Int4 { group: 32 }),
-            Some(q) => match q.strip_prefix("int4:").and_then(|g| g.parse().ok()) {
-                Some(group) => Some(Quant::Int4 { group }),
-                None => anyhow::bail!("--quant {q:?}: expected int4 or int4:GROUP"),
-            },
-        };
+        cfg.weights = self.weights.parse::<Weights>().map_err(|e| anyhow::anyhow!("--{e}"))?;
         Ok(cfg)
     }
 

@@ -35,7 +35,7 @@ fn bad_input_prints_one_line_and_fails() {
         vec!["--model", TRACER, "--prompt", "a", "--top-p", "2"],
         vec!["--model", TRACER, "--no-such-flag"],
         vec!["--model", TRACER, "--prompt", "a", "--kv", "no-such-pool"],
-        vec!["--model", TRACER, "--prompt", "a", "--quant", "int5"],
+        vec!["--model", TRACER, "--prompt", "a", "--weights", "int5"],
     ] {
         let out = generate(&args);
         assert!(!out.status.success(), "{args:?} succeeded");

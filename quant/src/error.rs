@@ -77,4 +77,32 @@ pub enum QuantError {
         /// The widened value.
         value: f32,
     },
+    /// Rows of a block format whose length is not a whole number of blocks.
+    #[error("{format}: rows of {inp} values do not split into its blocks")]
+    BadBlocks {
+        /// The format.
+        format: String,
+        /// The row length.
+        inp: usize,
+    },
+    /// Layers that cannot be stacked into one.
+    #[error("concat: {reason}")]
+    Concat {
+        /// Why.
+        reason: String,
+    },
+    /// A row index past the matrix.
+    #[error("row {row} is outside a matrix of {rows} rows")]
+    RowOutOfRange {
+        /// The row asked for.
+        row: usize,
+        /// Rows in the matrix.
+        rows: usize,
+    },
+    /// An instruction set this CPU does not have.
+    #[error("this CPU cannot run the {path} kernels")]
+    PathUnavailable {
+        /// The path.
+        path: String,
+    },
 }

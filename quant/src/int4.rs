@@ -144,7 +144,7 @@ impl QLinear {
     /// Write row `r` of `W_hat` into `dst` (`inp` floats). Exact: `q * s` has at most
     /// 4 + 11 significant bits.
     #[inline]
-    pub(crate) fn dequantize_row(&self, r: usize, dst: &mut [f32]) {
+    fn dequantize_row(&self, r: usize, dst: &mut [f32]) {
         let groups = self.inp / self.group;
         let half_group = self.group / 2;
         let bytes = &self.qweight[r * self.inp / 2..(r + 1) * self.inp / 2];
@@ -170,11 +170,11 @@ impl QLinear {
         w
     }
 
-    /// `y = x W_hat^T` for `x` `[m, inp]`, `y` `[m, out]`, without materialising `W_hat`:
-    /// a few rows are dequantized at a time. Bit for bit equal to [`crate::Linear::F32`] over
+    /// `y = x W_hat^T` for `x` `[m, inp]`, `y` `[m, out]`, through a [`crate::Linear`]
+    /// built for this call (a model builds its layers once with
+    /// [`crate::Linear::from_int4`]). Bit for bit equal to an f32 layer over
     /// [`QLinear::dequantize`], and batch-invariant (see [`crate::Linear::forward`]).
     pub fn forward(&self, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), QuantError> {
-        self.validate()?;
-        crate::kernel::matmul_t(x, m, self.inp, self.out, y, crate::kernel::Rows::Q4(self))
+        crate::Linear::from_int4(self)?.forward(x, m, y)
     }
 }

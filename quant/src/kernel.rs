@@ -1,170 +1,283 @@
-//! The one matrix kernel behind every linear layer: `y = x W^T` with `W` row-major
-//! `[out, inp]`, so each `y[i][n]` is a dot product of two contiguous rows.
+//! The matrix kernel behind every linear layer: `y = x W^T`, `x` `(m, inp)`, `W` in
+//! panels of 16 output rows (see [`crate::pack`]), `y` `(m, out)`.
 //!
-//! Batch invariance: every output element is one call of the same dot product (8 lane
-//! accumulators over chunks of 8, a fixed pairwise combine, then the tail in order),
-//! computed by one thread. Neither `m`, the tiling, nor the thread count changes which
-//! operations run on which values, so row `i` of `y` depends only on row `i` of `x`.
+//! Batch invariance, by construction: every output element `y[i][n]` is ONE chain of
+//! fused multiply-adds over k ascending, started from +0.0:
+//! `acc = fma(x[i][k], w[n][k], acc)`, where `w[n][k]` is the stored weight widened
+//! exactly to f32. A register tile computes several rows and panels at once, but each
+//! of its lanes runs exactly that chain; the tile shape, the number of rows `m`, the
+//! instruction set and the thread count only decide which chains run side by side,
+//! never which operations a chain performs. Work is split over output panels, never over
+//! k, so no reduction is ever cut in pieces.
 
 use rayon::prelude::*;
 
-use crate::error::QuantError;
-use crate::int4::QLinear;
+use crate::pack::{q4_block, Kind, Q8_BLOCK, QK};
+use crate::simd::{Isa, Portable, NR};
 
-/// Where the weight rows come from.
+/// One matrix product's operands (raw, so the threads can share them).
 #[derive(Clone, Copy)]
-pub(crate) enum Rows<'a> {
-    /// Row-major f32 `[out, inp]`.
-    F32(&'a [f32]),
-    /// int4, dequantized a block of rows at a time.
-    Q4(&'a QLinear),
+pub(crate) struct Job {
+    pub kind: Kind,
+    pub inp: usize,
+    pub out: usize,
+    /// Panel data, `panel_bytes` per panel.
+    pub data: *const u8,
+    pub panel_bytes: usize,
+    /// `(m, inp)` row-major.
+    pub x: *const f32,
+    /// `(m, out)` row-major.
+    pub y: *mut f32,
 }
 
-/// Bytes of weight rows a task keeps hot while every row of `x` streams past it.
-const BLOCK_BYTES: usize = 128 * 1024;
-/// Weight rows per task, at most (keeps enough tasks for the threads when `out` is small).
-const MAX_BLOCK_ROWS: usize = 64;
+// SAFETY: a `Job` is only used while the borrowed x, W and y it points into are alive
+// (inside `matmul`), and each thread writes a disjoint set of output columns.
+unsafe impl Send for Job {}
+unsafe impl Sync for Job {}
 
-#[inline(always)]
-fn combine(a: [f32; 8]) -> f32 {
-    ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
+/// Which implementation runs the tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Plain Rust (`f32::mul_add`): the reference.
+    Portable,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL (+ FMA, F16C).
+    Avx512,
 }
 
-/// The reference dot product; [`dot4`] must perform exactly these operations per row.
-#[inline(always)]
-fn dot(x: &[f32], w: &[f32]) -> f32 {
-    let n8 = x.len() / 8 * 8;
-    let mut acc = [0.0f32; 8];
-    for (cx, cw) in x[..n8].chunks_exact(8).zip(w[..n8].chunks_exact(8)) {
-        for j in 0..8 {
-            acc[j] += cx[j] * cw[j];
+impl Path {
+    /// Whether this CPU can run the path.
+    pub fn available(self) -> bool {
+        match self {
+            Path::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => {
+                Path::Avx2.available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
         }
     }
-    let mut s = combine(acc);
-    for (a, b) in x[n8..].iter().zip(&w[n8..]) {
-        s += a * b;
-    }
-    s
-}
 
-/// Four dot products of one `x` row against four weight rows, sharing the loads of `x`.
-#[inline(always)]
-fn dot4(x: &[f32], w0: &[f32], w1: &[f32], w2: &[f32], w3: &[f32]) -> [f32; 4] {
-    let n = x.len();
-    let n8 = n / 8 * 8;
-    let (w0, w1, w2, w3) = (&w0[..n], &w1[..n], &w2[..n], &w3[..n]);
-    let mut a0 = [0.0f32; 8];
-    let mut a1 = [0.0f32; 8];
-    let mut a2 = [0.0f32; 8];
-    let mut a3 = [0.0f32; 8];
-    let mut k = 0;
-    while k < n8 {
-        let cx = &x[k..k + 8];
-        let (c0, c1, c2, c3) = (&w0[k..k + 8], &w1[k..k + 8], &w2[k..k + 8], &w3[k..k + 8]);
-        for j in 0..8 {
-            a0[j] += cx[j] * c0[j];
-            a1[j] += cx[j] * c1[j];
-            a2[j] += cx[j] * c2[j];
-            a3[j] += cx[j] * c3[j];
-        }
-        k += 8;
+    /// Every path this CPU can run, the reference first.
+    pub fn all_available() -> Vec<Path> {
+        [Path::Portable, Path::Avx2, Path::Avx512].into_iter().filter(|p| p.available()).collect()
     }
-    let mut s = [combine(a0), combine(a1), combine(a2), combine(a3)];
-    for k in n8..n {
-        s[0] += x[k] * w0[k];
-        s[1] += x[k] * w1[k];
-        s[2] += x[k] * w2[k];
-        s[3] += x[k] * w3[k];
-    }
-    s
-}
 
-/// `out[i * nb + j] = dot(x row i, w row j)` for a block `w` of `nb` rows.
-#[inline(always)]
-fn block_generic(x: &[f32], m: usize, inp: usize, w: &[f32], nb: usize, out: &mut [f32]) {
-    for i in 0..m {
-        let xi = &x[i * inp..(i + 1) * inp];
-        let oi = &mut out[i * nb..(i + 1) * nb];
-        let mut j = 0;
-        while j + 4 <= nb {
-            let r = |t: usize| &w[(j + t) * inp..(j + t + 1) * inp];
-            oi[j..j + 4].copy_from_slice(&dot4(xi, r(0), r(1), r(2), r(3)));
-            j += 4;
-        }
-        while j < nb {
-            oi[j] = dot(xi, &w[j * inp..(j + 1) * inp]);
-            j += 1;
-        }
-    }
-}
-
-/// The same block compiled for AVX2: wider registers for the same lane-wise mul and add
-/// (no FMA), so the bits equal [`block_generic`]'s.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn block_avx2(x: &[f32], m: usize, inp: usize, w: &[f32], nb: usize, out: &mut [f32]) {
-    block_generic(x, m, inp, w, nb, out)
-}
-
-fn block(x: &[f32], m: usize, inp: usize, w: &[f32], nb: usize, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above).
-        return unsafe { block_avx2(x, m, inp, w, nb, out) };
-    }
-    block_generic(x, m, inp, w, nb, out)
-}
-
-/// `y = x W^T`: `x` `[m, inp]`, `W` `[out, inp]` (from `rows`), `y` `[m, out]`.
-/// Callers have checked the weights; this checks `x` and `y`.
-pub(crate) fn matmul_t(
-    x: &[f32],
-    m: usize,
-    inp: usize,
-    out: usize,
-    y: &mut [f32],
-    rows: Rows<'_>,
-) -> Result<(), QuantError> {
-    let xn = m.checked_mul(inp).ok_or(QuantError::ShapeOverflow { what: "x", rows: m, cols: inp })?;
-    let yn = m.checked_mul(out).ok_or(QuantError::ShapeOverflow { what: "y", rows: m, cols: out })?;
-    if x.len() != xn {
-        return Err(QuantError::LengthMismatch { what: "x", expected: xn, got: x.len() });
-    }
-    if y.len() != yn {
-        return Err(QuantError::LengthMismatch { what: "y", expected: yn, got: y.len() });
-    }
-    if yn == 0 {
-        return Ok(());
-    }
-    let nb_max = (BLOCK_BYTES / 4 / inp.max(1)).clamp(4, MAX_BLOCK_ROWS) / 4 * 4;
-    let nblocks = out.div_ceil(nb_max);
-    // Each task owns a block of output columns; its (m, nb) result is scattered afterwards.
-    let parts: Vec<Vec<f32>> = (0..nblocks)
-        .into_par_iter()
-        .map_init(Vec::new, |deq: &mut Vec<f32>, b| {
-            let n0 = b * nb_max;
-            let nb = nb_max.min(out - n0);
-            let w: &[f32] = match rows {
-                Rows::F32(w) => &w[n0 * inp..(n0 + nb) * inp],
-                Rows::Q4(q) => {
-                    deq.resize(nb * inp, 0.0); // (nb, inp), reused across this thread's blocks
-                    for j in 0..nb {
-                        q.dequantize_row(n0 + j, &mut deq[j * inp..(j + 1) * inp]);
-                    }
-                    &deq[..nb * inp]
-                }
-            };
-            let mut part = vec![0.0f32; m * nb]; // (m, nb)
-            block(x, m, inp, w, nb, &mut part);
-            part
+    /// The fastest path this CPU can run (checked once).
+    pub fn best() -> Path {
+        static BEST: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            if Path::Avx512.available() {
+                Path::Avx512
+            } else if Path::Avx2.available() {
+                Path::Avx2
+            } else {
+                Path::Portable
+            }
         })
-        .collect();
-    for (b, part) in parts.iter().enumerate() {
-        let n0 = b * nb_max;
-        let nb = part.len() / m;
-        for i in 0..m {
-            y[i * out + n0..i * out + n0 + nb].copy_from_slice(&part[i * nb..(i + 1) * nb]);
+    }
+}
+
+/// `acc[r][p] = fma(x[r][k], w[p], acc[r][p])` for every row and panel of the tile.
+macro_rules! step {
+    ($I:ty, $acc:ident, $x:ident, $inp:expr, $k:expr, $w:ident) => {
+        for r in 0..MR {
+            let xb = <$I>::splat($x.add(r * $inp + $k));
+            for p in 0..NP {
+                $acc[r][p] = <$I>::fma(xb, $w[p], $acc[r][p]);
+            }
+        }
+    };
+}
+
+/// Rows `r0 .. r0 + MR` of `x` against panels `p0 .. p0 + NP`.
+#[inline(always)]
+unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
+    let inp = j.inp;
+    let x = j.x.add(r0 * inp);
+    let panel = |p: usize| j.data.add((p0 + p) * j.panel_bytes);
+    let mut acc = [[I::zero(); NP]; MR];
+    let mut w = [I::zero(); NP];
+    match j.kind {
+        Kind::F32 => {
+            for k in 0..inp {
+                for p in 0..NP {
+                    w[p] = I::ld_f32((panel(p) as *const f32).add(k * NR));
+                }
+                step!(I, acc, x, inp, k, w);
+            }
+        }
+        Kind::F16 => {
+            for k in 0..inp {
+                for p in 0..NP {
+                    w[p] = I::ld_f16((panel(p) as *const u16).add(k * NR));
+                }
+                step!(I, acc, x, inp, k, w);
+            }
+        }
+        Kind::BF16 => {
+            for k in 0..inp {
+                for p in 0..NP {
+                    w[p] = I::ld_bf16((panel(p) as *const u16).add(k * NR));
+                }
+                step!(I, acc, x, inp, k, w);
+            }
+        }
+        Kind::Q8 => {
+            let mut d = [I::zero(); NP];
+            for b in 0..inp / QK {
+                for p in 0..NP {
+                    d[p] = I::ld_f16(panel(p).add(b * Q8_BLOCK) as *const u16);
+                }
+                for kk in 0..QK {
+                    for p in 0..NP {
+                        let q = panel(p).add(b * Q8_BLOCK + NR * 2 + kk * NR) as *const i8;
+                        w[p] = I::mul(I::ld_i8(q), d[p]); // exact: 8 bits times 11
+                    }
+                    step!(I, acc, x, inp, b * QK + kk, w);
+                }
+            }
+        }
+        Kind::Q4 { min } => {
+            let (bb, qoff) = (q4_block(min), NR * 2 * (1 + min as usize));
+            let (mut d, mut m) = ([I::zero(); NP], [I::zero(); NP]);
+            for b in 0..inp / QK {
+                for p in 0..NP {
+                    let base = panel(p).add(b * bb);
+                    d[p] = I::ld_f16(base as *const u16);
+                    m[p] = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d[p], I::splat_v(-8.0)) };
+                }
+                for c in 0..QK / 8 {
+                    let q: [I::U; NP] =
+                        std::array::from_fn(|p| I::ld_u32(panel(p).add(b * bb + qoff + c * NR * 4) as *const u32));
+                    let k0 = b * QK + c * 8;
+                    // code * d is exact (4 bits times 11), so fma(code, d, m) is the
+                    // dequantizers' `code * d + m` with its one rounding.
+                    macro_rules! nib {
+                        ($j:literal) => {
+                            for p in 0..NP {
+                                w[p] = I::fma(I::nib(q[p], 4 * $j), d[p], m[p]);
+                            }
+                            step!(I, acc, x, inp, k0 + $j, w);
+                        };
+                    }
+                    nib!(0);
+                    nib!(1);
+                    nib!(2);
+                    nib!(3);
+                    nib!(4);
+                    nib!(5);
+                    nib!(6);
+                    nib!(7);
+                }
+            }
         }
     }
-    Ok(())
+    for (r, row) in acc.iter().enumerate() {
+        for (p, v) in row.iter().enumerate() {
+            let col = (p0 + p) * NR;
+            let yp = j.y.add((r0 + r) * j.out + col);
+            if col + NR <= j.out {
+                I::st(yp, *v);
+            } else {
+                let mut tmp = [0.0f32; NR];
+                I::st(tmp.as_mut_ptr(), *v);
+                for (l, t) in tmp.iter().enumerate().take(j.out - col) {
+                    *yp.add(l) = *t;
+                }
+            }
+        }
+    }
+}
+
+/// Every row of `x` against panels `pa .. pe`: tiles of up to `MRX` rows and `NPX`
+/// panels, each panel group kept hot while the rows stream past it.
+#[inline(always)]
+unsafe fn run<I: Isa, const MRX: usize, const NPX: usize>(j: &Job, m: usize, pa: usize, pe: usize) {
+    let mut p = pa;
+    while p < pe {
+        let np = NPX.min(pe - p);
+        let mut r = 0;
+        while r < m {
+            let mr = MRX.min(m - r);
+            macro_rules! rows {
+                ($np:literal) => {
+                    match mr {
+                        1 => tile::<I, 1, $np>(j, r, p),
+                        2 => tile::<I, 2, $np>(j, r, p),
+                        3 => tile::<I, 3, $np>(j, r, p),
+                        4 => tile::<I, 4, $np>(j, r, p),
+                        5 if MRX >= 5 => tile::<I, 5, $np>(j, r, p),
+                        6 if MRX >= 6 => tile::<I, 6, $np>(j, r, p),
+                        7 if MRX >= 7 => tile::<I, 7, $np>(j, r, p),
+                        8 if MRX >= 8 => tile::<I, 8, $np>(j, r, p),
+                        _ => unreachable!("tile rows {mr} > {MRX}"),
+                    }
+                };
+            }
+            if NPX >= 2 && np == 2 {
+                rows!(2)
+            } else {
+                rows!(1)
+            }
+            r += mr;
+        }
+        p += np;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn run_avx512(j: &Job, m: usize, pa: usize, pe: usize) {
+    run::<crate::simd::Avx512, 8, 2>(j, m, pa, pe)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_avx2(j: &Job, m: usize, pa: usize, pe: usize) {
+    run::<crate::simd::Avx2, 4, 1>(j, m, pa, pe)
+}
+
+unsafe fn run_portable(j: &Job, m: usize, pa: usize, pe: usize) {
+    run::<Portable, 4, 1>(j, m, pa, pe)
+}
+
+/// Run `j` for `m` rows on `path`, output panels split over the current rayon pool.
+///
+/// # Safety
+///
+/// `j`'s pointers are valid for `m` rows of `x` and `y` and every panel of `W`, and
+/// `path` is available on this CPU.
+pub(crate) unsafe fn matmul(j: Job, m: usize, path: Path) {
+    let panels = j.out.div_ceil(NR);
+    if m == 0 || panels == 0 {
+        return;
+    }
+    let one = move |pa: usize, pe: usize| match path {
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => run_avx512(&j, m, pa, pe),
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => run_avx2(&j, m, pa, pe),
+        _ => run_portable(&j, m, pa, pe),
+    };
+    // Enough panels per thread to be worth a hand-off (a 16-column panel of a 576-wide
+    // matrix is ~37 KB of f32).
+    let nt = rayon::current_num_threads().min(panels.div_ceil(2)).max(1);
+    if nt == 1 {
+        one(0, panels);
+    } else {
+        (0..nt).into_par_iter().for_each(|t| {
+            // Threads get disjoint panel ranges, so disjoint output columns.
+            one(panels * t / nt, panels * (t + 1) / nt)
+        });
+    }
 }

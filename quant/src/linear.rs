@@ -1,70 +1,255 @@
-//! One linear layer for f32 and int4 weights.
+//! One linear layer for every weight format, kept in its stored format.
 
 use crate::error::QuantError;
 use crate::int4::QLinear;
-use crate::kernel::{matmul_t, Rows};
+use crate::kernel::{matmul, Job, Path};
+use crate::pack::{self, Kind, Line, QK};
+use crate::simd::NR;
 
-/// A linear weight `[out, inp]` (Hugging Face layout), f32 or int4. `y = x W^T`.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Linear {
-    /// Row-major f32 weights.
-    F32 {
-        /// `[out, inp]`, row-major.
-        w: Vec<f32>,
-        /// Output features.
-        out: usize,
-        /// Input features.
-        inp: usize,
+/// How a weight matrix is stored: row-major `[out, inp]`, the GGML block types as runs of
+/// blocks along each row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// f32.
+    F32,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// GGML Q4_0: blocks of 32, f16 `d`, 16 bytes of 4-bit codes; `w = (q - 8) d`.
+    Q4_0,
+    /// GGML Q4_1: blocks of 32, f16 `d` and `m`, 16 bytes of codes; `w = q d + m`.
+    Q4_1,
+    /// GGML Q8_0: blocks of 32, f16 `d`, 32 i8; `w = q d`.
+    Q8_0,
+    /// Symmetric int4 in groups of `group` columns (numbers.md `int4-g<g>-sym`).
+    Int4 {
+        /// Columns per scale.
+        group: usize,
     },
-    /// int4 weights with f16 group scales.
-    Q4(QLinear),
+}
+
+impl Format {
+    /// Bytes of one stored row of `inp` values (`None` when `inp` does not split into
+    /// the format's blocks).
+    pub fn row_bytes(self, inp: usize) -> Option<usize> {
+        let blocks = |size: usize| (inp % QK == 0).then_some(inp / QK * size);
+        match self {
+            Format::F32 => inp.checked_mul(4),
+            Format::F16 | Format::BF16 => inp.checked_mul(2),
+            Format::Q4_0 => blocks(18),
+            Format::Q4_1 => blocks(20),
+            Format::Q8_0 => blocks(34),
+            Format::Int4 { .. } => (inp % 2 == 0).then_some(inp / 2),
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Format::Int4 { group } => write!(f, "int4-g{group}-sym"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+/// A linear weight `[out, inp]` (Hugging Face layout), `y = x W^T`, held in the format it
+/// was built from and repacked into 16-row panels for the kernel.
+///
+/// Every format widens exactly to f32 and the kernel runs the same operations on the
+/// widened values, so a layer built from stored F16/BF16/Q4_0/Q4_1/Q8_0/int4 data gives
+/// the same bits as [`Linear::new_f32`] over [`Linear::dequantize`].
+#[derive(Clone)]
+pub struct Linear {
+    out: usize,
+    inp: usize,
+    format: Format,
+    kind: Kind,
+    /// `ceil(out / 16)` panels of `kind.panel_bytes(inp)` bytes.
+    data: Vec<Line>,
+}
+
+impl std::fmt::Debug for Linear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Linear {{ out: {}, inp: {}, format: {} }}", self.out, self.inp, self.format)
+    }
+}
+
+fn elems(what: &'static str, rows: usize, cols: usize) -> Result<usize, QuantError> {
+    rows.checked_mul(cols).ok_or(QuantError::ShapeOverflow { what, rows, cols })
 }
 
 impl Linear {
+    fn empty(format: Format, kind: Kind, out: usize, inp: usize) -> Result<Linear, QuantError> {
+        let pb = kind.panel_bytes(inp);
+        let bytes = elems("w", out.div_ceil(NR), pb)?;
+        Ok(Linear { out, inp, format, kind, data: pack::alloc(bytes) })
+    }
+
     /// An f32 layer, checking that `w` holds `out * inp` values.
     pub fn new_f32(w: Vec<f32>, out: usize, inp: usize) -> Result<Linear, QuantError> {
-        let n = out.checked_mul(inp).ok_or(QuantError::ShapeOverflow { what: "w", rows: out, cols: inp })?;
+        Linear::from_f32(&w, out, inp)
+    }
+
+    /// An f32 layer from borrowed row-major weights.
+    pub fn from_f32(w: &[f32], out: usize, inp: usize) -> Result<Linear, QuantError> {
+        let n = elems("w", out, inp)?;
         if w.len() != n {
             return Err(QuantError::LengthMismatch { what: "w", expected: n, got: w.len() });
         }
-        Ok(Linear::F32 { w, out, inp })
+        let mut l = Linear::empty(Format::F32, Kind::F32, out, inp)?;
+        let src: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        pack::pack_elems(&src, 4, out, inp, pack::bytes_mut(&mut l.data));
+        Ok(l)
+    }
+
+    /// A layer over stored bytes (`[out, inp]` row-major in `format`, little-endian),
+    /// kept in that format. [`Format::Int4`] is built with [`Linear::from_int4`].
+    pub fn from_stored(format: Format, bytes: &[u8], out: usize, inp: usize) -> Result<Linear, QuantError> {
+        let row = format.row_bytes(inp).ok_or(QuantError::BadBlocks { format: format.to_string(), inp })?;
+        let n = elems("w", out, row)?;
+        if bytes.len() != n {
+            return Err(QuantError::LengthMismatch { what: "w", expected: n, got: bytes.len() });
+        }
+        let kind = match format {
+            Format::F32 => Kind::F32,
+            Format::F16 => Kind::F16,
+            Format::BF16 => Kind::BF16,
+            Format::Q8_0 => Kind::Q8,
+            Format::Q4_0 => Kind::Q4 { min: false },
+            Format::Q4_1 => Kind::Q4 { min: true },
+            Format::Int4 { .. } => return Err(QuantError::BadBlocks { format: format.to_string(), inp }),
+        };
+        let mut l = Linear::empty(format, kind, out, inp)?;
+        let dst = pack::bytes_mut(&mut l.data);
+        match kind {
+            Kind::F32 => pack::pack_elems(bytes, 4, out, inp, dst),
+            Kind::F16 | Kind::BF16 => pack::pack_elems(bytes, 2, out, inp, dst),
+            Kind::Q8 => pack::pack_q8_0(bytes, out, inp, dst),
+            Kind::Q4 { min } => pack::pack_q4_gguf(bytes, min, out, inp, dst),
+        }
+        Ok(l)
+    }
+
+    /// A layer over int4 weights, kept packed when the group is a multiple of 32 (the
+    /// kernel's block); other groups are held as their exact f32 values (same results).
+    pub fn from_int4(q: &QLinear) -> Result<Linear, QuantError> {
+        q.validate()?;
+        if q.group % QK != 0 {
+            let mut l = Linear::from_f32(&q.dequantize(), q.out, q.inp)?;
+            l.format = Format::Int4 { group: q.group };
+            return Ok(l);
+        }
+        let mut l = Linear::empty(Format::Int4 { group: q.group }, Kind::Q4 { min: false }, q.out, q.inp)?;
+        pack::pack_int4_sym(&q.qweight, &q.scales, q.group, q.out, q.inp, pack::bytes_mut(&mut l.data));
+        Ok(l)
+    }
+
+    /// Stack layers with the same input width and storage into one whose output is their
+    /// outputs side by side (so q/k/v or gate/up run as one product). Every part but the
+    /// last must have a multiple of 16 outputs (panels are not split).
+    pub fn concat(parts: &[&Linear]) -> Result<Linear, QuantError> {
+        let first = parts.first().ok_or(QuantError::Concat { reason: "no layers".into() })?;
+        let pb = first.kind.panel_bytes(first.inp);
+        for (i, l) in parts.iter().enumerate() {
+            if l.inp != first.inp || l.kind != first.kind {
+                return Err(QuantError::Concat { reason: format!("layer {i} is {l:?}, layer 0 {first:?}") });
+            }
+            if i + 1 < parts.len() && l.out % NR != 0 {
+                return Err(QuantError::Concat { reason: format!("layer {i} has {} outputs, not a multiple of {NR}", l.out) });
+            }
+        }
+        let out = parts.iter().map(|l| l.out).sum();
+        let mut all = Linear::empty(first.format, first.kind, out, first.inp)?;
+        let mut at = 0;
+        for l in parts {
+            let n = l.out.div_ceil(NR) * pb;
+            pack::bytes_mut(&mut all.data)[at..at + n].copy_from_slice(&pack::bytes(&l.data)[..n]);
+            at += n;
+        }
+        Ok(all)
     }
 
     /// Output features.
     pub fn out(&self) -> usize {
-        match self {
-            Linear::F32 { out, .. } => *out,
-            Linear::Q4(q) => q.out,
-        }
+        self.out
     }
 
     /// Input features.
     pub fn inp(&self) -> usize {
-        match self {
-            Linear::F32 { inp, .. } => *inp,
-            Linear::Q4(q) => q.inp,
-        }
+        self.inp
     }
 
-    /// `y = x W^T` with `x` `[m, inp]` and `y` `[m, out]`, both row-major.
-    ///
-    /// Batch-invariant bit for bit: each `y[i][n]` is the dot product of row `i` of `x` and
-    /// row `n` of `W` with a fixed summation order (8 lane accumulators over chunks of 8,
-    /// combined in a fixed order, then the tail), computed by a single thread. So row `i`
-    /// of `y` has the same bits whatever `m` is, whichever other rows share the batch, and
-    /// however many threads run. The int4 variant dequantizes a block of rows at a time
-    /// (exactly) and runs the same dot, so it equals the f32 variant over
-    /// [`QLinear::dequantize`] bit for bit.
-    pub fn forward(&self, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), QuantError> {
-        match self {
-            Linear::F32 { w, out, inp } => {
-                let n = out.checked_mul(*inp).ok_or(QuantError::ShapeOverflow { what: "w", rows: *out, cols: *inp })?;
-                if w.len() != n {
-                    return Err(QuantError::LengthMismatch { what: "w", expected: n, got: w.len() });
-                }
-                matmul_t(x, m, *inp, *out, y, Rows::F32(w))
-            }
-            Linear::Q4(q) => q.forward(x, m, y),
+    /// The stored format.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Bytes the packed weights occupy.
+    pub fn packed_bytes(&self) -> usize {
+        std::mem::size_of_val(&self.data[..])
+    }
+
+    /// Row `r` of `W`, widened to f32, into `dst` (`inp` values): an embedding lookup.
+    pub fn row(&self, r: usize, dst: &mut [f32]) -> Result<(), QuantError> {
+        if r >= self.out {
+            return Err(QuantError::RowOutOfRange { row: r, rows: self.out });
         }
+        if dst.len() != self.inp {
+            return Err(QuantError::LengthMismatch { what: "row", expected: self.inp, got: dst.len() });
+        }
+        pack::widen_row(self.kind, pack::bytes(&self.data), self.inp, r, dst);
+        Ok(())
+    }
+
+    /// The widened weights `[out, inp]`, row-major.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut w = vec![0.0f32; self.out * self.inp];
+        if self.inp > 0 {
+            for (r, row) in w.chunks_exact_mut(self.inp).enumerate() {
+                pack::widen_row(self.kind, pack::bytes(&self.data), self.inp, r, row);
+            }
+        }
+        w
+    }
+
+    /// `y = x W^T` with `x` `[m, inp]` and `y` `[m, out]`, both row-major, on the fastest
+    /// instruction set this CPU has.
+    ///
+    /// Batch-invariant bit for bit: each `y[i][n]` is one chain of fused multiply-adds
+    /// over k ascending from +0.0 (`acc = fma(x[i][k], w[n][k], acc)`), computed by one
+    /// thread. So row `i` of `y` has the same bits whatever `m` is, whichever other rows
+    /// share the batch, however many threads run, and on every instruction set.
+    pub fn forward(&self, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), QuantError> {
+        self.forward_on(Path::best(), x, m, y)
+    }
+
+    /// [`Linear::forward`] on a chosen instruction set (tests and benchmarks compare them).
+    pub fn forward_on(&self, path: Path, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), QuantError> {
+        if !path.available() {
+            return Err(QuantError::PathUnavailable { path: format!("{path:?}") });
+        }
+        let xn = elems("x", m, self.inp)?;
+        let yn = elems("y", m, self.out)?;
+        if x.len() != xn {
+            return Err(QuantError::LengthMismatch { what: "x", expected: xn, got: x.len() });
+        }
+        if y.len() != yn {
+            return Err(QuantError::LengthMismatch { what: "y", expected: yn, got: y.len() });
+        }
+        let job = Job {
+            kind: self.kind,
+            inp: self.inp,
+            out: self.out,
+            data: pack::bytes(&self.data).as_ptr(),
+            panel_bytes: self.kind.panel_bytes(self.inp),
+            x: x.as_ptr(),
+            y: y.as_mut_ptr(),
+        };
+        // SAFETY: x and y were checked to hold m rows; the panels cover `out` rows; the
+        // path is available.
+        unsafe { matmul(job, m, path) };
+        Ok(())
     }
 }

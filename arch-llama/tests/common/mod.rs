@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use tl_core::{EngineConfig, ForwardBatch, KvConfig, ModelRunner, Quant};
+use tl_core::{EngineConfig, ForwardBatch, KvConfig, ModelRunner, Weights};
 
 // Name the plugin crates so their registrations ("llama", "f16-slab") are linked.
 use tl_arch_llama as _;
@@ -18,17 +18,17 @@ pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
-pub fn engine(threads: usize, quant: Option<Quant>) -> EngineConfig {
+pub fn engine(threads: usize, weights: Weights) -> EngineConfig {
     EngineConfig {
         kv: KvConfig { block_tokens: B, n_blocks: Some(256), ..KvConfig::default() },
         threads,
-        quant,
+        weights,
         ..EngineConfig::default()
     }
 }
 
-pub fn load(name: &str, threads: usize, quant: Option<Quant>) -> ModelRunner {
-    ModelRunner::load(&fixture(name), &engine(threads, quant)).unwrap_or_else(|e| panic!("loading {name}: {e}"))
+pub fn load(name: &str, threads: usize, weights: Weights) -> ModelRunner {
+    ModelRunner::load(&fixture(name), &engine(threads, weights)).unwrap_or_else(|e| panic!("loading {name}: {e}"))
 }
 
 /// One prompt of a reference.json.

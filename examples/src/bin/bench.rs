@@ -1,7 +1,7 @@
 //! bench: forward speed of a tl model on synthetic tokens.
 //!
 //! `bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--batch B] [--repeats R]
-//! [--threads T] [--quant int4]` measures (a) prefill of one N-token prompt in one step,
+//! [--threads T] [--weights f32|native|int4]` measures (a) prefill of one N-token prompt in one step,
 //! (b) decode of one sequence, one token a step, after that prompt, and (c) decode of B
 //! sequences together, one token each a step. Each is repeated R times after one untimed
 //! warm-up; the table gives the median rate and the range.
@@ -111,12 +111,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let prompts: Vec<Vec<u32>> = (0..b).map(|s| prompt(s, n, vocab)).collect();
 
     println!(
-        "model {} ({} layers, hidden {}, vocab {vocab}); threads {}; quant {}; loaded in {load_s:.2} s",
+        "model {} ({} layers, hidden {}, vocab {vocab}); threads {}; weights {}; loaded in {load_s:.2} s",
         cli.model.display(),
         c.json().get("num_hidden_layers").and_then(|v| v.as_u64()).unwrap_or(0),
         r.hidden_size(),
         if cfg.threads == 0 { "all cores".to_string() } else { cfg.threads.to_string() },
-        cli.engine.quant.as_deref().unwrap_or("none"),
+        cli.engine.weights,
     );
     println!("{:<30} {:>7} {:>11} {:>11}   (min .. max tok/s)", "measure", "tokens", "ms/token", "tokens/s");
 

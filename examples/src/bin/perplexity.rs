@@ -1,6 +1,6 @@
 //! perplexity: how well a model predicts a text file.
 //!
-//! `perplexity --model PATH --file TEXT [--window N] [--max-windows K] [--quant int4]`
+//! `perplexity --model PATH --file TEXT [--window N] [--max-windows K] [--weights f32|native|int4]`
 //! The text is tokenized whole and cut into windows of N tokens; each window runs as one
 //! fresh sequence, and every token after the first of its window is scored against the
 //! model's prediction from the tokens before it. Perplexity = exp(mean negative log
@@ -88,7 +88,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         scored += rows;
     }
     let ppl = (total / scored as f64).exp();
-    let quant = cli.engine.quant.as_deref().unwrap_or("f32");
+    let quant = &cli.engine.weights;
     println!(
         "perplexity {ppl:.4} over {scored} tokens ({} windows of up to {}), {quant}; forward {:.1} tok/s; load {:.1} s",
         windows.len(),

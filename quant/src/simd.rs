@@ -1,0 +1,251 @@
+//! The vector operations of the kernels, for one panel of [`NR`] = 16 output columns, in
+//! three instruction sets chosen at run time: AVX-512, AVX2 + FMA + F16C, and portable
+//! Rust.
+//!
+//! Every operation is exact or correctly rounded the same way in all three: widening f16,
+//! bf16, i8 and 4-bit codes to f32 is exact; `fma` is IEEE's fused multiply-add (the
+//! portable one is `f32::mul_add`, the same correctly rounded operation as the hardware
+//! instruction); `mul` is only used where the product is exact. So a kernel written once
+//! against [`Isa`] gives the same bits through every implementation.
+
+/// Output columns per panel: one AVX-512 register of f32, two AVX2 registers.
+pub(crate) const NR: usize = 16;
+
+/// One instruction set: 16-lane f32 vectors (`V`) and 16-lane u32 vectors (`U`).
+///
+/// # Safety
+///
+/// Every method reads or writes 16 lanes through raw pointers: callers pass pointers
+/// valid for that many elements. An implementation for an instruction set may only be
+/// used after checking the CPU has it (see [`crate::kernel`]'s dispatch).
+pub(crate) trait Isa: Copy {
+    /// 16 f32 lanes.
+    type V: Copy;
+    /// 16 u32 lanes.
+    type U: Copy;
+    /// All lanes +0.0.
+    unsafe fn zero() -> Self::V;
+    /// All lanes `*p`.
+    unsafe fn splat(p: *const f32) -> Self::V;
+    /// All lanes `v`.
+    unsafe fn splat_v(v: f32) -> Self::V;
+    /// `a * b + c`, one rounding.
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// `a * b` (callers use it only where the product is exact).
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    /// 16 f32.
+    unsafe fn ld_f32(p: *const f32) -> Self::V;
+    /// 16 f16, widened.
+    unsafe fn ld_f16(p: *const u16) -> Self::V;
+    /// 16 bf16, widened.
+    unsafe fn ld_bf16(p: *const u16) -> Self::V;
+    /// 16 i8, widened.
+    unsafe fn ld_i8(p: *const i8) -> Self::V;
+    /// 16 u32.
+    unsafe fn ld_u32(p: *const u32) -> Self::U;
+    /// `((q >> shift) & 15) as f32` per lane.
+    unsafe fn nib(q: Self::U, shift: u32) -> Self::V;
+    /// Store 16 f32.
+    unsafe fn st(p: *mut f32, v: Self::V);
+}
+
+/// Plain Rust, one lane at a time: the reference the SIMD paths must equal bit for bit.
+#[derive(Clone, Copy)]
+pub(crate) struct Portable;
+
+impl Isa for Portable {
+    type V = [f32; NR];
+    type U = [u32; NR];
+
+    #[inline(always)]
+    unsafe fn zero() -> Self::V {
+        [0.0; NR]
+    }
+    #[inline(always)]
+    unsafe fn splat(p: *const f32) -> Self::V {
+        [*p; NR]
+    }
+    #[inline(always)]
+    unsafe fn splat_v(v: f32) -> Self::V {
+        [v; NR]
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        std::array::from_fn(|l| a[l].mul_add(b[l], c[l]))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V {
+        std::array::from_fn(|l| a[l] * b[l])
+    }
+    #[inline(always)]
+    unsafe fn ld_f32(p: *const f32) -> Self::V {
+        std::array::from_fn(|l| *p.add(l))
+    }
+    #[inline(always)]
+    unsafe fn ld_f16(p: *const u16) -> Self::V {
+        std::array::from_fn(|l| crate::f16_to_f32(p.add(l).read_unaligned()))
+    }
+    #[inline(always)]
+    unsafe fn ld_bf16(p: *const u16) -> Self::V {
+        std::array::from_fn(|l| crate::bf16_to_f32(p.add(l).read_unaligned()))
+    }
+    #[inline(always)]
+    unsafe fn ld_i8(p: *const i8) -> Self::V {
+        std::array::from_fn(|l| *p.add(l) as f32)
+    }
+    #[inline(always)]
+    unsafe fn ld_u32(p: *const u32) -> Self::U {
+        std::array::from_fn(|l| p.add(l).read_unaligned())
+    }
+    #[inline(always)]
+    unsafe fn nib(q: Self::U, shift: u32) -> Self::V {
+        std::array::from_fn(|l| ((q[l] >> shift) & 15) as f32)
+    }
+    #[inline(always)]
+    unsafe fn st(p: *mut f32, v: Self::V) {
+        for (l, x) in v.into_iter().enumerate() {
+            *p.add(l) = x;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{Avx2, Avx512};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Isa;
+    use std::arch::x86_64::*;
+
+    /// AVX-512 (F + BW): one zmm register per panel. The 4-bit codes are turned into
+    /// floats by `vpermps` from a 16-entry table (it reads only the low 4 bits of each
+    /// index, so the mask is free).
+    #[derive(Clone, Copy)]
+    pub(crate) struct Avx512;
+
+    impl Isa for Avx512 {
+        type V = __m512;
+        type U = __m512i;
+
+        #[inline(always)]
+        unsafe fn zero() -> __m512 {
+            _mm512_setzero_ps()
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> __m512 {
+            _mm512_set1_ps(*p)
+        }
+        #[inline(always)]
+        unsafe fn splat_v(v: f32) -> __m512 {
+            _mm512_set1_ps(v)
+        }
+        #[inline(always)]
+        unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+            _mm512_fmadd_ps(a, b, c)
+        }
+        #[inline(always)]
+        unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+            _mm512_mul_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn ld_f32(p: *const f32) -> __m512 {
+            _mm512_loadu_ps(p)
+        }
+        #[inline(always)]
+        unsafe fn ld_f16(p: *const u16) -> __m512 {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+        }
+        #[inline(always)]
+        unsafe fn ld_bf16(p: *const u16) -> __m512 {
+            let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w))
+        }
+        #[inline(always)]
+        unsafe fn ld_i8(p: *const i8) -> __m512 {
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i)))
+        }
+        #[inline(always)]
+        unsafe fn ld_u32(p: *const u32) -> __m512i {
+            _mm512_loadu_si512(p as *const __m512i)
+        }
+        #[inline(always)]
+        unsafe fn nib(q: __m512i, shift: u32) -> __m512 {
+            let table = _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.);
+            // A constant shift after unrolling: LLVM emits the immediate form.
+            _mm512_permutexvar_ps(_mm512_srlv_epi32(q, _mm512_set1_epi32(shift as i32)), table)
+        }
+        #[inline(always)]
+        unsafe fn st(p: *mut f32, v: __m512) {
+            _mm512_storeu_ps(p, v)
+        }
+    }
+
+    /// AVX2 + FMA + F16C: two ymm registers per panel (lanes 0..8 and 8..16).
+    #[derive(Clone, Copy)]
+    pub(crate) struct Avx2;
+
+    impl Isa for Avx2 {
+        type V = (__m256, __m256);
+        type U = (__m256i, __m256i);
+
+        #[inline(always)]
+        unsafe fn zero() -> Self::V {
+            (_mm256_setzero_ps(), _mm256_setzero_ps())
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> Self::V {
+            let v = _mm256_broadcast_ss(&*p);
+            (v, v)
+        }
+        #[inline(always)]
+        unsafe fn splat_v(v: f32) -> Self::V {
+            (_mm256_set1_ps(v), _mm256_set1_ps(v))
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+            (_mm256_fmadd_ps(a.0, b.0, c.0), _mm256_fmadd_ps(a.1, b.1, c.1))
+        }
+        #[inline(always)]
+        unsafe fn mul(a: Self::V, b: Self::V) -> Self::V {
+            (_mm256_mul_ps(a.0, b.0), _mm256_mul_ps(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn ld_f32(p: *const f32) -> Self::V {
+            (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+        }
+        #[inline(always)]
+        unsafe fn ld_f16(p: *const u16) -> Self::V {
+            let lo = _mm_loadu_si128(p as *const __m128i);
+            let hi = _mm_loadu_si128(p.add(8) as *const __m128i);
+            (_mm256_cvtph_ps(lo), _mm256_cvtph_ps(hi))
+        }
+        #[inline(always)]
+        unsafe fn ld_bf16(p: *const u16) -> Self::V {
+            let w = |q: *const u16| {
+                let v = _mm256_cvtepu16_epi32(_mm_loadu_si128(q as *const __m128i));
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v))
+            };
+            (w(p), w(p.add(8)))
+        }
+        #[inline(always)]
+        unsafe fn ld_i8(p: *const i8) -> Self::V {
+            let w = |q: *const i8| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q as *const __m128i)));
+            (w(p), w(p.add(8)))
+        }
+        #[inline(always)]
+        unsafe fn ld_u32(p: *const u32) -> Self::U {
+            (_mm256_loadu_si256(p as *const __m256i), _mm256_loadu_si256(p.add(8) as *const __m256i))
+        }
+        #[inline(always)]
+        unsafe fn nib(q: Self::U, shift: u32) -> Self::V {
+            let (mask, n) = (_mm256_set1_epi32(15), _mm256_set1_epi32(shift as i32));
+            let f = |v: __m256i| _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, n), mask));
+            (f(q.0), f(q.1))
+        }
+        #[inline(always)]
+        unsafe fn st(p: *mut f32, v: Self::V) {
+            _mm256_storeu_ps(p, v.0);
+            _mm256_storeu_ps(p.add(8), v.1);
+        }
+    }
+}
