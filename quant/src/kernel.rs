@@ -200,12 +200,18 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
 }
 
 /// Every row of `x` against panels `pa .. pe`: tiles of up to `MRX` rows and `NPX`
-/// panels, each panel group kept hot while the rows stream past it.
+/// panels, each panel group kept hot while the rows stream past it. With one or two rows
+/// (decode) a tile takes `NPS` panels instead, so enough independent FMA chains are in
+/// flight to hide the FMA latency (each chain is serial in k by contract).
 #[inline(always)]
-unsafe fn run<I: Isa, const MRX: usize, const NPX: usize>(j: &Job, m: usize, pa: usize, pe: usize) {
+unsafe fn run<I: Isa, const MRX: usize, const NPX: usize, const NPS: usize>(j: &Job, m: usize, pa: usize, pe: usize) {
+    let wide = if m <= 2 { NPS } else { NPX };
     let mut p = pa;
     while p < pe {
-        let np = NPX.min(pe - p);
+        let np = match wide.min(pe - p) {
+            3 => 2,
+            n => n,
+        };
         let mut r = 0;
         while r < m {
             let mr = MRX.min(m - r);
@@ -214,20 +220,20 @@ unsafe fn run<I: Isa, const MRX: usize, const NPX: usize>(j: &Job, m: usize, pa:
                     match mr {
                         1 => tile::<I, 1, $np>(j, r, p),
                         2 => tile::<I, 2, $np>(j, r, p),
-                        3 => tile::<I, 3, $np>(j, r, p),
-                        4 => tile::<I, 4, $np>(j, r, p),
-                        5 if MRX >= 5 => tile::<I, 5, $np>(j, r, p),
-                        6 if MRX >= 6 => tile::<I, 6, $np>(j, r, p),
-                        7 if MRX >= 7 => tile::<I, 7, $np>(j, r, p),
-                        8 if MRX >= 8 => tile::<I, 8, $np>(j, r, p),
-                        _ => unreachable!("tile rows {mr} > {MRX}"),
+                        3 if $np <= 2 => tile::<I, 3, $np>(j, r, p),
+                        4 if $np <= 2 => tile::<I, 4, $np>(j, r, p),
+                        5 if $np <= 2 && MRX >= 5 => tile::<I, 5, $np>(j, r, p),
+                        6 if $np <= 2 && MRX >= 6 => tile::<I, 6, $np>(j, r, p),
+                        7 if $np <= 2 && MRX >= 7 => tile::<I, 7, $np>(j, r, p),
+                        8 if $np <= 2 && MRX >= 8 => tile::<I, 8, $np>(j, r, p),
+                        _ => unreachable!("tile of {mr} rows x {} panels", $np),
                     }
                 };
             }
-            if NPX >= 2 && np == 2 {
-                rows!(2)
-            } else {
-                rows!(1)
+            match np {
+                4 if NPS >= 4 => rows!(4),
+                2 if NPX >= 2 || NPS >= 2 => rows!(2),
+                _ => rows!(1),
             }
             r += mr;
         }
@@ -238,17 +244,17 @@ unsafe fn run<I: Isa, const MRX: usize, const NPX: usize>(j: &Job, m: usize, pa:
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn run_avx512(j: &Job, m: usize, pa: usize, pe: usize) {
-    run::<crate::simd::Avx512, 8, 2>(j, m, pa, pe)
+    run::<crate::simd::Avx512, 8, 2, 4>(j, m, pa, pe)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_avx2(j: &Job, m: usize, pa: usize, pe: usize) {
-    run::<crate::simd::Avx2, 4, 1>(j, m, pa, pe)
+    run::<crate::simd::Avx2, 4, 1, 2>(j, m, pa, pe)
 }
 
 unsafe fn run_portable(j: &Job, m: usize, pa: usize, pe: usize) {
-    run::<Portable, 4, 1>(j, m, pa, pe)
+    run::<Portable, 4, 1, 2>(j, m, pa, pe)
 }
 
 /// Run `j` for `m` rows on `path`, output panels split over the current rayon pool.
