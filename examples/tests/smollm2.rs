@@ -206,3 +206,33 @@ fn smollm2_gguf_and_converted_directory_agree_bit_for_bit() {
     let differ = la.iter().zip(&lb).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
     assert_eq!(differ, 0, "{differ} logits differ between the GGUF and the converted directory");
 }
+
+#[test]
+fn smollm2_native_blocks_equal_f32_bit_for_bit() {
+    // The package's file: Q4_1 projections and a Q8_0 tied embedding/LM head, kept as
+    // blocks (`native`) or widened through Candle's dequantizer at load (`f32`). Both run
+    // two prompts, then three greedy decode steps of each.
+    let Some(path) = model() else { return };
+    let prompts: [Vec<u32>; 2] = [ids(&refs()["cases"][1]["prompt_ids"]), vec![1, 9690, 28, 1072, 314, 260]];
+    let run = |weights: tl_core::Weights| -> Vec<Vec<f32>> {
+        let engine = EngineConfig { weights, ..EngineConfig::default() };
+        let mut r = ModelRunner::load(&path, &engine).unwrap();
+        let mut seqs = [r.sequence(), r.sequence()];
+        let mut steps = Vec::new();
+        let mut next: Vec<Vec<u32>> = prompts.to_vec();
+        for _ in 0..4 {
+            let mut batch = Vec::new();
+            for (s, t) in seqs.iter_mut().zip(&next) {
+                batch.push(r.feed(s, t).unwrap());
+            }
+            next = batch.iter().map(|l| vec![argmax(l)]).collect();
+            steps.push(batch.concat());
+        }
+        steps
+    };
+    let (native, widened) = (run(tl_core::Weights::Native), run(tl_core::Weights::F32));
+    for (i, (a, b)) in native.iter().zip(&widened).enumerate() {
+        let differ = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+        assert_eq!(differ, 0, "step {i}: {differ} logits differ between native and f32 weights");
+    }
+}
