@@ -99,8 +99,7 @@ impl Linear {
             return Err(QuantError::LengthMismatch { what: "w", expected: n, got: w.len() });
         }
         let mut l = Linear::empty(Format::F32, Kind::F32, out, inp)?;
-        let src: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        pack::pack_elems(&src, 4, out, inp, pack::bytes_mut(&mut l.data));
+        pack::pack_f32(w, out, inp, pack::bytes_mut(&mut l.data));
         Ok(l)
     }
 

@@ -87,6 +87,19 @@ pub(crate) fn pack_elems(src: &[u8], elem: usize, out: usize, inp: usize, dst: &
     }
 }
 
+/// Repack row-major f32 values (no byte copy of the whole matrix first: a widened
+/// checkpoint is already the largest thing in memory at load).
+pub(crate) fn pack_f32(w: &[f32], out: usize, inp: usize, dst: &mut [u8]) {
+    let pb = inp * NR * 4;
+    for r in 0..out {
+        let (p, lane) = (r / NR, r % NR);
+        for (k, v) in w[r * inp..(r + 1) * inp].iter().enumerate() {
+            let at = p * pb + (k * NR + lane) * 4;
+            dst[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
 /// Repack GGUF Q8_0 rows (blocks of 34 bytes: f16 d, 32 i8).
 pub(crate) fn pack_q8_0(src: &[u8], out: usize, inp: usize, dst: &mut [u8]) {
     let (nb, pb) = (inp / QK, Kind::Q8.panel_bytes(inp));
