@@ -1,7 +1,9 @@
-//! tl-sampling: the generator of ../shared/spec/pcg32.md and the sampler of
-//! ../shared/spec/sampling.md, bit for bit.
+//! tl-sampling: the generator of docs/spec/pcg32.md and the sampler of
+//! docs/spec/sampling.md, bit for bit.
 //!
 //! - [`Pcg32`], [`child_seed`], [`stream`], [`PURPOSE_SAMPLE`]: one seeded stream per purpose.
+//! - [`choice_stream`]: the sampling stream of choice `c` of a request with `n > 1` choices
+//!   (choice 0 is `stream(seed, PURPOSE_SAMPLE)`).
 //! - [`sample`]: one token and its f64 logprob; [`SpecSampler`] is the same algorithm with
 //!   buffers kept across calls, registered with tl-core as `"spec"`.
 #![deny(missing_docs)]
@@ -9,7 +11,7 @@
 mod pcg;
 mod sample;
 
-pub use pcg::{child_seed, stream, Pcg32, PURPOSE_SAMPLE};
+pub use pcg::{child_seed, choice_stream, stream, Pcg32, PURPOSE_SAMPLE};
 pub use sample::{sample, SpecSampler};
 pub use tl_core::{SampleError, SamplingParams};
 

@@ -1,4 +1,5 @@
-//! PCG32 (pcg32_random_r, XSH-RR) and the per-purpose streams of pcg32.md.
+//! PCG32 (pcg32_random_r, XSH-RR), the per-purpose streams and the per-choice sampling
+//! streams of docs/spec/pcg32.md.
 
 const MULT: u64 = 6364136223846793005;
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -66,4 +67,20 @@ pub fn child_seed(seed: u64, purpose: u64) -> u64 {
 /// The generator for `purpose`: `Pcg32::new(child_seed(seed, purpose), purpose)`.
 pub fn stream(seed: u64, purpose: u64) -> Pcg32 {
     Pcg32::new(child_seed(seed, purpose), purpose)
+}
+
+/// The sampling generator of choice `choice` (0-based) of a request with seed `seed`, for
+/// requests that ask for `n > 1` choices (docs/spec/pcg32.md, "Choices of one request"):
+/// `Pcg32::new(child_seed(seed, PURPOSE_SAMPLE), PURPOSE_SAMPLE + (choice << 32))`.
+///
+/// Choice 0 is exactly `stream(seed, PURPOSE_SAMPLE)`, the generator of a single-choice
+/// request; choice `c >= 1` has sequence id `4 + c * 2^32`, never a purpose id. Only the seed
+/// and the choice index enter: not the request id, its arrival, its batch slot or its
+/// neighbours, so the same seed gives the same streams in any request.
+///
+/// `choice` is a `u32`, so the shift never loses bits. PCG drops the top bit of a sequence
+/// id (`inc = (seq << 1) | 1`), so choices `c` and `c + 2^31` share one generator; a request
+/// has far fewer choices than that.
+pub fn choice_stream(seed: u64, choice: u32) -> Pcg32 {
+    Pcg32::new(child_seed(seed, PURPOSE_SAMPLE), PURPOSE_SAMPLE.wrapping_add((choice as u64) << 32))
 }

@@ -1,4 +1,4 @@
-//! The sampler of sampling.md. Every sum is a left-to-right f64 loop in the order the spec
+//! The sampler of docs/spec/sampling.md. Every sum is a left-to-right f64 loop in the order the spec
 //! names; orderings use (s descending, id ascending) with `==` on values, so -0.0 and +0.0
 //! tie and fall back to the id, as in any implementation that compares numbers.
 
@@ -239,6 +239,11 @@ impl SpecSampler {
         if s_max == f64::INFINITY {
             return Err(bad("temperature", t, "large enough to keep logit / T finite"));
         }
+        // Every s is -inf although some logit is finite (T so small that l / T overflows):
+        // step 10's m would be -inf and every e(i) NaN, leaving no id it may return.
+        if s_max == f64::NEG_INFINITY {
+            return Err(bad("temperature", t, "large enough to keep the largest logit / T finite"));
+        }
 
         // Steps 7 to 9 produce the kept set K in `self.asc`, ascending.
         let top_k = if p.top_k > 0 && p.top_k < v { p.top_k } else { 0 };
@@ -301,8 +306,11 @@ impl SpecSampler {
                 return Ok((i, logprob(i as usize)));
             }
         }
-        // Rounding left c below u: the spec takes the last kept id. `asc` is never empty.
-        let last = asc.last().copied().unwrap_or(0) as usize;
+        // Rounding left c below u: the last kept id whose e(i) > 0, so never a masked (-inf)
+        // id nor one whose e underflowed to 0. The first step-7 candidate has s = m and
+        // e = 1, and it is always kept, so one exists (the fallbacks below are unreachable).
+        let positive = asc.iter().rev().copied().find(|&i| (s[i as usize] - m).exp() > 0.0);
+        let last = positive.or_else(|| asc.first().copied()).unwrap_or(0) as usize;
         Ok((last as u32, logprob(last)))
     }
 }

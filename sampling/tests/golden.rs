@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 use tl_core::Sampler;
-use tl_sampling::{sample, stream, Pcg32, SamplingParams, SpecSampler, PURPOSE_SAMPLE};
+use tl_sampling::{choice_stream, sample, stream, Pcg32, SamplingParams, SpecSampler, PURPOSE_SAMPLE};
 
 fn hex(v: &Value) -> u64 {
     let s = v.as_str().expect("a hex string");
@@ -66,7 +66,11 @@ fn sampler_matches_golden() {
         let prompt = ids(&case["prompt"]);
         let mut output = ids(&case["output_prefix"]);
         let seed = case["seed"].as_u64().unwrap();
-        let mut rng = stream(seed, PURPOSE_SAMPLE);
+        // Choice c of an n > 1 request when the case names one, else the single stream.
+        let mut rng = match case["choice"].as_u64() {
+            Some(c) => choice_stream(seed, u32::try_from(c).unwrap()),
+            None => stream(seed, PURPOSE_SAMPLE),
+        };
         let mut rng2 = rng.clone();
         let tokens = case["tokens"].as_array().unwrap();
         assert!(tokens.len() >= 12, "{name}");
@@ -86,6 +90,12 @@ fn sampler_matches_golden() {
         }
         assert_eq!(rng, rng2, "{name}: both paths drew the same numbers");
     }
-    assert_eq!(vocabs.iter().min(), Some(&5));
+    assert_eq!(vocabs.iter().min(), Some(&4));
     assert_eq!(vocabs.iter().max(), Some(&49152));
+    // The cases that pin step 10's fallback and the choice streams are there.
+    let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    for want in ["fallback_skips_masked_tail", "fallback_skips_underflowed_tail", "hand_example_choice_1"] {
+        assert!(names.contains(&want), "{want} missing from the golden file");
+    }
+    assert!(cases.iter().filter(|c| c["choice"].as_u64().is_some_and(|c| c > 0)).count() >= 3);
 }

@@ -1,7 +1,7 @@
 //! PCG32, uniforms, child seeds and streams against pcg32.md and the Python reference.
 
 use serde_json::Value;
-use tl_sampling::{child_seed, stream, Pcg32, PURPOSE_SAMPLE};
+use tl_sampling::{child_seed, choice_stream, stream, Pcg32, PURPOSE_SAMPLE};
 
 fn golden() -> Value {
     let text = include_str!("data/sampler_golden.json");
@@ -60,4 +60,53 @@ fn pcg32_implements_the_core_rng() {
     assert_eq!(r.next_u32(), a.next_u32());
     assert_eq!(r.uniform_f64().to_bits(), a.uniform_f64().to_bits());
     assert_eq!(a, b);
+}
+
+#[test]
+fn choice_streams_follow_pcg32_md() {
+    // pcg32.md's vectors: the first uniform of choices 0, 1 and 2 of seed 0.
+    let first = |c: u32| choice_stream(0, c).uniform_f64().to_bits();
+    assert_eq!(first(0), 0.8020949661137535f64.to_bits());
+    assert_eq!(first(1), 0.9068004087186612f64.to_bits());
+    assert_eq!(first(2), 0.581938172211182f64.to_bits());
+    for seed in [0u64, 1, 42, 0x0123_4567_89AB_CDEF, u64::MAX] {
+        // Choice 0 is exactly the single-choice stream.
+        assert_eq!(choice_stream(seed, 0), stream(seed, PURPOSE_SAMPLE), "seed {seed}");
+        for c in [1u32, 2, 3, 1000, u32::MAX] {
+            // Choice c: the sampler's child seed, sequence id 4 + c * 2^32.
+            let want = Pcg32::new(child_seed(seed, PURPOSE_SAMPLE), PURPOSE_SAMPLE + ((c as u64) << 32));
+            assert_eq!(choice_stream(seed, c), want, "seed {seed} choice {c}");
+            // Never the stream of another purpose under the same seed.
+            for purpose in 0..16 {
+                assert_ne!(choice_stream(seed, c), stream(seed, purpose), "seed {seed} choice {c}");
+            }
+        }
+        // The first 64 choices draw different numbers.
+        let mut firsts: Vec<u64> = (0..64).map(|c| choice_stream(seed, c).uniform_f64().to_bits()).collect();
+        firsts.sort_unstable();
+        firsts.dedup();
+        assert_eq!(firsts.len(), 64, "seed {seed}");
+    }
+    // PCG drops a sequence id's top bit (inc = (seq << 1) | 1): choices c and c + 2^31 share
+    // a generator, as pcg32.md's formula implies (documented on choice_stream).
+    let mut a = choice_stream(5, 3);
+    let mut b = choice_stream(5, 3 + (1 << 31));
+    assert_eq!((a.next_u32(), a.next_u32()), (b.next_u32(), b.next_u32()));
+}
+
+#[test]
+fn choice_streams_match_the_python_reference() {
+    let doc = golden();
+    let choices = doc["pcg32"]["choices"].as_array().unwrap();
+    assert!(choices.len() >= 20);
+    for s in choices {
+        let (seed, c) = (s["seed"].as_u64().unwrap(), s["choice"].as_u64().unwrap());
+        let mut g = choice_stream(seed, u32::try_from(c).unwrap());
+        for want in s["next_u32"].as_array().unwrap() {
+            assert_eq!(g.next_u32() as u64, hex(want), "choice {c} of seed {seed}");
+        }
+        for want in s["then_uniform_f64"].as_array().unwrap() {
+            assert_eq!(g.uniform_f64().to_bits(), hex(want), "choice {c} of seed {seed} uniform");
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! boundary, penalty semantics, the distribution, bad input and the registry.
 
 use tl_core::SampleError;
-use tl_sampling::{sample, stream, Pcg32, SamplingParams, SpecSampler, PURPOSE_SAMPLE};
+use tl_sampling::{choice_stream, sample, stream, Pcg32, SamplingParams, SpecSampler, PURPOSE_SAMPLE};
 
 /// sampling.md step 4 for a row of (already penalised) logits.
 fn logprob(l: &[f64], id: usize) -> f64 {
@@ -207,4 +207,138 @@ fn registry_lists_spec_and_it_samples_like_sample() {
         out.push(got.0);
     }
     assert_eq!(a, b);
+}
+
+/// The largest uniform PCG32 can give: 1 - 2^-53.
+const U_MAX: f64 = 1.0 - 1.0 / 9007199254740992.0;
+/// Seeds whose first `uniform_f64()` of `stream(seed, PURPOSE_SAMPLE)` is `U_MAX` (found by
+/// inverting mix64 and the PCG step; also used by scripts/reference/make_sampler_golden.py).
+const SEED_U_MAX_A: u64 = 0xB412_7802_403D_9BBF;
+const SEED_U_MAX_B: u64 = 0xAAD1_7B52_55E9_0A2E;
+
+/// A generator whose every uniform is `u`, to reach step 10's fallback on purpose.
+struct FixedUniform(f64);
+
+impl tl_core::Rng for FixedUniform {
+    fn next_u32(&mut self) -> u32 {
+        unreachable!("the sampler draws uniforms only")
+    }
+    fn uniform_f64(&mut self) -> f64 {
+        self.0
+    }
+}
+
+fn sample_at(logits: &[f32], p: &SamplingParams, u: f64) -> (u32, f64) {
+    SpecSampler::new().sample_with(logits, p, &[], &[], &mut FixedUniform(u)).unwrap()
+}
+
+#[test]
+fn fallback_never_returns_a_masked_token() {
+    // Seven equal logits: step 10's c ends at 1 - 2^-52 (rounding), below u = 1 - 2^-53, so the
+    // loop ends without returning. No filter is on, so K holds the masked id 7 as its last id;
+    // sampling.md step 10 returns the last id of K whose e(i) > 0: id 6, never 7.
+    let mut logits = vec![0.0f32; 7];
+    logits.push(f32::NEG_INFINITY);
+    let mut c = 0.0f64;
+    for _ in 0..7 {
+        c += 1.0 / 7.0;
+    }
+    assert!(c < U_MAX, "the row must leave c below the largest uniform: c = {c:e}");
+    let lp_6 = logprob(&[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, f64::NEG_INFINITY], 6);
+    assert!(lp_6.is_finite());
+    let p = SamplingParams::default();
+    let (id, lp) = sample_at(&logits, &p, U_MAX);
+    assert_eq!((id, lp.to_bits()), (6, lp_6.to_bits()), "the fallback returned {id} (logprob {lp})");
+
+    // The same through a real seeded stream whose first uniform is 1 - 2^-53.
+    let mut check = stream(SEED_U_MAX_A, PURPOSE_SAMPLE);
+    assert_eq!(check.uniform_f64(), U_MAX);
+    let (id, lp) = sample(&logits, &p, &[], &[], &mut stream(SEED_U_MAX_A, PURPOSE_SAMPLE)).unwrap();
+    assert_eq!((id, lp.to_bits()), (6, lp_6.to_bits()));
+
+    // Several masked ids at the end of K, kept by a top_k larger than the finite ids.
+    let mut logits = vec![0.0f32; 7];
+    logits.extend([f32::NEG_INFINITY; 3]);
+    for top_k in [0, 8, 9, 10, 50] {
+        let p = SamplingParams { top_k, ..Default::default() };
+        assert_eq!(sample_at(&logits, &p, U_MAX).0, 6, "top_k {top_k}");
+    }
+    // A masked id between kept ones changes nothing: the last positive id is still the answer.
+    let mut logits = vec![0.0f32; 7];
+    logits.insert(3, f32::NEG_INFINITY);
+    logits.push(f32::NEG_INFINITY);
+    assert_eq!(sample_at(&logits, &SamplingParams::default(), U_MAX).0, 7);
+    // Below c the walk decides as before: u = 0 takes the first kept id.
+    assert_eq!(sample_at(&logits, &SamplingParams::default(), 0.0).0, 0);
+}
+
+#[test]
+fn fallback_skips_an_underflowed_tail() {
+    // [0, 1, 2]: c ends at exactly 1 - 2^-53 = u, so `u < c` never holds. Id 3 is finite but its
+    // e = exp(-802) underflows to 0: the rule is e(i) > 0, so the fallback returns 2, not 3.
+    let logits = [0.0f32, 1.0, 2.0, -800.0];
+    let want = logprob(&[0.0, 1.0, 2.0, -800.0], 2);
+    let (id, lp) = sample_at(&logits, &SamplingParams::default(), U_MAX);
+    assert_eq!((id, lp.to_bits()), (2, want.to_bits()));
+    let (id, lp) = sample(&logits, &SamplingParams::default(), &[], &[], &mut stream(SEED_U_MAX_B, 4)).unwrap();
+    assert_eq!((id, lp.to_bits()), (2, want.to_bits()));
+    // When the last kept id has e > 0 the fallback still takes the last kept id.
+    assert_eq!(sample_at(&[0.0, 1.0, 2.0], &SamplingParams::default(), U_MAX).0, 2);
+}
+
+#[test]
+fn a_temperature_that_sends_every_scaled_logit_to_minus_inf_is_an_error() {
+    // -1 / 1e-310 is -inf: step 10 would have m = -inf and e(i) = NaN for every id, so no id
+    // satisfies e(i) > 0. Refused like the +inf side, naming the temperature.
+    let p = SamplingParams { temperature: 1e-310, ..Default::default() };
+    for logits in [[-1.0f32, -2.0], [1.0, 2.0]] {
+        match sample(&logits, &p, &[], &[], &mut stream(0, PURPOSE_SAMPLE)) {
+            Err(SampleError::BadParam { field, .. }) => assert_eq!(field, "temperature"),
+            other => panic!("{logits:?}: expected a temperature error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn choices_of_one_request_sample_from_their_own_streams() {
+    // The worked example of sampling.md with choice c of seed 0: choice 0 draws
+    // u = 0.8020949661137535 (token 3); choice 1 draws 0.9068004087186612 (token 3) and
+    // choice 2 draws 0.581938172211182, above 0.5 as well (token 3). Greedy never draws.
+    let logits = [1.0f32, 3.0, 2.0, 3.0, -1.0];
+    let p = SamplingParams { top_k: 3, top_p: 0.8, ..Default::default() };
+    for c in 0..3 {
+        let (id, lp) = sample(&logits, &p, &[], &[], &mut choice_stream(0, c)).unwrap();
+        assert_eq!((id, lp.to_bits()), (3, (-0.9248660042217248f64).to_bits()), "choice {c}");
+    }
+    // With kept {0, 1, 2, 3} at 0.25 each the three uniforms land in different ids.
+    let flat = [0.0f32; 4];
+    let got: Vec<u32> = (0..3)
+        .map(|c| sample(&flat, &SamplingParams::default(), &[], &[], &mut choice_stream(0, c)).unwrap().0)
+        .collect();
+    assert_eq!(got, [3, 3, 2], "u = 0.802.., 0.906.., 0.581..");
+    // Each choice's tokens depend on its seed and index only: sampling the choices in
+    // another order, or interleaved, gives each the same sequence.
+    let logits: Vec<f32> = (0..200).map(|i| ((i * 53) % 97) as f32 / 11.0 - 4.0).collect();
+    let q = SamplingParams { temperature: 0.8, top_p: 0.9, ..Default::default() };
+    let run = |order: &[u32]| {
+        let mut rngs: Vec<Pcg32> = (0..4).map(|c| choice_stream(123, c)).collect();
+        let mut out = vec![Vec::new(); 4];
+        for _ in 0..10 {
+            for &c in order {
+                let c = c as usize;
+                let id = sample(&logits, &q, &[], &out[c], &mut rngs[c]).unwrap().0;
+                out[c].push(id);
+            }
+        }
+        out
+    };
+    let a = run(&[0, 1, 2, 3]);
+    assert_eq!(run(&[3, 1, 0, 2]), a);
+    assert_ne!(a[0], a[1], "two choices drew the same ten tokens");
+    let mut single = stream(123, PURPOSE_SAMPLE);
+    let mut out = Vec::new();
+    for _ in 0..10 {
+        out.push(sample(&logits, &q, &[], &out, &mut single).unwrap().0);
+    }
+    assert_eq!(out, a[0], "choice 0 is the single-choice stream");
 }

@@ -11,8 +11,15 @@ Large vocabularies are stored as a recipe, not as numbers: step t of a case with
     g = Pcg32(seed, t); for each id i: a = g.next_u32(); v = a >> (32 - bits)
     x = (v - 2^(bits - 1)) * 2^-frac;  x = -inf when mask_every > 0 and i % mask_every == mask_offset
 (an integer below 2^24 times a power of two: exact in f32). Cases with "rows" use
-rows[t % len(rows)]. Each case samples `steps` tokens from one stream(seed, PURPOSE_SAMPLE),
-with output = output_prefix + the tokens sampled so far.
+rows[t % len(rows)]. Each case samples `steps` tokens from one generator, with
+output = output_prefix + the tokens sampled so far. The generator is stream(seed,
+PURPOSE_SAMPLE), or choice_stream(seed, choice) when the case has a "choice" (choice c of
+a request with n > 1 choices, docs/spec/pcg32.md).
+
+Two seeds below were constructed (by inverting mix64 and the PCG step) so that the first
+uniform_f64() of stream(seed, PURPOSE_SAMPLE) is 1 - 2^-53, the largest value it can
+take: with them, step 10's loop of docs/spec/sampling.md ends without returning and its
+fallback decides the token.
 """
 
 import json
@@ -66,6 +73,9 @@ def gen(seed, vocab, bits=23, frac=19, mask_every=0, mask_offset=0):
 
 
 NEG_INF = -math.inf
+# Seeds whose first uniform of stream(seed, PURPOSE_SAMPLE) is 1 - 2^-53 (checked in main()).
+SEED_U_MAX_A = 0xB4127802403D9BBF
+SEED_U_MAX_B = 0xAAD17B5255E90A2E
 # name, logits (("rows", [...]) or ("gen", recipe)), params, prompt, output prefix, seed
 CASES = [
     ("hand_example", ("rows", [[1.0, 3.0, 2.0, 3.0, -1.0]]), params(top_k=3, top_p=0.8), [], [], 0),
@@ -102,12 +112,24 @@ CASES = [
             frequency_penalty=0.1), [1, 2, 3, 500, 49151], [42], 2 ** 64 - 1),
     ("v49152_top_p_only", ("gen", gen(27, 49152, bits=16, frac=12)), params(top_p=0.8, temperature=1.1), [], [],
      0x123456789ABCDEF0),
+    # Step 10's fallback: seven equal logits sum to c = 1 - 2^-52 < u = 1 - 2^-53, so the
+    # loop ends; the last kept id (7) is masked, the fallback returns 6.
+    ("fallback_skips_masked_tail", ("rows", [[0.0] * 7 + [NEG_INF]]), params(), [], [], SEED_U_MAX_A),
+    # [0, 1, 2] sums to c = 1 - 2^-53 = u; id 3's e = exp(-802) underflows to 0: returns 2.
+    ("fallback_skips_underflowed_tail", ("rows", [[0.0, 1.0, 2.0, -800.0]]), params(), [], [], SEED_U_MAX_B),
+    # Choices c of one request (n > 1): choice_stream(seed, c).
+    ("hand_example_choice_1", ("rows", [[1.0, 3.0, 2.0, 3.0, -1.0]]), params(top_k=3, top_p=0.8), [], [], 0, 1),
+    ("hand_example_choice_2", ("rows", [[1.0, 3.0, 2.0, 3.0, -1.0]]), params(top_k=3, top_p=0.8), [], [], 0, 2),
+    ("choice_0_equals_stream", ("gen", gen(30, 300)), params(temperature=0.9, top_p=0.95), [], [], 77, 0),
+    ("choice_5_filters_and_penalties", ("gen", gen(30, 300)),
+     params(temperature=0.9, top_p=0.95, min_p=0.01, presence_penalty=0.3), [1, 2], [3], 77, 5),
+    ("choice_max_seed_max", ("gen", gen(31, 1000)), params(top_k=20), [], [], 2 ** 64 - 1, 2 ** 32 - 1),
 ]
 
 
-def run_case(name, logits, p, prompt, prefix, seed):
+def run_case(name, logits, p, prompt, prefix, seed, choice=None):
     kind, val = logits
-    rng = ref.stream(seed, ref.PURPOSE_SAMPLE)
+    rng = ref.stream(seed, ref.PURPOSE_SAMPLE) if choice is None else ref.choice_stream(seed, choice)
     output = list(prefix)
     tokens = []
     for t in range(STEPS):
@@ -119,6 +141,8 @@ def run_case(name, logits, p, prompt, prefix, seed):
         tokens.append({"id": tid, "logprob": f64_hex(lp), "logprob_repr": repr(lp)})
         output.append(tid)
     case = {"name": name, "params": p, "prompt": prompt, "output_prefix": prefix, "seed": seed, "tokens": tokens}
+    if choice is not None:
+        case["choice"] = choice
     if kind == "rows":
         case["rows"] = [[f32_hex(as_f32(x)) for x in r] for r in val]
     else:
@@ -138,13 +162,23 @@ def generator_vectors():
         us = [f64_hex(s.uniform_f64()) for _ in range(3)]
         streams.append({"seed": seed, "purpose": purpose, "child_seed": "0x%016x" % ref.child_seed(seed, purpose),
                         "next_u32": outs, "then_uniform_f64": us})
-    return {"demo_42_54_next_u32": demo, "demo_42_54_uniform_f64": uniforms, "streams": streams}
+    choices = []
+    for seed in [0, 1, 42, 2 ** 64 - 1]:
+        for choice in [0, 1, 2, 3, 7, 2 ** 31 - 1, 2 ** 32 - 1]:
+            s = ref.choice_stream(seed, choice)
+            outs = ["0x%08x" % s.next_u32() for _ in range(4)]
+            us = [f64_hex(s.uniform_f64()) for _ in range(3)]
+            choices.append({"seed": seed, "choice": choice, "next_u32": outs, "then_uniform_f64": us})
+    return {"demo_42_54_next_u32": demo, "demo_42_54_uniform_f64": uniforms, "streams": streams,
+            "choices": choices}
 
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     default = os.path.join(here, "..", "..", "sampling", "tests", "data", "sampler_golden.json")
     out = sys.argv[1] if len(sys.argv) > 1 else default
+    for seed in (SEED_U_MAX_A, SEED_U_MAX_B):
+        assert ref.stream(seed, ref.PURPOSE_SAMPLE).uniform_f64() == 1.0 - 2.0 ** -53, hex(seed)
     doc = {
         "about": "Golden data from scripts/reference/make_sampler_golden.py (Python stdlib reference of "
                  "spec/pcg32.md and spec/sampling.md). Floats are hex bit patterns.",

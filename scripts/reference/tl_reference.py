@@ -1,4 +1,4 @@
-"""An independent reference of spec/pcg32.md and spec/sampling.md in plain Python 3.
+"""An independent reference of docs/spec/pcg32.md and docs/spec/sampling.md in plain Python 3.
 
 Standard library only: math.exp, math.log and plain loops, written from the spec text,
 not from the Rust code. Every sum is a left-to-right loop in the order the spec names.
@@ -47,6 +47,14 @@ def child_seed(seed, purpose):
 
 def stream(seed, purpose):
     return Pcg32(child_seed(seed, purpose), purpose)
+
+
+def choice_stream(seed, choice):
+    """The sampling generator of choice `choice` (0-based, below 2^32) of a request with
+    `n > 1` choices: sequence id PURPOSE_SAMPLE + (choice << 32); choice 0 is
+    stream(seed, PURPOSE_SAMPLE)."""
+    assert 0 <= choice < (1 << 32), choice
+    return Pcg32(child_seed(seed, PURPOSE_SAMPLE), (PURPOSE_SAMPLE + (choice << 32)) & MASK64)
 
 
 class BadInput(Exception):
@@ -99,6 +107,13 @@ def sample(logits, p, prompt, output, rng):
             counts[i] = counts.get(i, 0) + 1
         for i, c in counts.items():
             l[i] = l[i] - (a_f * float(c) + a_p)
+    # Not in the spec's list, refused as the Rust sampler does: a penalty that pushes a
+    # logit to +inf or NaN, or leaves every logit -inf.
+    for x in l:
+        if math.isnan(x) or x == math.inf:
+            raise BadInput("a penalised logit is %r" % x)
+    if all(x == -math.inf for x in l):
+        raise BadInput("every penalised logit is -inf")
     # 4. Logprobs.
     big_m = -math.inf
     for x in l:
@@ -122,6 +137,10 @@ def sample(logits, p, prompt, output, rng):
         return best, logprob(best)
     # 6. Temperature.
     s = [x / t for x in l]
+    s_max = max(s)
+    if s_max == math.inf or s_max == -math.inf:
+        # Not in the spec's list: l / T overflowed, and step 10 would divide NaNs.
+        raise BadInput("temperature too small: the largest logit / T is not finite")
     # 7. Candidates: (s descending, id ascending); top_k.
     cand = sorted(range(v), key=lambda i: (-s[i], i))
     if p["top_k"] > 0:
@@ -164,4 +183,9 @@ def sample(logits, p, prompt, output, rng):
         c += e[i] / z
         if u < c:
             return i, logprob(i)
-    return k[-1], logprob(k[-1])
+    # The loop ended (rounding left c below u): the last kept id whose e(i) > 0, never a
+    # masked (-inf) id or one whose e underflowed to 0.
+    for i in reversed(k):
+        if e[i] > 0.0:
+            return i, logprob(i)
+    raise AssertionError("unreachable: the largest kept s has e = 1")
