@@ -1,4 +1,4 @@
-//! The Llama fields of config.json (../shared/spec/model-dir.md), parsed and checked once.
+//! The Llama fields of config.json (docs/spec/model-dir.md), parsed and checked once.
 //!
 //! Hugging Face writes two generations of names: transformers 4.x puts `rope_theta` and
 //! `rope_scaling` at the top level and the dtype in `torch_dtype`; transformers 5.x nests

@@ -1,4 +1,4 @@
-//! config.json: the fields every architecture shares (../shared/spec/model-dir.md).
+//! config.json: the fields every architecture shares (docs/spec/model-dir.md).
 //!
 //! Core reads `tl_arch`, `tl_tokenizer`, the vocabulary and the special ids, keeps the
 //! whole JSON, and hands it to the architecture registered under `tl_arch`, which parses

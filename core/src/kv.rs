@@ -1,6 +1,6 @@
 //! The KV backend extension point: the block pool the forward writes K and V into.
 //!
-//! Layout (../shared/spec/kv.md): fixed-size blocks of `block_tokens` (B) positions. Each
+//! Layout (docs/spec/kv.md): fixed-size blocks of `block_tokens` (B) positions. Each
 //! block has, per layer, one K slab and one V slab of `n_kv_heads * B * head_dim` f16
 //! values stored as `u16`. Position `j` of a sequence lives in block `table[j / B]`, slot
 //! `j % B`; its K for KV head `h` starts at element `(h * B + slot) * head_dim` of that

@@ -1,4 +1,4 @@
-//! The memory-mapped safetensors reader (../shared/spec/model-dir.md).
+//! The memory-mapped safetensors reader (docs/spec/model-dir.md).
 //!
 //! Layout: a u64 little-endian header length N, N bytes of JSON, then the data buffer.
 //! `data_offsets` count from the start of the DATA BUFFER and must tile it exactly. The

@@ -1,5 +1,5 @@
 //! The sampler extension point: a logits row plus history and a generator into
-//! `(id, logprob)`. The algorithm is ../shared/spec/sampling.md; tl-sampling provides it,
+//! `(id, logprob)`. The algorithm is docs/spec/sampling.md; tl-sampling provides it,
 //! registered as `"spec"`.
 
 use thiserror::Error;

@@ -1,6 +1,6 @@
 //! tl-kv: the bounded, Rust-owned f16 KV block pool, registered as `"f16-slab"`.
 //!
-//! Contract: `../shared/spec/kv.md`. A [`KvPool`] owns every K and V slab of every block
+//! Contract: `docs/spec/kv.md`. A [`KvPool`] owns every K and V slab of every block
 //! in one allocation made at construction; it never grows. Block bookkeeping (reference
 //! counts, the free list, the prefix hash index and the LRU of cached blocks) costs O(1)
 //! per block touched. [`KvPool::export`] / [`KvPool::import`] move blocks between pools

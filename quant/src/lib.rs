@@ -1,4 +1,4 @@
-//! tl-quant: the numbers of ../shared/spec/numbers.md.
+//! tl-quant: the numbers of docs/spec/numbers.md.
 //!
 //! - [`f16_to_f32`], [`f32_to_f16`], [`bf16_to_f32`]: exact widening and round-to-nearest-even
 //!   narrowing, through the `half` crate.
