@@ -9,6 +9,9 @@ export TL_REQUIRE_MODEL=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
+# The stdlib Python reference behind the sampler's golden file: its check values, and
+# that regenerating the golden file reproduces it byte for byte.
+python3 scripts/reference/test_reference.py 2>&1 | tail -n 3 || status=$?
 cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
 # cargo's last line is the last crate's (often empty) doc-test run: close with the totals.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "summary: %d passed, %d failed\n", p, f }' "$log"
