@@ -74,20 +74,25 @@ pub(crate) fn rms_norm(path: Path, x: &[f32], w: &[f32], eps: f32, y: &mut [f32]
     rows(y, d, |i, y| rms_norm_row(path, &x[i * d..(i + 1) * d], w, eps, y));
 }
 
+/// `silu(g) * u` on 16 lanes (a plain function, not a closure: a closure would be
+/// compiled apart from the caller's instruction set and call the intrinsics out of line).
+#[inline(always)]
+unsafe fn swiglu16<L: Lanes>(g: L::V, u: L::V) -> L::V {
+    L::mul(L::div(g, L::add(L::splat(1.0), exp::<L>(L::sub(L::zero(), g)))), u)
+}
+
 /// One row of SwiGLU: `act = silu(g) * u` with `silu(g) = g / (1 + exp(-g))` (Hugging
 /// Face's `F.silu(gate) * up`), `exp` the [`crate::lanes::exp`] polynomial.
 #[inline(always)]
 unsafe fn swiglu_row_impl<L: Lanes>(g: &[f32], u: &[f32], act: &mut [f32]) {
     let n = g.len().min(u.len()).min(act.len());
-    let one = L::splat(1.0);
-    let f = |g: L::V, u: L::V| L::mul(L::div(g, L::add(one, exp::<L>(L::sub(L::zero(), g)))), u);
     let full = n / W * W;
     for c in (0..full).step_by(W) {
-        L::st(act.as_mut_ptr().add(c), f(L::ld(g.as_ptr().add(c)), L::ld(u.as_ptr().add(c))));
+        L::st(act.as_mut_ptr().add(c), swiglu16::<L>(L::ld(g.as_ptr().add(c)), L::ld(u.as_ptr().add(c))));
     }
     if n > full {
         let (gv, uv) = (ld_part::<L>(g.as_ptr().add(full), n - full), ld_part::<L>(u.as_ptr().add(full), n - full));
-        st_part::<L>(act.as_mut_ptr().add(full), f(gv, uv), n - full);
+        st_part::<L>(act.as_mut_ptr().add(full), swiglu16::<L>(gv, uv), n - full);
     }
 }
 
