@@ -12,7 +12,7 @@
 //! The arithmetic, the same on every path ([`crate::lanes`]), for query head `h`, keys
 //! `j = 0 .. n` (`n = pos + 1`) in ascending position:
 //!
-//! - `s_j = hsum(acc) * scale`, where lane `l` of `acc` is the FMA chain over
+//! - `s_j = hsum(acc) * scale` (16 keys' trees at once on AVX-512), where lane `l` of `acc` is the FMA chain over
 //!   `i = l, l + 16, ...` of `q[i] * k_j[i]` from +0.0 (a `D` that is not a multiple of 16
 //!   is padded with zeros, which leave the chains unchanged), and `hsum` is the fixed
 //!   pairwise tree; `scale = 1 / sqrt(D)`.
@@ -105,7 +105,11 @@ unsafe fn heads<L: Lanes, const G: usize>(
     }
     let (qs, sc) = (qs.as_ptr(), sc.as_mut_ptr());
 
-    // Scores: one pass over the keys, each widened once for the G heads.
+    // Scores: one pass over the keys, each widened once for the G heads. Each head's
+    // lane accumulators are kept for 16 keys and reduced together (`hsum16`), into the
+    // score row at `j0 .. j0 + 16` (inside the padded row: j0 is a multiple of 16).
+    let mut tile = [[L::zero(); W]; G];
+    let sv = L::splat(scale);
     for_keys(kv, n, d, |j, kr, _| {
         let mut acc = [L::zero(); G];
         for c in 0..full {
@@ -120,8 +124,14 @@ unsafe fn heads<L: Lanes, const G: usize>(
                 *a = L::fma(L::ld(qs.add(h * dp + full * W)), kx, *a);
             }
         }
-        for (h, a) in acc.iter().enumerate() {
-            *sc.add(h * np + j) = L::hsum(*a) * scale;
+        let k = j % W;
+        for (t, a) in tile.iter_mut().zip(acc) {
+            t[k] = a;
+        }
+        if k == W - 1 || j + 1 == n {
+            for (h, t) in tile.iter().enumerate() {
+                L::st(sc.add(h * np + j - k), L::mul(L::hsum16(t), sv));
+            }
         }
     });
 

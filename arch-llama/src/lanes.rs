@@ -62,6 +62,13 @@ pub trait Lanes: Copy {
     /// The lanes' sum by the fixed tree `s8[l] = v[l] + v[l+8]`, `s4[l] = s8[l] + s8[l+4]`,
     /// `s2[l] = s4[l] + s4[l+2]`, `s2[0] + s2[1]`.
     unsafe fn hsum(v: Self::V) -> f32;
+    /// Lane `k` = `hsum(v[k])`: sixteen sums at once, by the same tree (an implementation
+    /// may share the shuffles between vectors; each sum's additions stay the same).
+    #[inline(always)]
+    unsafe fn hsum16(v: &[Self::V; W]) -> Self::V {
+        let s: [f32; W] = std::array::from_fn(|k| Self::hsum(v[k]));
+        Self::ld(s.as_ptr())
+    }
 }
 
 /// Plain Rust, one lane at a time: the reference.
@@ -230,6 +237,31 @@ mod x86 {
         unsafe fn hsum(v: __m512) -> f32 {
             let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
             hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
+        }
+        /// The tree level by level across the 16 vectors: 15 adds and 30 shuffles instead
+        /// of 16 separate trees (64 adds). Each level pairs the same lanes as `hsum`, with
+        /// the lower lane first, so every sum is bit for bit `hsum(v[k])`.
+        #[inline(always)]
+        unsafe fn hsum16(v: &[__m512; W]) -> __m512 {
+            // s8: t[p] = [s8 of v[2p] | s8 of v[2p+1]] (8 lanes each).
+            let t: [__m512; 8] = std::array::from_fn(|p| {
+                let (a, b) = (v[2 * p], v[2 * p + 1]);
+                _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b))
+            });
+            // s4: u[r], quarter i = s4 of v[4r + i].
+            let u: [__m512; 4] = std::array::from_fn(|r| {
+                let (a, b) = (t[2 * r], t[2 * r + 1]);
+                _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b))
+            });
+            // s2: w[t], quarter i = [s2 of v[8t + i] (2 lanes), s2 of v[8t + 4 + i]].
+            let w: [__m512; 2] = std::array::from_fn(|t| {
+                let (a, b) = (u[2 * t], u[2 * t + 1]);
+                _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b))
+            });
+            // s1: lane 4i + m = sum of v[4m + i]; permute to lane k = sum of v[k].
+            let r = _mm512_add_ps(_mm512_shuffle_ps::<0x88>(w[0], w[1]), _mm512_shuffle_ps::<0xDD>(w[0], w[1]));
+            let idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+            _mm512_permutexvar_ps(idx, r)
         }
     }
 
