@@ -191,7 +191,7 @@ unsafe fn group_impl<L: Lanes>(
     }
 }
 
-simd_entry!(fn attend_group_unchecked => group_impl(
+simd_entry!(#[allow(clippy::too_many_arguments)] fn attend_group_unchecked => group_impl(
     q: &[f32], kv: &KvView<'_>, n: usize, d: usize, scale: f32, scratch: &mut Vec<f32>, out: &mut [f32]
 ));
 
@@ -232,6 +232,9 @@ pub fn attend_one(
     attend_group(path, q, &kv, n, d, &mut Vec::new(), out)
 }
 
+/// One sequence's K slabs and V slabs of one layer, in block-table order.
+type SeqSlabs<'a> = (Vec<&'a [u16]>, Vec<&'a [u16]>);
+
 thread_local! {
     /// Per-worker scratch (padded queries and scores), kept across tasks and steps: it
     /// grows to the longest context seen, never per call.
@@ -259,12 +262,15 @@ pub(crate) fn attention(
     let group = heads / kv_heads;
     // Per sequence, its K and V slabs of this layer in table order. The backend is not
     // Sync; its slabs are, so the workers share these slices.
-    let mut slabs: Vec<(Vec<&[u16]>, Vec<&[u16]>)> = Vec::with_capacity(batch.seqs.len());
+    let mut slabs: Vec<SeqSlabs> = Vec::with_capacity(batch.seqs.len());
     for (s, &nb) in batch.seqs.iter().zip(&plan.n_blocks) {
         let get = |id: u32, is_v: bool| -> Result<&[u16], ModelError> {
             let slab = kv.slab(id, layer, is_v)?;
             if slab.len() != slab_len {
-                return Err(ModelError::Other(format!("KV block {id}: slab holds {} values, not {slab_len}", slab.len())));
+                return Err(ModelError::Other(format!(
+                    "KV block {id}: slab holds {} values, not {slab_len}",
+                    slab.len()
+                )));
             }
             Ok(slab)
         };
@@ -339,7 +345,10 @@ pub(crate) fn write_kv(
         for (col, is_v) in [(k_col, false), (v_col, true)] {
             let slab = kv.slab_mut(id, layer, is_v)?;
             if slab.len() != slab_len {
-                return Err(ModelError::Other(format!("KV block {id}: slab holds {} values, not {slab_len}", slab.len())));
+                return Err(ModelError::Other(format!(
+                    "KV block {id}: slab holds {} values, not {slab_len}",
+                    slab.len()
+                )));
             }
             let src = &qkv[t * stride + col..t * stride + col + width];
             for (h, row) in src.chunks_exact(d).enumerate() {

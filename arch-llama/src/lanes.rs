@@ -355,10 +355,10 @@ mod x86 {
 pub unsafe fn exp<L: Lanes>(x: L::V) -> L::V {
     let x = L::min(L::max(x, L::splat(-87.0)), L::splat(88.0));
     let n = L::round(L::mul(x, L::splat(std::f32::consts::LOG2_E)));
-    let r = L::fma(n, L::splat(-0.693_359_375), x); // ln 2, high part (exact in 9 bits)
+    let r = L::fma(n, L::splat(-0.693_359_4), x); // ln 2, high part: 0.693359375, 9 bits
     let r = L::fma(n, L::splat(2.121_944_4e-4), r); // minus the low part
     let mut p = L::splat(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_345e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1] {
+    for c in [1.398_199_9e-3, 8.333_345e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
         p = L::fma(p, r, L::splat(c));
     }
     let y = L::add(L::fma(p, L::mul(r, r), r), L::splat(1.0));

@@ -196,8 +196,24 @@ fn f16_narrowing_matches_tl_quant_on_every_path() {
     let mut xs: Vec<f32> = (0..200_000).map(|_| f32::from_bits(rng.u64() as u32)).collect();
     // Ties, the overflow edge, subnormals, zeros, infinities, NaNs with payloads.
     xs.extend([
-        0.0, -0.0, 1.0, 65504.0, 65519.99, 65520.0, -65520.0, 1e-8, -6e-8, 5.96e-8, 2.98e-8, 1.0 + 1.0 / 2048.0,
-        1.0 + 3.0 / 2048.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MIN_POSITIVE,
+        0.0,
+        -0.0,
+        1.0,
+        65504.0,
+        65519.99,
+        65520.0,
+        -65520.0,
+        1e-8,
+        -6e-8,
+        5.96e-8,
+        2.98e-8,
+        1.0 + 1.0 / 2048.0,
+        1.0 + 3.0 / 2048.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MIN_POSITIVE,
     ]);
     xs.extend([0x7f80_0001u32, 0x7fc0_1234, 0xffbf_ffff, 0x7f80_2000].map(f32::from_bits));
     let want: Vec<u16> = xs.iter().map(|&x| f32_to_f16(x)).collect();
@@ -261,7 +277,10 @@ fn exp_is_accurate_and_the_same_on_every_path() {
     eprintln!("exp: worst relative error {worst:.2e}");
     assert!(worst < 3.0 * f32::EPSILON as f64, "exp relative error {worst:e}");
     // Clamped: far below gives e^-87 (tiny, positive), NaN too; far above stays finite.
-    let edge = exp16(Path::Portable, &[-1e30, f32::NEG_INFINITY, f32::NAN, 1e30, 0.0, -0.0, 88.0, -87.0, 1.0, -1.0, 0.5, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let edge = exp16(
+        Path::Portable,
+        &[-1e30, f32::NEG_INFINITY, f32::NAN, 1e30, 0.0, -0.0, 88.0, -87.0, 1.0, -1.0, 0.5, 2.0, 3.0, 4.0, 5.0, 6.0],
+    );
     assert!(edge[..3].iter().all(|&y| y > 0.0 && y < 1e-37), "{edge:?}");
     assert!(edge[3].is_finite() && edge[3] > 1e38, "{edge:?}");
     assert_eq!(edge[4], 1.0);
