@@ -1,66 +1,192 @@
 //! The Llama forward, one step (docs/forward.md walks through it with every shape).
 //!
 //! A step is a batch of sequences, each a run of new tokens at absolute positions. The N
-//! tokens of the step are laid out in batch order; the hidden state is a Candle tensor
-//! `(N, d)`. Per layer: RMSNorm, q/k/v projections, RoPE at the absolute positions, K and V
-//! of the new tokens into the pool as f16, attention of each new token over exactly its
-//! visible keys read back from the pool, o projection + residual, RMSNorm, SwiGLU MLP +
-//! residual. Then the final norm and the LM head, for each sequence's last token only.
+//! tokens of the step are laid out in batch order; every per-token buffer is `(N, ...)`,
+//! row-major, and lives in [`Buffers`], kept between steps. Per layer: RMSNorm, the fused
+//! q/k/v projection, RoPE at the absolute positions, K and V of the new tokens into the
+//! pool as f16, attention of each new token over exactly its visible keys read back from
+//! the pool, o projection + residual, RMSNorm, fused gate/up projection, SwiGLU, down
+//! projection + residual. Then the final norm and the LM head, for each sequence's last
+//! token only.
 //!
-//! What runs on Candle: the row-wise parts (RMSNorm, RoPE, SiLU, products, residual adds,
-//! row selection). What is ours: the projections (`tl_quant::Linear`, wrapped as a Candle
-//! op), the K/V writes and the attention over the paged f16 pool.
+//! Everything is ours, on plain slices: the projections are `tl_quant::Linear`; RMSNorm,
+//! RoPE, SwiGLU and the adds are `rowops`; the K/V writes and attention are `attention`.
 //!
 //! Batch invariance (bit for bit): every projection goes through `tl_quant::Linear`,
 //! whose output elements each use one fixed summation order whatever the number of rows
-//! or threads; the Candle ops used here compute each row (or element) by one function of
-//! that row alone; attention of token t reads exactly keys `0..=pos(t)` of its own
-//! sequence, in ascending order. So nothing a token computes depends on the other tokens
-//! of the step, nor on how rayon splits the work.
+//! or threads; the row-wise steps compute each row by one function of that row alone;
+//! attention of token t reads exactly keys `0..=pos(t)` of its own sequence, in ascending
+//! order. So nothing a token computes depends on the other tokens of the step, nor on
+//! how rayon splits the work, nor (`crate::lanes`) on the instruction set.
 
-use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Storage, Tensor};
-use candle_nn::ops::rms_norm;
-use candle_nn::rotary_emb::rope_thd;
-use rayon::prelude::*;
+use std::sync::Mutex;
+
+use candle_core::{Device, Tensor};
 use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, KvBackend, Logits, Model, ModelError};
-use tl_quant::{f16_to_f32, f32_to_f16, Linear};
+use tl_quant::Linear;
 
+use crate::attention::{attention, write_kv};
 use crate::config::LlamaConfig;
-use crate::weights::LlamaWeights;
+use crate::lanes::Path;
+use crate::rowops::{add, rms_norm, rope, rope_tables, swiglu};
+use crate::weights::{Layer, LlamaWeights};
+
+/// Projections that read the same input, run as one product when they can be stacked.
+enum Proj {
+    /// `Linear::concat` of the parts: one product, outputs side by side.
+    Fused(Linear),
+    /// Parts that cannot be stacked (a part's outputs not a multiple of 16, or different
+    /// storage): run one by one and copied side by side.
+    Split(Vec<Linear>),
+}
+
+impl Proj {
+    /// Stack `parts` when `Linear::concat` can; the results are the same bits either way,
+    /// since each output element's FMA chain does not change.
+    fn new(parts: Vec<Linear>) -> Proj {
+        let refs: Vec<&Linear> = parts.iter().collect();
+        match Linear::concat(&refs) {
+            Ok(l) => Proj::Fused(l),
+            Err(_) => Proj::Split(parts),
+        }
+    }
+
+    /// Total outputs.
+    fn out(&self) -> usize {
+        match self {
+            Proj::Fused(l) => l.out(),
+            Proj::Split(ls) => ls.iter().map(Linear::out).sum(),
+        }
+    }
+
+    /// `y = x W^T` for `x` `(n, in)`, `y` `(n, out)` with the parts' outputs side by side;
+    /// `tmp` is scratch for the split case.
+    fn forward(&self, x: &[f32], n: usize, y: &mut [f32], tmp: &mut Vec<f32>, what: &str) -> Result<(), ModelError> {
+        let err = |e| ModelError::Other(format!("{what}: {e}"));
+        match self {
+            Proj::Fused(l) => l.forward(x, n, y).map_err(err),
+            Proj::Split(ls) => {
+                let out = self.out();
+                let mut col = 0;
+                for l in ls {
+                    let o = l.out();
+                    tmp.resize(n * o, 0.0);
+                    l.forward(x, n, tmp).map_err(err)?;
+                    for (dst, src) in y.chunks_exact_mut(out).zip(tmp.chunks_exact(o)) {
+                        dst[col..col + o].copy_from_slice(src);
+                    }
+                    col += o;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One layer's weights as the forward runs them.
+struct LayerW {
+    /// `(d,)`.
+    input_norm: Vec<f32>,
+    /// `[H*D + 2*H_kv*D, d]`: q, k, v stacked.
+    qkv: Proj,
+    /// `[d, H*D]`.
+    o: Linear,
+    /// `(d,)`.
+    post_norm: Vec<f32>,
+    /// `[2*I, d]`: gate, up stacked.
+    gate_up: Proj,
+    /// `[d, I]`.
+    down: Linear,
+}
+
+/// A step's buffers, kept between steps so a step allocates nothing once they have grown
+/// to its size (the largest step seen so far).
+#[derive(Default)]
+struct Buffers {
+    /// `(N, d)` the residual stream.
+    x: Vec<f32>,
+    /// `(N, d)` the RMSNorm of `x`, a sublayer's input.
+    h: Vec<f32>,
+    /// `(N, H*D + 2*H_kv*D)` queries, keys, values side by side.
+    qkv: Vec<f32>,
+    /// `(N, H*D)` attention output, heads concatenated.
+    att: Vec<f32>,
+    /// `(N, d)` the o and down projections' outputs, before the residual add.
+    proj: Vec<f32>,
+    /// `(N, 2*I)` gate and up side by side.
+    gu: Vec<f32>,
+    /// `(N, I)` `silu(gate) * up`.
+    act: Vec<f32>,
+    /// `(N, D/2)` RoPE tables of each token.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    /// Scratch for projections that could not be fused.
+    tmp: Vec<f32>,
+}
+
+/// `v[..len]`, grown (never shrunk) to `len`; contents are overwritten by the caller.
+fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
+}
 
 /// A loaded Llama: immutable weights; per-sequence state lives in the KV pool.
 pub struct Llama {
     cfg: LlamaConfig,
+    /// Embedding, final norm and LM head (the layers moved into `layers`).
     w: LlamaWeights,
-    /// `(1, D/2)` RoPE inverse frequencies `theta^(-2i/D)`, i ascending, as Hugging Face
+    layers: Vec<LayerW>,
+    /// `(d,)` final RMSNorm weight.
+    norm: Vec<f32>,
+    /// `(D/2,)` RoPE inverse frequencies `theta^(-2i/D)`, i ascending, as Hugging Face
     /// computes them in f32: `1 / theta^(f32(2i) / f32(D))`.
-    inv_freq: Tensor,
-    /// Where the step's tensors live (the CPU: the projections and attention are CPU code).
-    device: Device,
+    inv_freq: Vec<f32>,
+    /// The step's buffers; a lock because `forward` takes `&self` (steps do not overlap
+    /// in practice; a second concurrent step would wait).
+    bufs: Mutex<Buffers>,
+}
+
+fn norm_vec(t: &Tensor) -> Result<Vec<f32>, ModelError> {
+    Ok(t.to_vec1::<f32>()?)
 }
 
 impl Llama {
-    pub(crate) fn new(cfg: LlamaConfig, w: LlamaWeights, device: &Device) -> Result<Llama, ModelError> {
+    pub(crate) fn new(cfg: LlamaConfig, mut w: LlamaWeights, device: &Device) -> Result<Llama, ModelError> {
         if !device.is_cpu() {
             return Err(ModelError::Other(format!("the Llama forward runs on the CPU, not {device:?}")));
         }
         let d = cfg.head_dim;
         let inv_freq: Vec<f32> = (0..d / 2).map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f32 / d as f32)).collect();
-        let inv_freq = Tensor::from_vec(inv_freq, (1, d / 2), device)?;
-        Ok(Llama { cfg, w, inv_freq, device: device.clone() })
+        let layers = std::mem::take(&mut w.layers)
+            .into_iter()
+            .map(|l: Layer| -> Result<LayerW, ModelError> {
+                Ok(LayerW {
+                    input_norm: norm_vec(&l.input_norm)?,
+                    qkv: Proj::new(vec![l.q, l.k, l.v]),
+                    o: l.o,
+                    post_norm: norm_vec(&l.post_norm)?,
+                    gate_up: Proj::new(vec![l.gate, l.up]),
+                    down: l.down,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let norm = norm_vec(&w.norm)?;
+        Ok(Llama { cfg, w, layers, norm, inv_freq, bufs: Mutex::new(Buffers::default()) })
     }
 }
 
 /// Where each token of the step sits, checked before anything is written.
-struct Plan {
+pub(crate) struct Plan {
     /// `(N,)` the sequence of each token.
-    seq_of: Vec<usize>,
+    pub(crate) seq_of: Vec<usize>,
     /// `(N,)` absolute position of each token.
-    pos: Vec<usize>,
+    pub(crate) pos: Vec<usize>,
     /// `(S,)` index in the step of each sequence's last token.
-    last: Vec<usize>,
+    pub(crate) last: Vec<usize>,
     /// `(S,)` blocks each sequence reads: `ceil((start + n) / B)`.
-    n_blocks: Vec<usize>,
+    pub(crate) n_blocks: Vec<usize>,
 }
 
 fn bad(msg: String) -> ModelError {
@@ -110,180 +236,6 @@ impl Plan {
     }
 }
 
-/// A slab of the expected length (a backend's contract; checked so a broken backend is an
-/// `Err` rather than an out-of-bounds panic).
-fn checked(slab: &[u16], id: u32, len: usize) -> Result<&[u16], ModelError> {
-    if slab.len() != len {
-        return Err(ModelError::Other(format!("KV block {id}: slab holds {} values, expected {len}", slab.len())));
-    }
-    Ok(slab)
-}
-
-/// A projection as a Candle op: `(N, in)` -> `(N, out)` through `tl_quant::Linear`. Not
-/// `Tensor::matmul`: Candle's CPU matmul picks its kernel, and so its summation order, from
-/// the number of rows, which would make a token's result depend on its neighbours.
-struct Project<'a> {
-    lin: &'a Linear,
-    what: &'static str,
-}
-
-impl CustomOp1 for Project<'_> {
-    fn name(&self) -> &'static str {
-        "tl-linear"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (n, inp) = layout.shape().dims2()?;
-        let x = match (storage, layout.contiguous_offsets()) {
-            (CpuStorage::F32(x), Some((a, b))) => &x[a..b], // (N, in), borrowed
-            _ => candle_core::bail!("{}: input is not contiguous f32", self.what),
-        };
-        if inp != self.lin.inp() {
-            candle_core::bail!("{}: input has {inp} features, the weights {}", self.what, self.lin.inp());
-        }
-        let mut y = vec![0.0f32; n * self.lin.out()]; // (N, out)
-        self.lin.forward(x, n, &mut y).map_err(|e| candle_core::Error::msg(format!("{}: {e}", self.what)))?;
-        Ok((CpuStorage::F32(y), Shape::from((n, self.lin.out()))))
-    }
-}
-
-/// `x W^T` for a `(N, in)` tensor.
-fn project(x: &Tensor, lin: &Linear, what: &'static str) -> Result<Tensor, ModelError> {
-    Ok(x.apply_op1_no_bwd(&Project { lin, what })?)
-}
-
-/// Run `f` over the data of a contiguous f32 CPU tensor, borrowed (no copy).
-fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R, ModelError>) -> Result<R, ModelError> {
-    let (storage, layout) = t.storage_and_layout();
-    match (&*storage, layout.contiguous_offsets()) {
-        (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => f(&v[a..b]),
-        _ => Err(ModelError::Other(format!("expected a contiguous f32 CPU tensor, got {:?}", t.shape()))),
-    }
-}
-
-/// Write each token's K and V (`(N, H_kv * D)`, f32) into its sequence's blocks as f16:
-/// position j goes to block `blocks[j / B]`, slot `j % B`, head h at `(h * B + slot) * D`.
-fn write_kv(
-    kv: &mut dyn KvBackend,
-    layer: u32,
-    batch: &ForwardBatch,
-    plan: &Plan,
-    k: &Tensor,
-    v: &Tensor,
-) -> Result<(), ModelError> {
-    with_f32(k, |k| with_f32(v, |v| write_kv_rows(kv, layer, batch, plan, k, v)))
-}
-
-fn write_kv_rows(
-    kv: &mut dyn KvBackend,
-    layer: u32,
-    batch: &ForwardBatch,
-    plan: &Plan,
-    k: &[f32],
-    v: &[f32],
-) -> Result<(), ModelError> {
-    let g = kv.geometry();
-    let (b, hd) = (g.block_tokens as usize, g.head_dim as usize);
-    let width = g.n_kv_heads as usize * hd;
-    let slab_len = g.slab_elems().unwrap_or(0);
-    for (t, (&s, &p)) in plan.seq_of.iter().zip(&plan.pos).enumerate() {
-        let (id, slot) = (batch.seqs[s].blocks[p / b], p % b);
-        for (src, is_v) in [(k, false), (v, true)] {
-            let slab = kv.slab_mut(id, layer, is_v)?;
-            if slab.len() != slab_len {
-                return Err(ModelError::Other(format!(
-                    "KV block {id}: slab holds {} values, expected {slab_len}",
-                    slab.len()
-                )));
-            }
-            for (h, row) in src[t * width..(t + 1) * width].chunks_exact(hd).enumerate() {
-                let off = g.offset(h, slot);
-                for (dst, &x) in slab[off..off + hd].iter_mut().zip(row) {
-                    *dst = f32_to_f16(x);
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// One sequence's K slabs and V slabs of one layer, in block-table order.
-type KvSlabs<'a> = (Vec<&'a [u16]>, Vec<&'a [u16]>);
-
-/// Attention of every new token over exactly its visible keys, read back from the pool.
-/// `q` is `(N, H * D)` after RoPE; so is the result. Query head h reads KV head
-/// `h / (H / H_kv)`. Keys are visited in ascending position, so the sums of token t are
-/// the same whatever else shares the step.
-fn attention(
-    kv: &dyn KvBackend,
-    layer: u32,
-    batch: &ForwardBatch,
-    plan: &Plan,
-    cfg: &LlamaConfig,
-    q: &Tensor,
-) -> Result<Tensor, ModelError> {
-    let mut out = vec![0.0f32; q.elem_count()]; // (N, H * D), heads concatenated
-    with_f32(q, |q| attend(kv, layer, batch, plan, cfg, q, &mut out))?;
-    Ok(Tensor::from_vec(out, q.shape(), q.device())?)
-}
-
-fn attend(
-    kv: &dyn KvBackend,
-    layer: u32,
-    batch: &ForwardBatch,
-    plan: &Plan,
-    cfg: &LlamaConfig,
-    q: &[f32],
-    out: &mut [f32],
-) -> Result<(), ModelError> {
-    let g = kv.geometry();
-    let b = g.block_tokens as usize;
-    let (heads, d) = (cfg.num_attention_heads, cfg.head_dim);
-    let group = heads / cfg.num_key_value_heads;
-    let slab_len = g.slab_elems().unwrap_or(0);
-    // Per sequence, the K and V slabs of the blocks it reads, in table order. The
-    // backend is not Sync; its slabs are, so the workers share these slices.
-    let mut slabs: Vec<KvSlabs> = Vec::with_capacity(batch.seqs.len());
-    for (s, &n) in batch.seqs.iter().zip(&plan.n_blocks) {
-        let mut ks = Vec::with_capacity(n);
-        let mut vs = Vec::with_capacity(n);
-        for &id in &s.blocks[..n] {
-            ks.push(checked(kv.slab(id, layer, false)?, id, slab_len)?);
-            vs.push(checked(kv.slab(id, layer, true)?, id, slab_len)?);
-        }
-        slabs.push((ks, vs));
-    }
-    let scale = 1.0 / (d as f32).sqrt();
-    // One task per (token, query head); `scores` is per-worker scratch of (pos + 1,).
-    out.par_chunks_mut(d).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (i, o)| {
-        let (t, h) = (i / heads, i % heads);
-        let (ks, vs) = &slabs[plan.seq_of[t]];
-        let qh = &q[i * d..(i + 1) * d];
-        let at = |j: usize| (j / b, g.offset(h / group, j % b));
-        scores.clear();
-        for j in 0..=plan.pos[t] {
-            let (blk, off) = at(j);
-            let dot = qh.iter().zip(&ks[blk][off..off + d]).fold(0.0f32, |a, (&x, &k)| a + x * f16_to_f32(k));
-            scores.push(dot * scale);
-        }
-        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-        let mut sum = 0.0f32;
-        for x in scores.iter_mut() {
-            *x = (*x - max).exp();
-            sum += *x;
-        }
-        o.fill(0.0);
-        for (j, &e) in scores.iter().enumerate() {
-            let p = e / sum;
-            let (blk, off) = at(j);
-            for (o, &v) in o.iter_mut().zip(&vs[blk][off..off + d]) {
-                *o += p * f16_to_f32(v);
-            }
-        }
-    });
-    Ok(())
-}
-
 impl Model for Llama {
     fn hidden_size(&self) -> usize {
         self.cfg.hidden_size
@@ -292,65 +244,75 @@ impl Model for Llama {
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
         let cfg = &self.cfg;
         let plan = Plan::new(batch, cfg, &*ctx.kv)?;
-        let (n, dev) = (plan.pos.len(), &self.device);
-        let (dm, hd, eps) = (cfg.hidden_size, cfg.head_dim, cfg.rms_norm_eps);
+        let path = Path::best();
+        let n = plan.pos.len();
+        let (dm, hd, eps, inter) = (cfg.hidden_size, cfg.head_dim, cfg.rms_norm_eps, cfg.intermediate_size);
         let (heads, kv_heads) = (cfg.num_attention_heads, cfg.num_key_value_heads);
+        let (qw, kvw) = (heads * hd, kv_heads * hd);
+        let qkv_w = qw + 2 * kvw; // q at 0, k at qw, v at qw + kvw
 
-        // Embedding rows of the tokens. A plain gather: with tied embeddings the table is
-        // the LM head's `Linear` weights, which a Candle `embedding` could only read from
-        // a second copy of the (V, d) table.
-        let table = self.w.embedding(); // (V, d), widened a row at a time
-        let mut rows = vec![0.0f32; n * dm]; // (N, d)
+        // A panic elsewhere while holding the lock leaves only stale numbers, which every
+        // step overwrites before reading.
+        let mut guard = self.bufs.lock().unwrap_or_else(|e| e.into_inner());
+        let b = &mut *guard;
+
+        // Embedding rows of the tokens: with tied embeddings the table is the LM head's
+        // `Linear` weights, widened a row at a time.
+        let table = self.w.embedding(); // (V, d)
+        let x = grow(&mut b.x, n * dm); // (N, d) the residual stream
         let ids = batch.seqs.iter().flat_map(|s| s.tokens.iter());
-        for (row, &t) in rows.chunks_exact_mut(dm).zip(ids) {
+        for (row, &t) in x.chunks_exact_mut(dm).zip(ids) {
             table.row(t as usize, row).map_err(|e| ModelError::Other(format!("embedding: {e}")))?;
         }
-        let mut x = Tensor::from_vec(rows, (n, dm), dev)?; // (N, d) the residual stream
+        rope_tables(&plan.pos, &self.inv_freq, &mut b.cos, &mut b.sin); // (N, D/2) each
 
-        // RoPE angles per token, (N, D/2): f32(pos) * inv_freq, in f32 as Hugging Face.
-        let pos: Vec<f32> = plan.pos.iter().map(|&p| p as f32).collect();
-        let angles = Tensor::from_vec(pos, (n, 1), dev)?.broadcast_mul(&self.inv_freq)?;
-        // (N, 1, D/2): rope_thd's per-batch-row tables, so each token has its own position.
-        let cos = angles.cos()?.reshape((n, 1, hd / 2))?;
-        let sin = angles.sin()?.reshape((n, 1, hd / 2))?;
-        // Each token is a "batch" of one position: (N, 1, heads, D) in, the same out.
-        let rope = |t: Tensor, h: usize| -> Result<Tensor, ModelError> {
-            Ok(rope_thd(&t.reshape((n, 1, h, hd))?, &cos, &sin)?.reshape((n, h * hd))?)
-        };
-
-        for (l, layer) in self.w.layers.iter().enumerate() {
+        for (l, layer) in self.layers.iter().enumerate() {
             let li = l as u32;
-            let h = rms_norm(&x, &layer.input_norm, eps)?; // (N, d)
-            let q = rope(project(&h, &layer.q, "q_proj")?, heads)?; // (N, H * D)
-            let k = rope(project(&h, &layer.k, "k_proj")?, kv_heads)?; // (N, H_kv * D)
-            let v = project(&h, &layer.v, "v_proj")?; // (N, H_kv * D)
-            write_kv(&mut *ctx.kv, li, batch, &plan, &k, &v)?;
-            let att = attention(&*ctx.kv, li, batch, &plan, cfg, &q)?; // (N, H * D)
-            x = (x + project(&att, &layer.o, "o_proj")?)?; // (N, d)
+            let x = &mut b.x[..n * dm];
+            let h = grow(&mut b.h, n * dm);
+            rms_norm(path, x, &layer.input_norm, eps, h);
+            let qkv = grow(&mut b.qkv, n * qkv_w); // (N, H*D + 2*H_kv*D)
+            layer.qkv.forward(h, n, qkv, &mut b.tmp, "qkv_proj")?;
+            rope(qkv, qkv_w, 0, heads + kv_heads, hd, &b.cos, &b.sin); // q and k heads
+            write_kv(path, &mut *ctx.kv, li, batch, &plan, qkv, qkv_w, (qw, qw + kvw))?;
+            let att = grow(&mut b.att, n * qw); // (N, H*D)
+            attention(path, &*ctx.kv, li, batch, &plan, (heads, kv_heads, hd), qkv, qkv_w, att)?;
+            let proj = grow(&mut b.proj, n * dm); // (N, d)
+            layer.o.forward(att, n, proj).map_err(|e| ModelError::Other(format!("o_proj: {e}")))?;
+            add(x, proj, dm);
 
-            let h = rms_norm(&x, &layer.post_norm, eps)?; // (N, d)
-            let gate = project(&h, &layer.gate, "gate_proj")?; // (N, I)
-            let up = project(&h, &layer.up, "up_proj")?; // (N, I)
-            let act = (gate.silu()? * up)?; // (N, I) SwiGLU: silu(gate) * up
-            x = (x + project(&act, &layer.down, "down_proj")?)?; // (N, d)
+            rms_norm(path, x, &layer.post_norm, eps, h);
+            let gu = grow(&mut b.gu, n * 2 * inter); // (N, 2I) gate | up
+            layer.gate_up.forward(h, n, gu, &mut b.tmp, "gate_up_proj")?;
+            let act = grow(&mut b.act, n * inter); // (N, I)
+            swiglu(path, gu, act, inter);
+            layer.down.forward(act, n, proj).map_err(|e| ModelError::Other(format!("down_proj: {e}")))?;
+            add(x, proj, dm);
         }
 
         // Final norm: every token when the caller wants hidden states, else only each
         // sequence's last token (the only rows the LM head needs).
+        let x = &b.x[..n * dm];
         let s_rows = plan.last.len();
-        let last_ids: Vec<u32> = plan.last.iter().map(|&t| t as u32).collect();
-        let last_ids = Tensor::from_vec(last_ids, s_rows, dev)?; // (S,)
-        let (last, hidden) = if ctx.want_hidden {
-            let normed = rms_norm(&x, &self.w.norm, eps)?; // (N, d)
-            (normed.index_select(&last_ids, 0)?, Some(normed.flatten_all()?.to_vec1::<f32>()?))
+        let mut last = vec![0.0f32; s_rows * dm]; // (S, d)
+        let hidden = if ctx.want_hidden {
+            let mut normed = vec![0.0f32; n * dm]; // (N, d)
+            rms_norm(path, x, &self.norm, eps, &mut normed);
+            for (dst, &t) in last.chunks_exact_mut(dm).zip(&plan.last) {
+                dst.copy_from_slice(&normed[t * dm..(t + 1) * dm]);
+            }
+            Some(normed)
         } else {
-            (rms_norm(&x.index_select(&last_ids, 0)?, &self.w.norm, eps)?, None)
-        }; // last: (S, d)
+            let h = grow(&mut b.h, s_rows * dm);
+            for (dst, &t) in h.chunks_exact_mut(dm).zip(&plan.last) {
+                dst.copy_from_slice(&x[t * dm..(t + 1) * dm]);
+            }
+            rms_norm(path, h, &self.norm, eps, &mut last);
+            None
+        };
         let vocab = cfg.vocab_size;
         let mut logits = vec![0.0f32; s_rows * vocab]; // (S, V), straight into the output
-        with_f32(&last, |last| {
-            self.w.lm_head.forward(last, s_rows, &mut logits).map_err(|e| ModelError::Other(format!("lm_head: {e}")))
-        })?;
+        self.w.lm_head.forward(&last, s_rows, &mut logits).map_err(|e| ModelError::Other(format!("lm_head: {e}")))?;
         Ok(ForwardOutput { logits: Logits { vocab, data: logits }, hidden })
     }
 }

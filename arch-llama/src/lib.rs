@@ -11,8 +11,11 @@
 //! `use tl_arch_llama as _;` so the registration is linked.
 #![deny(missing_docs)]
 
+mod attention;
 mod config;
 mod forward;
+mod lanes;
+mod rowops;
 mod weights;
 
 use std::any::Any;
@@ -22,6 +25,15 @@ use tl_core::{ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry,
 
 pub use config::LlamaConfig;
 pub use forward::Llama;
+
+/// The forward's vector kernels, exposed for the tests that compare every instruction set
+/// with the portable reference; not an API.
+#[doc(hidden)]
+pub mod kernels {
+    pub use crate::attention::{attend_one, narrow_f16, MAX_G};
+    pub use crate::lanes::{exp16, Path};
+    pub use crate::rowops::{rms_norm_row, swiglu_row};
+}
 
 /// The Llama family.
 struct LlamaArch;

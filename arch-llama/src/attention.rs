@@ -1,0 +1,361 @@
+//! Attention over the paged f16 KV pool, and the K/V writes into it.
+//!
+//! Layout (core/src/kv.rs): position `j` of a sequence lives in block `table[j / B]`, slot
+//! `j % B`; KV head `g`'s key is the `D` f16 values at `(g * B + slot) * D` of the layer's K
+//! slab (V likewise). So within a block one head's keys are consecutive rows of `D`, and
+//! the kernel reads them in place, widening 16 at a time in registers (F16C).
+//!
+//! One task per (token, KV head): the `G = H / H_kv` query heads sharing that KV head run
+//! together (up to [`MAX_G`] per pass, their accumulators in registers), so each key and
+//! value is read and widened once for all of them, not once per query head.
+//!
+//! The arithmetic, the same on every path ([`crate::lanes`]), for query head `h`, keys
+//! `j = 0 .. n` (`n = pos + 1`) in ascending position:
+//!
+//! - `s_j = hsum(acc) * scale` (16 keys' trees at once on AVX-512), where lane `l` of `acc` is the FMA chain over
+//!   `i = l, l + 16, ...` of `q[i] * k_j[i]` from +0.0 (a `D` that is not a multiple of 16
+//!   is padded with zeros, which leave the chains unchanged), and `hsum` is the fixed
+//!   pairwise tree; `scale = 1 / sqrt(D)`.
+//! - `m = max_j s_j`; `e_j = exp(s_j - m)` with [`crate::lanes::exp`];
+//!   `sum = hsum` of 16 lane sums, lane `l` adding `e_j` for `j = l, l + 16, ...`.
+//! - `out[i] = (FMA chain over j ascending of e_j * v_j[i], from +0.0) / sum`.
+//!
+//! Token `t` reads exactly keys `0 ..= pos(t)` of its own sequence and nothing is split
+//! across threads, so its result does not depend on the batch, the chunking or the
+//! thread count.
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+use tl_core::{ForwardBatch, KvBackend, ModelError};
+use tl_quant::f32_to_f16;
+
+use crate::forward::Plan;
+use crate::lanes::{exp, ld_h_part, simd_entry, st_part, Lanes, Path, W};
+
+/// Query heads per kernel pass: their accumulators (and the score rows) stay in registers.
+/// A larger group runs in passes of up to this many heads.
+pub const MAX_G: usize = 4;
+
+/// Where one task's keys and values are: its sequence's K and V slabs of one layer, in
+/// block-table order, and the element where its KV head's rows start in each slab.
+#[derive(Clone, Copy)]
+pub struct KvView<'a> {
+    /// K slabs, `(H_kv, B, D)` f16 each.
+    pub k: &'a [&'a [u16]],
+    /// V slabs, likewise.
+    pub v: &'a [&'a [u16]],
+    /// `g * B * D`: this KV head's first row.
+    pub base: usize,
+    /// Positions per block (B).
+    pub b: usize,
+}
+
+impl KvView<'_> {
+    /// Whether keys `0 .. n` of rows of `d` lie inside the slabs (checked once per task, so
+    /// the kernel's raw reads are in bounds).
+    fn holds(&self, n: usize, d: usize) -> bool {
+        let blocks = n.div_ceil(self.b.max(1));
+        let end = self.base + self.b * d;
+        self.b > 0
+            && self.k.len() >= blocks
+            && self.v.len() >= blocks
+            && self.k[..blocks].iter().chain(&self.v[..blocks]).all(|s| s.len() >= end)
+    }
+}
+
+/// Calls `f(j, key row, value row)` for keys `0 .. n` in ascending position.
+#[inline(always)]
+unsafe fn for_keys(kv: &KvView<'_>, n: usize, d: usize, mut f: impl FnMut(usize, *const u16, *const u16)) {
+    let mut j = 0;
+    for (ks, vs) in kv.k.iter().zip(kv.v) {
+        if j >= n {
+            break;
+        }
+        let (kp, vp) = (ks.as_ptr().add(kv.base), vs.as_ptr().add(kv.base));
+        for slot in 0..kv.b.min(n - j) {
+            f(j + slot, kp.add(slot * d), vp.add(slot * d));
+        }
+        j += kv.b;
+    }
+}
+
+/// `G` query heads `q` `(G, D)` over keys `0 .. n`, into `out` `(G, D)`.
+/// `scratch` holds `(G, Dp)` zero-padded queries then `(G, Np)` scores (`Dp`, `Np`: `D`
+/// and `n` rounded up to 16).
+#[inline(always)]
+unsafe fn heads<L: Lanes, const G: usize>(
+    q: &[f32],
+    kv: &KvView<'_>,
+    n: usize,
+    d: usize,
+    scale: f32,
+    scratch: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let (dp, np) = (d.div_ceil(W) * W, n.div_ceil(W) * W);
+    let (full, tail) = (d / W, d % W);
+    if scratch.len() < G * (dp + np) {
+        scratch.resize(G * (dp + np), 0.0);
+    }
+    let (qs, sc) = scratch.split_at_mut(G * dp);
+    for (dst, src) in qs.chunks_exact_mut(dp).zip(q.chunks_exact(d)) {
+        dst[..d].copy_from_slice(src);
+        dst[d..].fill(0.0);
+    }
+    let (qs, sc) = (qs.as_ptr(), sc.as_mut_ptr());
+
+    // Scores: one pass over the keys, each widened once for the G heads. Each head's
+    // lane accumulators are kept for 16 keys and reduced together (`hsum16`), into the
+    // score row at `j0 .. j0 + 16` (inside the padded row: j0 is a multiple of 16).
+    let mut tile = [[L::zero(); W]; G];
+    let sv = L::splat(scale);
+    for_keys(kv, n, d, |j, kr, _| {
+        let mut acc = [L::zero(); G];
+        for c in 0..full {
+            let kx = L::ld_h(kr.add(c * W));
+            for (h, a) in acc.iter_mut().enumerate() {
+                *a = L::fma(L::ld(qs.add(h * dp + c * W)), kx, *a);
+            }
+        }
+        if tail > 0 {
+            let kx = ld_h_part::<L>(kr.add(full * W), tail);
+            for (h, a) in acc.iter_mut().enumerate() {
+                *a = L::fma(L::ld(qs.add(h * dp + full * W)), kx, *a);
+            }
+        }
+        let k = j % W;
+        for (t, a) in tile.iter_mut().zip(acc) {
+            t[k] = a;
+        }
+        if k == W - 1 || j + 1 == n {
+            for (h, t) in tile.iter().enumerate() {
+                L::st(sc.add(h * np + j - k), L::mul(L::hsum16(t), sv));
+            }
+        }
+    });
+
+    // Softmax numerators e_j = exp(s_j - max) in place, and their sums.
+    let mut sums = [0.0f32; G];
+    for (h, sum) in sums.iter_mut().enumerate() {
+        let row = std::slice::from_raw_parts_mut(sc.add(h * np), np);
+        let m = row[..n].iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+        let mv = L::splat(m);
+        for c in row.chunks_exact_mut(W) {
+            L::st(c.as_mut_ptr(), exp::<L>(L::sub(L::ld(c.as_ptr()), mv)));
+        }
+        row[n..].fill(0.0); // padding adds +0.0 to its lane
+        let mut acc = L::zero();
+        for c in row.chunks_exact(W) {
+            acc = L::add(acc, L::ld(c.as_ptr()));
+        }
+        *sum = L::hsum(acc);
+    }
+
+    // Weighted values, 16 columns at a time: per-lane FMA chains over the keys.
+    for c in 0..dp / W {
+        let len = W.min(d - c * W);
+        let mut acc = [L::zero(); G];
+        for_keys(kv, n, d, |j, _, vr| {
+            let vx = if len == W { L::ld_h(vr.add(c * W)) } else { ld_h_part::<L>(vr.add(c * W), len) };
+            for (h, a) in acc.iter_mut().enumerate() {
+                *a = L::fma(L::splat(*sc.add(h * np + j)), vx, *a);
+            }
+        });
+        for (h, a) in acc.iter().enumerate() {
+            let r = L::div(*a, L::splat(sums[h]));
+            st_part::<L>(out.as_mut_ptr().add(h * d + c * W), r, len);
+        }
+    }
+}
+
+/// Every query head of one KV head: `q` and `out` are `(group, D)`; passes of up to
+/// [`MAX_G`] heads. Caller: `kv.holds(n, d)`, `n >= 1`, `q` and `out` `group * d` long.
+#[inline(always)]
+unsafe fn group_impl<L: Lanes>(
+    q: &[f32],
+    kv: &KvView<'_>,
+    n: usize,
+    d: usize,
+    scale: f32,
+    scratch: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    for (q, o) in q.chunks(MAX_G * d).zip(out.chunks_mut(MAX_G * d)) {
+        match q.len() / d {
+            1 => heads::<L, 1>(q, kv, n, d, scale, scratch, o),
+            2 => heads::<L, 2>(q, kv, n, d, scale, scratch, o),
+            3 => heads::<L, 3>(q, kv, n, d, scale, scratch, o),
+            _ => heads::<L, 4>(q, kv, n, d, scale, scratch, o),
+        }
+    }
+}
+
+simd_entry!(#[allow(clippy::too_many_arguments)] fn attend_group_unchecked => group_impl(
+    q: &[f32], kv: &KvView<'_>, n: usize, d: usize, scale: f32, scratch: &mut Vec<f32>, out: &mut [f32]
+));
+
+/// Checks what the kernel's raw reads and writes rely on, then runs it.
+fn attend_group(
+    path: Path,
+    q: &[f32],
+    kv: &KvView<'_>,
+    n: usize,
+    d: usize,
+    scratch: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), String> {
+    if d == 0 || n == 0 || q.len() != out.len() || q.len() % d != 0 || !kv.holds(n, d) {
+        return Err(format!("attention: {n} keys of {d} values do not fit the slabs or q/out ({})", q.len()));
+    }
+    let scale = 1.0 / (d as f32).sqrt();
+    attend_group_unchecked(path, q, kv, n, d, scale, scratch, out);
+    Ok(())
+}
+
+/// One KV head's attention for tests: `q` `(G, D)` over keys `0 .. n` held in blocks of
+/// `block_tokens` rows (`k_blocks[i]`, `v_blocks[i]`: `(block_tokens, D)` f16), into
+/// `out` `(G, D)`, on `path`. The production code runs the same kernel.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attend_one(
+    path: Path,
+    q: &[f32],
+    k_blocks: &[&[u16]],
+    v_blocks: &[&[u16]],
+    block_tokens: usize,
+    n: usize,
+    d: usize,
+    out: &mut [f32],
+) -> Result<(), String> {
+    let kv = KvView { k: k_blocks, v: v_blocks, base: 0, b: block_tokens };
+    attend_group(path, q, &kv, n, d, &mut Vec::new(), out)
+}
+
+/// One sequence's K slabs and V slabs of one layer, in block-table order.
+type SeqSlabs<'a> = (Vec<&'a [u16]>, Vec<&'a [u16]>);
+
+thread_local! {
+    /// Per-worker scratch (padded queries and scores), kept across tasks and steps: it
+    /// grows to the longest context seen, never per call.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Attention of every new token over exactly its visible keys, read from the pool.
+/// `q` is `(N, q_stride)` with the `H * D` queries (after RoPE) at its start;
+/// `out` is `(N, H * D)`. Query head `h` reads KV head `h / (H / H_kv)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    path: Path,
+    kv: &dyn KvBackend,
+    layer: u32,
+    batch: &ForwardBatch,
+    plan: &Plan,
+    (heads, kv_heads, d): (usize, usize, usize),
+    q: &[f32],
+    q_stride: usize,
+    out: &mut [f32],
+) -> Result<(), ModelError> {
+    let g = kv.geometry();
+    let b = g.block_tokens as usize;
+    let slab_len = g.slab_elems().unwrap_or(0);
+    let group = heads / kv_heads;
+    // Per sequence, its K and V slabs of this layer in table order. The backend is not
+    // Sync; its slabs are, so the workers share these slices.
+    let mut slabs: Vec<SeqSlabs> = Vec::with_capacity(batch.seqs.len());
+    for (s, &nb) in batch.seqs.iter().zip(&plan.n_blocks) {
+        let get = |id: u32, is_v: bool| -> Result<&[u16], ModelError> {
+            let slab = kv.slab(id, layer, is_v)?;
+            if slab.len() != slab_len {
+                return Err(ModelError::Other(format!(
+                    "KV block {id}: slab holds {} values, not {slab_len}",
+                    slab.len()
+                )));
+            }
+            Ok(slab)
+        };
+        let ks = s.blocks[..nb].iter().map(|&id| get(id, false)).collect::<Result<Vec<_>, _>>()?;
+        let vs = s.blocks[..nb].iter().map(|&id| get(id, true)).collect::<Result<Vec<_>, _>>()?;
+        slabs.push((ks, vs));
+    }
+    let n_tok = plan.pos.len();
+    if q.len() < n_tok * q_stride || q_stride < heads * d || out.len() != n_tok * heads * d {
+        return Err(ModelError::Other("attention: q or out has the wrong size".into()));
+    }
+    // One task per (token, KV head): out rows `(t, g*group .. (g+1)*group, D)`.
+    out.par_chunks_mut(group * d).enumerate().try_for_each(|(i, o)| {
+        let (t, g) = (i / kv_heads, i % kv_heads);
+        let (ks, vs) = &slabs[plan.seq_of[t]];
+        let kv = KvView { k: ks, v: vs, base: g * b * d, b };
+        let q0 = t * q_stride + g * group * d;
+        let qh = &q[q0..q0 + group * d];
+        let n = plan.pos[t] + 1;
+        SCRATCH
+            .with(|s| match s.try_borrow_mut() {
+                Ok(mut s) => attend_group(path, qh, &kv, n, d, &mut s, o),
+                Err(_) => attend_group(path, qh, &kv, n, d, &mut Vec::new(), o),
+            })
+            .map_err(ModelError::Other)
+    })
+}
+
+/// f32 to f16, nearest-even, 16 at a time, the tail one by one (the same rounding).
+#[inline(always)]
+unsafe fn narrow_impl<L: Lanes>(src: &[f32], dst: &mut [u16]) {
+    let n = src.len().min(dst.len());
+    let full = n / W * W;
+    for c in (0..full).step_by(W) {
+        L::st_h(dst.as_mut_ptr().add(c), L::ld(src.as_ptr().add(c)));
+    }
+    for (d, &x) in dst[full..n].iter_mut().zip(&src[full..n]) {
+        *d = f32_to_f16(x);
+    }
+}
+
+simd_entry!(
+    /// `dst[i] = f16(src[i])`, rounded to nearest, ties to even (`tl_quant::f32_to_f16`),
+    /// for `i < min(len)`: F16C's `cvtps2ph` on the SIMD paths.
+    #[doc(hidden)]
+    pub fn narrow_f16 => narrow_impl(src: &[f32], dst: &mut [u16])
+);
+
+/// Write each token's K and V into its sequence's blocks as f16: position j goes to block
+/// `blocks[j / B]`, slot `j % B`, head g at `(g * B + slot) * D`. `qkv` is `(N, stride)`
+/// with the keys at column `k_col` and the values at `v_col`, `H_kv * D` each.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_kv(
+    path: Path,
+    kv: &mut dyn KvBackend,
+    layer: u32,
+    batch: &ForwardBatch,
+    plan: &Plan,
+    qkv: &[f32],
+    stride: usize,
+    (k_col, v_col): (usize, usize),
+) -> Result<(), ModelError> {
+    let g = kv.geometry();
+    let (b, d) = (g.block_tokens as usize, g.head_dim as usize);
+    let width = g.n_kv_heads as usize * d;
+    let slab_len = g.slab_elems().unwrap_or(0);
+    if k_col.max(v_col) + width > stride || qkv.len() < plan.pos.len() * stride {
+        return Err(ModelError::Other("write_kv: keys or values outside the qkv rows".into()));
+    }
+    for (t, (&s, &p)) in plan.seq_of.iter().zip(&plan.pos).enumerate() {
+        let (id, slot) = (batch.seqs[s].blocks[p / b], p % b);
+        for (col, is_v) in [(k_col, false), (v_col, true)] {
+            let slab = kv.slab_mut(id, layer, is_v)?;
+            if slab.len() != slab_len {
+                return Err(ModelError::Other(format!(
+                    "KV block {id}: slab holds {} values, not {slab_len}",
+                    slab.len()
+                )));
+            }
+            let src = &qkv[t * stride + col..t * stride + col + width];
+            for (h, row) in src.chunks_exact(d).enumerate() {
+                let off = g.offset(h, slot);
+                narrow_f16(path, row, &mut slab[off..off + d]);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,288 @@
+//! The forward's own vector kernels (attention, f16 narrowing, RMSNorm, SwiGLU, exp): every
+//! instruction set this CPU has gives the portable path's bits exactly, the portable path
+//! follows the documented arithmetic (a reference written here from attention.rs's
+//! definition), and the comparison is sharp enough to catch a reordered sum.
+
+use tl_arch_llama::kernels::{attend_one, exp16, narrow_f16, rms_norm_row, swiglu_row, Path};
+use tl_quant::{f16_to_f32, f32_to_f16};
+
+/// xorshift64*: deterministic inputs without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in [-a, a).
+    fn f32(&mut self, a: f32) -> f32 {
+        ((self.u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
+    }
+    fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32(a)).collect()
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn simd_paths() -> Vec<Path> {
+    let paths: Vec<Path> = Path::all_available().into_iter().filter(|&p| p != Path::Portable).collect();
+    eprintln!("SIMD paths on this CPU: {paths:?}");
+    paths
+}
+
+/// One case: `group` query heads of `d` over `n` keys in blocks of `b` positions.
+struct Case {
+    q: Vec<f32>,
+    k: Vec<Vec<u16>>, // blocks of (b, d) f16
+    v: Vec<Vec<u16>>,
+    b: usize,
+    n: usize,
+    d: usize,
+}
+
+impl Case {
+    fn new(rng: &mut Rng, group: usize, n: usize, d: usize, b: usize) -> Case {
+        let blocks = n.div_ceil(b);
+        // Garbage past position n in the last block must never be read.
+        let mut slab = |scale: f32| -> Vec<Vec<u16>> {
+            (0..blocks).map(|_| (0..b * d).map(|_| f32_to_f16(rng.f32(scale))).collect()).collect()
+        };
+        let (k, v) = (slab(3.0), slab(2.0));
+        Case { q: rng.vec(group * d, 1.5), k, v, b, n, d }
+    }
+
+    fn run(&self, path: Path) -> Vec<f32> {
+        let k: Vec<&[u16]> = self.k.iter().map(Vec::as_slice).collect();
+        let v: Vec<&[u16]> = self.v.iter().map(Vec::as_slice).collect();
+        let mut out = vec![f32::NAN; self.q.len()];
+        attend_one(path, &self.q, &k, &v, self.b, self.n, self.d, &mut out).expect("attention runs");
+        out
+    }
+
+    /// Row `j` of K or V, widened.
+    fn row(&self, slabs: &[Vec<u16>], j: usize) -> Vec<f32> {
+        let at = (j % self.b) * self.d;
+        slabs[j / self.b][at..at + self.d].iter().map(|&h| f16_to_f32(h)).collect()
+    }
+
+    /// attention.rs's arithmetic, one value at a time; `reversed` sums the weighted values
+    /// over the keys in descending order instead (the negative control).
+    fn reference(&self, reversed: bool) -> Vec<f32> {
+        let (n, d) = (self.n, self.d);
+        let scale = 1.0 / (d as f32).sqrt();
+        let exp = |x: f32| exp16(Path::Portable, &[x; 16])[0];
+        let mut out = Vec::new();
+        for q in self.q.chunks_exact(d) {
+            let s: Vec<f32> = (0..n)
+                .map(|j| {
+                    let k = self.row(&self.k, j);
+                    let mut lanes = [0.0f32; 16];
+                    for i in 0..d {
+                        lanes[i % 16] = q[i].mul_add(k[i], lanes[i % 16]);
+                    }
+                    tree(lanes) * scale
+                })
+                .collect();
+            let m = s.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+            let e: Vec<f32> = s.iter().map(|&x| exp(x - m)).collect();
+            let mut lanes = [0.0f32; 16];
+            for (j, &e) in e.iter().enumerate() {
+                lanes[j % 16] += e;
+            }
+            let sum = tree(lanes);
+            let mut acc = vec![0.0f32; d];
+            let order: Vec<usize> = if reversed { (0..n).rev().collect() } else { (0..n).collect() };
+            for j in order {
+                for (a, v) in acc.iter_mut().zip(self.row(&self.v, j)) {
+                    *a = e[j].mul_add(v, *a);
+                }
+            }
+            out.extend(acc.iter().map(|a| a / sum));
+        }
+        out
+    }
+}
+
+/// The fixed pairwise tree of `Lanes::hsum`.
+fn tree(v: [f32; 16]) -> f32 {
+    let s8: Vec<f32> = (0..8).map(|l| v[l] + v[l + 8]).collect();
+    let s4: Vec<f32> = (0..4).map(|l| s8[l] + s8[l + 4]).collect();
+    (s4[0] + s4[2]) + (s4[1] + s4[3])
+}
+
+const KEYS: [usize; 7] = [1, 2, 3, 16, 17, 33, 70];
+
+#[test]
+fn attention_paths_equal_portable_bit_for_bit() {
+    let paths = simd_paths();
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut cases = 0;
+    // head_dim: SmolLM2's 64, the fixture's 16, and sizes with a partial last chunk.
+    for d in [64, 16, 24, 8, 128] {
+        // GQA groups: 1, SmolLM2's 3, and 5 (a pass of 4 heads then 1).
+        for group in [1, 3, 5] {
+            for n in KEYS {
+                for b in [4, 16, 7] {
+                    let c = Case::new(&mut rng, group, n, d, b);
+                    let portable = c.run(Path::Portable);
+                    assert!(portable.iter().all(|x| x.is_finite()), "d {d} group {group} n {n}: not finite");
+                    let r = c.reference(false);
+                    assert_eq!(bits(&portable), bits(&r), "portable != reference: d {d} group {group} n {n} b {b}");
+                    for &p in &paths {
+                        assert_eq!(bits(&c.run(p)), bits(&portable), "{p:?}: d {d} group {group} n {n} b {b}");
+                    }
+                    cases += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{cases} cases equal on {} paths", paths.len() + 1);
+}
+
+/// A one-key softmax is exactly 1: the output is the value row, widened.
+#[test]
+fn one_key_returns_its_value() {
+    let mut rng = Rng(7);
+    let c = Case::new(&mut rng, 3, 1, 64, 16);
+    let v = c.row(&c.v, 0);
+    for p in Path::all_available() {
+        let out = c.run(p);
+        for h in out.chunks_exact(64) {
+            assert_eq!(bits(h), bits(&v), "{p:?}");
+        }
+    }
+}
+
+/// The negative control: summing the values in the other order changes some bits, and the
+/// bit-for-bit comparison sees it (so the equalities above are not vacuous).
+#[test]
+fn a_reordered_sum_is_caught() {
+    let mut rng = Rng(99);
+    let c = Case::new(&mut rng, 3, 33, 64, 16);
+    let portable = c.run(Path::Portable);
+    assert_eq!(bits(&portable), bits(&c.reference(false)));
+    let reordered = c.reference(true);
+    let differ = bits(&portable).iter().zip(bits(&reordered)).filter(|(a, b)| **a != *b).count();
+    let close = portable.iter().zip(&reordered).all(|(a, b)| (a - b).abs() <= 1e-5 * a.abs().max(1.0));
+    eprintln!("reordered sum: {differ} of {} outputs differ in their bits (all within 1e-5: {close})", portable.len());
+    assert!(differ > 0, "the comparison did not catch a reordered sum");
+    assert!(close, "the reordered sum should differ only by rounding");
+}
+
+#[test]
+fn attention_refuses_bad_shapes() {
+    let mut rng = Rng(3);
+    let c = Case::new(&mut rng, 1, 17, 16, 8);
+    let k: Vec<&[u16]> = c.k.iter().map(Vec::as_slice).collect();
+    let v: Vec<&[u16]> = c.v.iter().map(Vec::as_slice).collect();
+    let mut out = vec![0.0; 16];
+    // More keys than the blocks hold, no keys, an empty head, q and out of other sizes.
+    assert!(attend_one(Path::Portable, &c.q, &k, &v, 8, 25, 16, &mut out).is_err());
+    assert!(attend_one(Path::Portable, &c.q, &k, &v, 8, 0, 16, &mut out).is_err());
+    assert!(attend_one(Path::Portable, &c.q, &k, &v, 8, 17, 0, &mut out).is_err());
+    assert!(attend_one(Path::Portable, &c.q, &k, &v, 0, 17, 16, &mut out).is_err());
+    assert!(attend_one(Path::Portable, &c.q, &k, &v, 8, 17, 16, &mut out[..8]).is_err());
+    assert!(attend_one(Path::Portable, &c.q, &k, &v, 8, 17, 16, &mut out).is_ok());
+}
+
+#[test]
+fn f16_narrowing_matches_tl_quant_on_every_path() {
+    let mut rng = Rng(42);
+    let mut xs: Vec<f32> = (0..200_000).map(|_| f32::from_bits(rng.u64() as u32)).collect();
+    // Ties, the overflow edge, subnormals, zeros, infinities, NaNs with payloads.
+    xs.extend([
+        0.0,
+        -0.0,
+        1.0,
+        65504.0,
+        65519.99,
+        65520.0,
+        -65520.0,
+        1e-8,
+        -6e-8,
+        5.96e-8,
+        2.98e-8,
+        1.0 + 1.0 / 2048.0,
+        1.0 + 3.0 / 2048.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MIN_POSITIVE,
+    ]);
+    xs.extend([0x7f80_0001u32, 0x7fc0_1234, 0xffbf_ffff, 0x7f80_2000].map(f32::from_bits));
+    let want: Vec<u16> = xs.iter().map(|&x| f32_to_f16(x)).collect();
+    for p in Path::all_available() {
+        // An odd length, so the scalar tail runs too.
+        for len in [xs.len(), 37, 16, 5] {
+            let mut got = vec![0u16; len];
+            narrow_f16(p, &xs[..len], &mut got);
+            assert_eq!(got, want[..len], "{p:?}, {len} values");
+        }
+    }
+}
+
+#[test]
+fn rms_norm_and_swiglu_paths_equal_portable() {
+    let paths = simd_paths();
+    let mut rng = Rng(5);
+    for len in [1, 15, 16, 17, 64, 100, 576, 1536] {
+        let (x, w, u) = (rng.vec(len, 4.0), rng.vec(len, 2.0), rng.vec(len, 3.0));
+        let mut want = vec![0.0; len];
+        rms_norm_row(Path::Portable, &x, &w, 1e-5, &mut want);
+        // Close to the textbook formula in f64.
+        let ms = x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / len as f64;
+        for i in 0..len {
+            let exact = x[i] as f64 / (ms + 1e-5).sqrt() * w[i] as f64;
+            assert!((want[i] as f64 - exact).abs() <= 1e-5 * exact.abs().max(1e-3), "rms_norm {len}: {i}");
+        }
+        let mut act = vec![0.0; len];
+        swiglu_row(Path::Portable, &x, &u, &mut act);
+        for i in 0..len {
+            let (g, up) = (x[i] as f64, u[i] as f64);
+            let exact = g / (1.0 + (-g).exp()) * up;
+            assert!((act[i] as f64 - exact).abs() <= 1e-5 * exact.abs().max(1e-3), "swiglu {len}: {i}");
+        }
+        for &p in &paths {
+            let mut got = vec![0.0; len];
+            rms_norm_row(p, &x, &w, 1e-5, &mut got);
+            assert_eq!(bits(&got), bits(&want), "rms_norm {p:?} {len}");
+            swiglu_row(p, &x, &u, &mut got);
+            assert_eq!(bits(&got), bits(&act), "swiglu {p:?} {len}");
+        }
+    }
+}
+
+#[test]
+fn exp_is_accurate_and_the_same_on_every_path() {
+    let paths = simd_paths();
+    let mut rng = Rng(11);
+    let mut worst = 0.0f64;
+    for _ in 0..20_000 {
+        let x: [f32; 16] = std::array::from_fn(|_| rng.f32(87.0));
+        let want = exp16(Path::Portable, &x);
+        for (&x, &y) in x.iter().zip(&want) {
+            let exact = (x as f64).exp();
+            worst = worst.max(((y as f64 - exact) / exact).abs());
+        }
+        for &p in &paths {
+            assert_eq!(bits(&exp16(p, &x)), bits(&want), "{p:?} on {x:?}");
+        }
+    }
+    eprintln!("exp: worst relative error {worst:.2e}");
+    assert!(worst < 3.0 * f32::EPSILON as f64, "exp relative error {worst:e}");
+    // Clamped: far below gives e^-87 (tiny, positive), NaN too; far above stays finite.
+    let edge = exp16(
+        Path::Portable,
+        &[-1e30, f32::NEG_INFINITY, f32::NAN, 1e30, 0.0, -0.0, 88.0, -87.0, 1.0, -1.0, 0.5, 2.0, 3.0, 4.0, 5.0, 6.0],
+    );
+    assert!(edge[..3].iter().all(|&y| y > 0.0 && y < 1e-37), "{edge:?}");
+    assert!(edge[3].is_finite() && edge[3] > 1e38, "{edge:?}");
+    assert_eq!(edge[4], 1.0);
+    assert_eq!(edge[5], 1.0);
+}
