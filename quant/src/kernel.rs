@@ -105,12 +105,22 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
     let inp = j.inp;
     let x = j.x.add(r0 * inp);
     let panel = |p: usize| j.data.add((p0 + p) * j.panel_bytes);
+    // The first row tile of a panel group streams the weights from memory: it asks for
+    // the next group's bytes at the same offset as it reads its own, so at decode (one
+    // row tile per group) the next panels are in cache when their turn comes.
+    let ahead = NP * j.panel_bytes;
+    let next = |p: usize, off: usize| {
+        if r0 == 0 {
+            I::prefetch(panel(p).wrapping_add(ahead + off))
+        }
+    };
     let mut acc = [[I::zero(); NP]; MR];
     let mut w = [I::zero(); NP];
     match j.kind {
         Kind::F32 => {
             for k in 0..inp {
                 for p in 0..NP {
+                    next(p, k * NR * 4);
                     w[p] = I::ld_f32((panel(p) as *const f32).add(k * NR));
                 }
                 step!(I, acc, x, inp, k, w);
@@ -119,6 +129,9 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
         Kind::F16 => {
             for k in 0..inp {
                 for p in 0..NP {
+                    if k % 2 == 0 {
+                        next(p, k * NR * 2);
+                    }
                     w[p] = I::ld_f16((panel(p) as *const u16).add(k * NR));
                 }
                 step!(I, acc, x, inp, k, w);
@@ -127,6 +140,9 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
         Kind::BF16 => {
             for k in 0..inp {
                 for p in 0..NP {
+                    if k % 2 == 0 {
+                        next(p, k * NR * 2);
+                    }
                     w[p] = I::ld_bf16((panel(p) as *const u16).add(k * NR));
                 }
                 step!(I, acc, x, inp, k, w);
@@ -136,6 +152,9 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
             let mut d = [I::zero(); NP];
             for b in 0..inp / QK {
                 for p in 0..NP {
+                    for l in 0..Q8_BLOCK.div_ceil(64) {
+                        next(p, b * Q8_BLOCK + l * 64);
+                    }
                     d[p] = I::ld_f16(panel(p).add(b * Q8_BLOCK) as *const u16);
                 }
                 for kk in 0..QK {
@@ -152,6 +171,9 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
             let (mut d, mut m) = ([I::zero(); NP], [I::zero(); NP]);
             for b in 0..inp / QK {
                 for p in 0..NP {
+                    for l in 0..bb.div_ceil(64) {
+                        next(p, b * bb + l * 64);
+                    }
                     let base = panel(p).add(b * bb);
                     d[p] = I::ld_f16(base as *const u16);
                     m[p] = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d[p], I::splat_v(-8.0)) };

@@ -47,6 +47,8 @@ pub(crate) trait Isa: Copy {
     unsafe fn nib(q: Self::U, shift: u32) -> Self::V;
     /// Store 16 f32.
     unsafe fn st(p: *mut f32, v: Self::V);
+    /// Ask for the cache line at `p` (any address: a prefetch never faults).
+    unsafe fn prefetch(_p: *const u8) {}
 }
 
 /// Plain Rust, one lane at a time: the reference the SIMD paths must equal bit for bit.
@@ -178,6 +180,10 @@ mod x86 {
         unsafe fn st(p: *mut f32, v: __m512) {
             _mm512_storeu_ps(p, v)
         }
+        #[inline(always)]
+        unsafe fn prefetch(p: *const u8) {
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+        }
     }
 
     /// AVX2 + FMA + F16C: two ymm registers per panel (lanes 0..8 and 8..16).
@@ -246,6 +252,10 @@ mod x86 {
         unsafe fn st(p: *mut f32, v: Self::V) {
             _mm256_storeu_ps(p, v.0);
             _mm256_storeu_ps(p.add(8), v.1);
+        }
+        #[inline(always)]
+        unsafe fn prefetch(p: *const u8) {
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
         }
     }
 }
