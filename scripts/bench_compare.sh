@@ -238,7 +238,8 @@ lines = [
     + f"; tl {env.get('TL_COMMIT')}; 1-minute load average before the runs "
     f"{min(loads):.1f} .. {max(loads):.1f}",
 ]
-if max(loads) > 0.5 * cpus:
+# The 1-minute average lags and counts our own runs (up to max(threads) busy threads).
+if max(loads) > max(thread_counts) + 0.5 * cpus:
     lines += ["", f"**warning: the machine was busy (load up to {max(loads):.1f} on {cpus} CPUs): "
               "llama.cpp's threads spin at barriers and slow down far more than tl's when other "
               "processes share the cores; compare at 1 thread, or rerun on a quiet machine.**"]
