@@ -114,7 +114,9 @@ fn blocks(w: &[f32], ty: u32) -> Vec<u8> {
             8 => {
                 let d = f16_to_f32(f32_to_f16(amax.abs() / 127.0));
                 out.extend(f32_to_f16(d).to_le_bytes());
-                out.extend(b.iter().map(|&v| if d == 0.0 { 0 } else { (v / d).round().clamp(-127.0, 127.0) as i8 as u8 }));
+                out.extend(
+                    b.iter().map(|&v| if d == 0.0 { 0 } else { (v / d).round().clamp(-127.0, 127.0) as i8 as u8 }),
+                );
             }
             2 => {
                 // llama.cpp's Q4_0: d = signed max / -8, so d is often negative.

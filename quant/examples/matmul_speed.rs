@@ -32,8 +32,20 @@ fn main() {
         let w: Vec<f32> = (0..out * inp).map(|_| rnd() * 0.1).collect();
         let layers = vec![
             Linear::from_f32(&w, out, inp).expect("f32"),
-            Linear::from_stored(Format::BF16, &w.iter().flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect::<Vec<u8>>(), out, inp).expect("bf16"),
-            Linear::from_stored(Format::F16, &w.iter().flat_map(|v| f32_to_f16(*v).to_le_bytes()).collect::<Vec<u8>>(), out, inp).expect("f16"),
+            Linear::from_stored(
+                Format::BF16,
+                &w.iter().flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect::<Vec<u8>>(),
+                out,
+                inp,
+            )
+            .expect("bf16"),
+            Linear::from_stored(
+                Format::F16,
+                &w.iter().flat_map(|v| f32_to_f16(*v).to_le_bytes()).collect::<Vec<u8>>(),
+                out,
+                inp,
+            )
+            .expect("f16"),
             Linear::from_stored(Format::Q8_0, &blocks(out * inp / 32, 34, &mut rnd), out, inp).expect("q8"),
             Linear::from_stored(Format::Q4_1, &blocks(out * inp / 32, 20, &mut rnd), out, inp).expect("q4_1"),
             Linear::from_int4(&QLinear::quantize(&w, out, inp, 32).expect("int4")).expect("int4"),

@@ -156,7 +156,9 @@ impl Linear {
                 return Err(QuantError::Concat { reason: format!("layer {i} is {l:?}, layer 0 {first:?}") });
             }
             if i + 1 < parts.len() && l.out % NR != 0 {
-                return Err(QuantError::Concat { reason: format!("layer {i} has {} outputs, not a multiple of {NR}", l.out) });
+                return Err(QuantError::Concat {
+                    reason: format!("layer {i} has {} outputs, not a multiple of {NR}", l.out),
+                });
             }
         }
         let out = parts.iter().map(|l| l.out).sum();

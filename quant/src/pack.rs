@@ -25,7 +25,9 @@ pub(crate) enum Kind {
     BF16,
     Q8,
     /// 4-bit codes; `min`: a stored offset per block (Q4_1), else `-8 d` (Q4_0, int4).
-    Q4 { min: bool },
+    Q4 {
+        min: bool,
+    },
 }
 
 impl Kind {
@@ -186,7 +188,9 @@ pub(crate) fn widen_row(kind: Kind, data: &[u8], inp: usize, r: usize, dst: &mut
             }
         }
         Kind::F16 => dst.iter_mut().enumerate().for_each(|(k, d)| *d = crate::f16_to_f32(u16_at((k * NR + lane) * 2))),
-        Kind::BF16 => dst.iter_mut().enumerate().for_each(|(k, d)| *d = crate::bf16_to_f32(u16_at((k * NR + lane) * 2))),
+        Kind::BF16 => {
+            dst.iter_mut().enumerate().for_each(|(k, d)| *d = crate::bf16_to_f32(u16_at((k * NR + lane) * 2)))
+        }
         Kind::Q8 => {
             for (b, blk) in dst.chunks_exact_mut(QK).enumerate() {
                 let base = b * Q8_BLOCK;

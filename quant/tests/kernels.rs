@@ -45,9 +45,8 @@ fn stored(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> (Vec<u8>, Ve
         }
         Format::F16 | Format::BF16 => {
             let bf = format == Format::BF16;
-            let h: Vec<u16> = (0..n)
-                .map(|_| if bf { (rng.f().to_bits() >> 16) as u16 } else { f32_to_f16(rng.f() * 3.0) })
-                .collect();
+            let h: Vec<u16> =
+                (0..n).map(|_| if bf { (rng.f().to_bits() >> 16) as u16 } else { f32_to_f16(rng.f() * 3.0) }).collect();
             let w = h.iter().map(|&h| if bf { bf16_to_f32(h) } else { f16_to_f32(h) }).collect();
             (h.iter().flat_map(|h| h.to_le_bytes()).collect(), w)
         }

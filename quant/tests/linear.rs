@@ -36,7 +36,10 @@ const INP: usize = 132;
 
 fn layers() -> Vec<Linear> {
     let w = values(OUT * INP, 1);
-    vec![Linear::new_f32(w.clone(), OUT, INP).unwrap(), Linear::from_int4(&QLinear::quantize(&w, OUT, INP, 12).unwrap()).unwrap()]
+    vec![
+        Linear::new_f32(w.clone(), OUT, INP).unwrap(),
+        Linear::from_int4(&QLinear::quantize(&w, OUT, INP, 12).unwrap()).unwrap(),
+    ]
 }
 
 #[test]
