@@ -51,6 +51,14 @@ impl Proj {
         }
     }
 
+    /// Bytes the parts hold.
+    fn packed_bytes(&self) -> usize {
+        match self {
+            Proj::Fused(l) => l.packed_bytes(),
+            Proj::Split(ls) => ls.iter().map(Linear::packed_bytes).sum(),
+        }
+    }
+
     /// Total outputs.
     fn out(&self) -> usize {
         match self {
@@ -239,6 +247,27 @@ impl Plan {
 impl Model for Llama {
     fn hidden_size(&self) -> usize {
         self.cfg.hidden_size
+    }
+
+    fn weight_bytes(&self) -> Option<usize> {
+        let f32s = |v: &[f32]| std::mem::size_of_val(v);
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                l.qkv.packed_bytes()
+                    + l.o.packed_bytes()
+                    + l.gate_up.packed_bytes()
+                    + l.down.packed_bytes()
+                    + f32s(&l.input_norm)
+                    + f32s(&l.post_norm)
+            })
+            .sum();
+        let embed = match &self.w.embed {
+            crate::weights::Embedding::Own(t) => t.packed_bytes(),
+            crate::weights::Embedding::Tied => 0,
+        };
+        Some(layers + embed + self.w.lm_head.packed_bytes() + f32s(&self.norm) + f32s(&self.inv_freq))
     }
 
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {

@@ -120,11 +120,14 @@ fn projection(
             }
             let qweight = store.raw(&qname, DType::U8, &[out, inp / 2])?.to_vec();
             let scales = le_u16s(store.raw(&sname, DType::F16, &[out, inp / group])?);
+            store.done_with(&qname);
+            store.done_with(&sname);
             let q = QLinear::from_parts(out, inp, group, qweight, scales).map_err(|e| quant_err(store, &qname, e))?;
             Linear::from_int4(&q).map_err(|e| quant_err(store, &qname, e))
         }
         ProjFormat::QuantizeAtLoad(group) => {
             let w = store.f32(&weight, &[out, inp])?;
+            store.done_with(&weight);
             let q = QLinear::quantize(&w, out, inp, group).map_err(|e| quant_err(store, &weight, e))?;
             Linear::from_int4(&q).map_err(|e| quant_err(store, &weight, e))
         }
@@ -157,6 +160,7 @@ fn matrix(store: &dyn WeightStore, name: &str, out: usize, inp: usize, native: b
         }
         _ => Linear::new_f32(store.f32(name, &[out, inp])?, out, inp),
     };
+    store.done_with(name);
     lin.map_err(|e| quant_err(store, name, e))
 }
 

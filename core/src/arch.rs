@@ -67,6 +67,11 @@ pub struct ForwardOutput {
 pub trait Model: Send + Sync {
     /// Hidden size `d` of the rows `ForwardOutput::hidden` holds.
     fn hidden_size(&self) -> usize;
+    /// Bytes the loaded weights take in memory (for resident-memory reports), when the
+    /// model knows.
+    fn weight_bytes(&self) -> Option<usize> {
+        None
+    }
     /// Run one step. The runner has already checked the batch (tokens < vocab, positions
     /// within the context, block tables long enough, blocks in use).
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError>;

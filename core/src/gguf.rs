@@ -568,6 +568,12 @@ impl WeightStore for Gguf {
     /// The stored blocks, rows in Hugging Face order: the Q and K projections' rows are
     /// moved back from llama.cpp's permuted order whole (a row is a run of blocks), so
     /// their values are not touched.
+    fn done_with(&self, name: &str) {
+        if let Some(e) = self.tensors.get(name) {
+            crate::weights::drop_pages(&self.map, e.begin, e.end);
+        }
+    }
+
     fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::Stored<'_>, WeightError> {
         let e = self.entry(name, shape)?;
         let bytes = &self.map[e.begin..e.end];

@@ -372,6 +372,18 @@ impl ModelRunner {
         &self.engine
     }
 
+    /// Bytes the loaded weights take in memory, when the model reports it.
+    pub fn weight_bytes(&self) -> Option<usize> {
+        self.model.weight_bytes()
+    }
+
+    /// Bytes the KV pool reserves (every block's K and V slabs), allocated once at load.
+    pub fn kv_pool_bytes(&self) -> Result<usize, RunnerError> {
+        let pool = self.lock()?;
+        let per_block = pool.geometry().block_bytes().ok_or_else(|| KvError::Overflow { what: "block size".into() })?;
+        Ok(per_block.saturating_mul(pool.n_blocks() as usize))
+    }
+
     /// Hidden size of the rows `run_once` returns.
     pub fn hidden_size(&self) -> usize {
         self.model.hidden_size()

@@ -181,6 +181,12 @@ impl WeightStore for SafeTensors {
     }
 
     /// The stored bytes of a floating-point tensor (F32, F16, BF16), borrowed from the map.
+    fn done_with(&self, name: &str) {
+        if let Some(e) = self.tensors.get(name) {
+            crate::weights::drop_pages(&self.map, self.data_start + e.begin, self.data_start + e.end);
+        }
+    }
+
     fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::Stored<'_>, WeightError> {
         let e = self.entry(name, shape)?;
         if !matches!(e.dtype, DType::F32 | DType::F16 | DType::BF16) {

@@ -122,6 +122,25 @@ pub(crate) fn map_file(path: &Path) -> Result<memmap2::Mmap, WeightError> {
     unsafe { memmap2::Mmap::map(&file) }.map_err(io)
 }
 
+/// Drop the pages of `map[begin..end]` from memory (a hint; errors are ignored: the
+/// pages then simply stay resident). The next access reads them again from the file.
+///
+/// Loading copies every tensor into the kernels' layout; without this hint the mapped
+/// file and the repacked copy would both be resident at the end of load (peak RSS twice
+/// the weights for an F32 file).
+pub(crate) fn drop_pages(map: &memmap2::Mmap, begin: usize, end: usize) {
+    if begin >= end || end > map.len() {
+        return;
+    }
+    // SAFETY: MADV_DONTNEED on a read-only, never-written file mapping discards only
+    // clean page-cache pages; any later read (including through a slice borrowed
+    // before this call) faults them back in from the file with the same bytes. It
+    // relies on the file not changing while mapped, which `map_file` already assumes.
+    // memmap2 checks the range and rounds it out to whole pages.
+    #[cfg(unix)]
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, begin, end - begin) };
+}
+
 /// The `Missing` or `Shape` error for tensor `name` of `path`, or `Ok` when `found` holds
 /// a tensor of the `expected` shape; the stores' shared lookup rule.
 pub(crate) fn check_found<'a, T>(
@@ -176,6 +195,14 @@ pub trait WeightStore: Send + Sync {
     fn stored(&self, name: &str, shape: &[usize]) -> Result<Stored<'_>, WeightError> {
         let w = self.f32(name, shape)?;
         Ok(Stored { dtype: DType::F32, bytes: w.iter().flat_map(|v| v.to_le_bytes()).collect() })
+    }
+
+    /// A hint that the caller has copied what it keeps of tensor `name`: a mapped store
+    /// drops the tensor's pages from memory (read again from the file if asked for
+    /// again), so load never holds the whole mapped file beside the repacked weights.
+    /// Results never depend on it; the default does nothing.
+    fn done_with(&self, name: &str) {
+        let _ = name;
     }
 
     /// True when the store has a tensor of that name.

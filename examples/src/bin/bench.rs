@@ -171,6 +171,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let mut r = ModelRunner::load(&cli.model, &cfg).with_context(|| format!("{}", cli.model.display()))?;
     let load_s = t0.elapsed().as_secs_f64();
     let rss_after_load = proc_status_mib("VmRSS");
+    let mib = |b: usize| (b as f64 / (1024.0 * 1024.0) * 10.0).round() / 10.0;
+    let weights_mib = r.weight_bytes().map(mib);
+    let kv_pool_mib = mib(r.kv_pool_bytes()?);
     let c = r.config().clone();
     if let Some(max) = c.max_position_embeddings {
         anyhow::ensure!(n + steps <= max, "prompt + decode = {} tokens pass the context of {max}", n + steps);
@@ -261,6 +264,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             "batch_prefill_tok_s": fill_s.map(|s| round(n as f64 / s.max(1e-9), 2)),
             "load_s": round(load_s, 3),
             "rss_after_load_mib": opt(rss_after_load),
+            // What load keeps: the weights as packed for the kernels, and the KV pool
+            // (reserved at load; its pages become resident as sequences fill them).
+            "weights_mib": weights_mib,
+            "kv_pool_mib": kv_pool_mib,
             "peak_rss_mib": opt(peak),
         });
         println!("{line}");
