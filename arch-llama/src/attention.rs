@@ -64,6 +64,16 @@ impl KvView<'_> {
     }
 }
 
+/// What a group of query heads attends over: keys `0 .. n` of `d` values in `kv`, scores
+/// scaled by `scale`.
+#[derive(Clone, Copy)]
+struct Keys<'a> {
+    kv: KvView<'a>,
+    n: usize,
+    d: usize,
+    scale: f32,
+}
+
 /// Calls `f(j, key row, value row)` for keys `0 .. n` in ascending position.
 #[inline(always)]
 unsafe fn for_keys(kv: &KvView<'_>, n: usize, d: usize, mut f: impl FnMut(usize, *const u16, *const u16)) {
@@ -84,15 +94,9 @@ unsafe fn for_keys(kv: &KvView<'_>, n: usize, d: usize, mut f: impl FnMut(usize,
 /// `scratch` holds `(G, Dp)` zero-padded queries then `(G, Np)` scores (`Dp`, `Np`: `D`
 /// and `n` rounded up to 16).
 #[inline(always)]
-unsafe fn heads<L: Lanes, const G: usize>(
-    q: &[f32],
-    kv: &KvView<'_>,
-    n: usize,
-    d: usize,
-    scale: f32,
-    scratch: &mut Vec<f32>,
-    out: &mut [f32],
-) {
+unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+    let Keys { kv, n, d, scale } = *keys;
+    let kv = &kv;
     let (dp, np) = (d.div_ceil(W) * W, n.div_ceil(W) * W);
     let (full, tail) = (d / W, d % W);
     if scratch.len() < G * (dp + np) {
@@ -172,27 +176,20 @@ unsafe fn heads<L: Lanes, const G: usize>(
 /// Every query head of one KV head: `q` and `out` are `(group, D)`; passes of up to
 /// [`MAX_G`] heads. Caller: `kv.holds(n, d)`, `n >= 1`, `q` and `out` `group * d` long.
 #[inline(always)]
-unsafe fn group_impl<L: Lanes>(
-    q: &[f32],
-    kv: &KvView<'_>,
-    n: usize,
-    d: usize,
-    scale: f32,
-    scratch: &mut Vec<f32>,
-    out: &mut [f32],
-) {
+unsafe fn group_impl<L: Lanes>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+    let d = keys.d;
     for (q, o) in q.chunks(MAX_G * d).zip(out.chunks_mut(MAX_G * d)) {
         match q.len() / d {
-            1 => heads::<L, 1>(q, kv, n, d, scale, scratch, o),
-            2 => heads::<L, 2>(q, kv, n, d, scale, scratch, o),
-            3 => heads::<L, 3>(q, kv, n, d, scale, scratch, o),
-            _ => heads::<L, 4>(q, kv, n, d, scale, scratch, o),
+            1 => heads::<L, 1>(q, keys, scratch, o),
+            2 => heads::<L, 2>(q, keys, scratch, o),
+            3 => heads::<L, 3>(q, keys, scratch, o),
+            _ => heads::<L, 4>(q, keys, scratch, o),
         }
     }
 }
 
-simd_entry!(#[allow(clippy::too_many_arguments)] fn attend_group_unchecked => group_impl(
-    q: &[f32], kv: &KvView<'_>, n: usize, d: usize, scale: f32, scratch: &mut Vec<f32>, out: &mut [f32]
+simd_entry!(fn attend_group_unchecked => group_impl(
+    q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]
 ));
 
 /// Checks what the kernel's raw reads and writes rely on, then runs it.
@@ -208,8 +205,8 @@ fn attend_group(
     if d == 0 || n == 0 || q.len() != out.len() || q.len() % d != 0 || !kv.holds(n, d) {
         return Err(format!("attention: {n} keys of {d} values do not fit the slabs or q/out ({})", q.len()));
     }
-    let scale = 1.0 / (d as f32).sqrt();
-    attend_group_unchecked(path, q, kv, n, d, scale, scratch, out);
+    let keys = Keys { kv: *kv, n, d, scale: 1.0 / (d as f32).sqrt() };
+    attend_group_unchecked(path, q, &keys, scratch, out);
     Ok(())
 }
 

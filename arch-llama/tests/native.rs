@@ -138,22 +138,6 @@ fn blocks(w: &[f32], ty: u32) -> Vec<u8> {
     out
 }
 
-/// llama.cpp's converter permutes the Q/K rows of each head (interleaving the RoPE
-/// halves); the GGUF store undoes it, so the file must hold the permuted rows.
-fn permute(w: &[f32], rows: usize, cols: usize, n_head: usize) -> Vec<f32> {
-    let half = rows / n_head / 2;
-    let mut out = Vec::with_capacity(w.len());
-    for h in 0..n_head {
-        for i in 0..half {
-            for s in 0..2 {
-                let src = (h * 2 + s) * half + i;
-                out.extend_from_slice(&w[src * cols..(src + 1) * cols]);
-            }
-        }
-    }
-    out
-}
-
 fn gguf_name(hf: &str) -> String {
     if hf == "model.embed_tokens.weight" {
         return "token_embd.weight".into();
@@ -185,9 +169,9 @@ fn write_gguf(dir: &Path, ty: u32) {
     for (name, shape, w) in fixture_tensors() {
         let gname = gguf_name(&name);
         let w = if gname.ends_with("attn_q.weight") {
-            permute(&w, shape[0], shape[1], heads)
+            gguf_writer::llama_cpp_permute(&w, shape[0], shape[1], heads)
         } else if gname.ends_with("attn_k.weight") {
-            permute(&w, shape[0], shape[1], kv_heads)
+            gguf_writer::llama_cpp_permute(&w, shape[0], shape[1], kv_heads)
         } else {
             w
         };

@@ -3,7 +3,7 @@
 
 mod gguf_writer;
 
-use gguf_writer::{f32_tensor, write, Meta, T};
+use gguf_writer::{f32_tensor, llama_cpp_permute, write, Meta, T};
 use half::{bf16, f16};
 use tl_core::{DType, Gguf, WeightStore};
 
@@ -34,23 +34,6 @@ fn llama_meta() -> Vec<(&'static str, Meta)> {
 /// Distinct values: row r, column c -> r * 100 + c (+ a tag per tensor).
 fn pattern(rows: usize, cols: usize, tag: f32) -> Vec<f32> {
     (0..rows * cols).map(|i| (i / cols) as f32 * 100.0 + (i % cols) as f32 + tag).collect()
-}
-
-/// llama.cpp's convert_hf_to_gguf `permute`, as numpy runs it:
-/// `w.reshape(n_head, 2, rows / n_head / 2, cols).swapaxes(1, 2).reshape(rows, cols)`.
-fn llama_cpp_permute(w: &[f32], rows: usize, cols: usize, n_head: usize) -> Vec<f32> {
-    let half = rows / n_head / 2;
-    let mut out = Vec::with_capacity(w.len());
-    // Iterate the swapped view (n_head, half, 2, cols) in row-major order.
-    for h in 0..n_head {
-        for i in 0..half {
-            for s in 0..2 {
-                let src = (h * 2 + s) * half + i; // index in the (n_head, 2, half) view
-                out.extend_from_slice(&w[src * cols..(src + 1) * cols]);
-            }
-        }
-    }
-    out
 }
 
 fn tiny_llama(with_output: bool) -> (Vec<T>, Vec<f32>, Vec<f32>) {

@@ -126,26 +126,25 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
                 step!(I, acc, x, inp, k, w);
             }
         }
-        Kind::F16 => {
-            for k in 0..inp {
-                for p in 0..NP {
-                    if k % 2 == 0 {
-                        next(p, k * NR * 2);
+        // 16-bit floats: two k per 64-byte line of a panel, so one prefetch per two k.
+        Kind::F16 | Kind::BF16 => {
+            macro_rules! half_rows {
+                ($ld:ident) => {
+                    for k in 0..inp {
+                        for p in 0..NP {
+                            if k % 2 == 0 {
+                                next(p, k * NR * 2);
+                            }
+                            w[p] = I::$ld((panel(p) as *const u16).add(k * NR));
+                        }
+                        step!(I, acc, x, inp, k, w);
                     }
-                    w[p] = I::ld_f16((panel(p) as *const u16).add(k * NR));
-                }
-                step!(I, acc, x, inp, k, w);
+                };
             }
-        }
-        Kind::BF16 => {
-            for k in 0..inp {
-                for p in 0..NP {
-                    if k % 2 == 0 {
-                        next(p, k * NR * 2);
-                    }
-                    w[p] = I::ld_bf16((panel(p) as *const u16).add(k * NR));
-                }
-                step!(I, acc, x, inp, k, w);
+            if j.kind == Kind::F16 {
+                half_rows!(ld_f16)
+            } else {
+                half_rows!(ld_bf16)
             }
         }
         Kind::Q8 => {

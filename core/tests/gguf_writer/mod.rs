@@ -127,3 +127,20 @@ pub fn byte_char(b: u8) -> char {
     let n = (0..b as u32).filter(|&x| !printable(x)).count() as u32;
     char::from_u32(256 + n).unwrap()
 }
+
+/// llama.cpp's convert_hf_to_gguf `permute`, as numpy runs it:
+/// `w.reshape(n_head, 2, rows / n_head / 2, cols).swapaxes(1, 2).reshape(rows, cols)`.
+pub fn llama_cpp_permute(w: &[f32], rows: usize, cols: usize, n_head: usize) -> Vec<f32> {
+    let half = rows / n_head / 2;
+    let mut out = Vec::with_capacity(w.len());
+    // Iterate the swapped view (n_head, half, 2, cols) in row-major order.
+    for h in 0..n_head {
+        for i in 0..half {
+            for s in 0..2 {
+                let src = (h * 2 + s) * half + i; // index in the (n_head, 2, half) view
+                out.extend_from_slice(&w[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
