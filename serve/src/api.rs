@@ -253,7 +253,9 @@ impl Body {
             let top = match self.top_logprobs {
                 None => 0,
                 Some(k) if (0..=20).contains(&k) => k as usize,
-                Some(k) => return Err(ApiError::bad("top_logprobs", format!("top_logprobs = {k}: must be in [0, 20]"))),
+                Some(k) => {
+                    return Err(ApiError::bad("top_logprobs", format!("top_logprobs = {k}: must be in [0, 20]")))
+                }
             };
             if top > 0 && !on {
                 return Err(ApiError::bad("top_logprobs", "top_logprobs needs logprobs: true"));

@@ -89,8 +89,10 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Resu
     if msgs.is_empty() {
         return Err(ApiError::bad("messages", "messages must be a non-empty list"));
     }
-    let turns: Vec<Message> =
-        msgs.iter().map(|m| api::content_text(&m.content).map(|c| Message::new(m.role.as_str(), c))).collect::<Result<_, _>>()?;
+    let turns: Vec<Message> = msgs
+        .iter()
+        .map(|m| api::content_text(&m.content).map(|c| Message::new(m.role.as_str(), c)))
+        .collect::<Result<_, _>>()?;
     let text = st.template.render(&turns, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
     // The template writes any BOS itself.
     let prompt = st.tok.encode(&text).map_err(tok_err("messages"))?;
@@ -113,9 +115,10 @@ async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) 
         Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
             st.tok.encode_with_special(a[0].as_str().unwrap_or_default()).map_err(tok_err("prompt"))?
         }
-        Some(Value::Array(a)) => {
-            a.iter().map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(bad)).collect::<Result<_, _>>()?
-        }
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(bad))
+            .collect::<Result<_, _>>()?,
         _ => return Err(bad()),
     };
     if prompt.is_empty() {
@@ -246,7 +249,8 @@ async fn generate(st: &Arc<AppState>, plan: Plan, chat: bool) -> Result<Response
     let n = plan.reqs.len();
     let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.logprobs);
     let rxs = st.engine.submit_all(plan.reqs)?;
-    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(st.created, |d| d.as_secs());
+    let created =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(st.created, |d| d.as_secs());
     let id = format!("{}-{:016x}", if chat { "chatcmpl" } else { "cmpl" }, api::random_seed());
     let ctx = Ctx { st: Arc::clone(st), chat, id, created, logprobs };
     let merged = merge(rxs);
@@ -258,7 +262,12 @@ async fn generate(st: &Arc<AppState>, plan: Plan, chat: bool) -> Result<Response
     let mut open = n;
     while open > 0 {
         let Some((i, ev)) = merged.recv().await else {
-            return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal_error", "engine gone"));
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+                "engine gone",
+            ));
         };
         let c = &mut choices[i];
         match ev {
@@ -380,9 +389,11 @@ fn sse(ctx: Ctx, mut merged: mpsc::UnboundedReceiver<(usize, Event)>, n: usize, 
         }
         let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<Bytes, Infallible>(b), rx))
-    });
+    let stream =
+        futures_util::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|b| (Ok::<Bytes, Infallible>(b), rx)) },
+        );
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")

@@ -97,8 +97,11 @@ impl AppState {
         let fingerprint = tl_engine::fingerprint(&opts.model, &opts.engine)?;
         let metrics = Arc::new(metrics::Metrics::new());
         let observer: Arc<dyn tl_engine::Observer> = Arc::new(metrics::Feed(Arc::clone(&metrics)));
-        let engine =
-            Engine::start(runner, Arc::clone(&tok), EngineOptions { max_queue: opts.max_queue, observer: Some(observer) })?;
+        let engine = Engine::start(
+            runner,
+            Arc::clone(&tok),
+            EngineOptions { max_queue: opts.max_queue, observer: Some(observer) },
+        )?;
         let model_id = opts.model_name.clone().unwrap_or_else(|| {
             let stem = if opts.model.is_file() { opts.model.file_stem() } else { opts.model.file_name() };
             stem.map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())

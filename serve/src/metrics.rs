@@ -38,6 +38,7 @@ pub struct Metrics {
     prefix_hits: Counter,
     preemptions: Counter,
     generated: Counter,
+    cancelled: Counter,
     /// Requests answered, by endpoint and status.
     pub requests: Family<Status, Counter>,
     step: Histogram,
@@ -66,6 +67,7 @@ impl Metrics {
             prefix_hits: Counter::default(),
             preemptions: Counter::default(),
             generated: Counter::default(),
+            cancelled: Counter::default(),
             requests: Family::default(),
             step: secs(),
             step_tokens: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
@@ -77,9 +79,14 @@ impl Metrics {
         registry.register("queue_depth", "Sequences waiting for admission", m.queue.clone());
         registry.register("running_sequences", "Sequences admitted to the step loop", m.running.clone());
         registry.register("kv_blocks", "KV pool blocks by state", m.kv.clone());
-        registry.register("prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache", m.prefix_hits.clone());
+        registry.register(
+            "prefix_cache_hit_tokens",
+            "Prompt tokens served from the prefix cache",
+            m.prefix_hits.clone(),
+        );
         registry.register("preemptions", "Sequences preempted to free KV blocks", m.preemptions.clone());
         registry.register("generated_tokens", "Tokens generated", m.generated.clone());
+        registry.register("cancelled_sequences", "Sequences dropped because the client left", m.cancelled.clone());
         registry.register("requests", "HTTP requests answered", m.requests.clone());
         registry.register("step_seconds", "Wall time of one engine step", m.step.clone());
         registry.register("step_tokens", "Tokens fed in one engine step", m.step_tokens.clone());
@@ -102,6 +109,7 @@ impl Metrics {
             self.prefix_hits.inc_by(d(stats.prefix_hit_tokens, last.prefix_hit_tokens));
             self.preemptions.inc_by(d(stats.preemptions, last.preemptions));
             self.generated.inc_by(d(stats.generated_tokens, last.generated_tokens));
+            self.cancelled.inc_by(d(stats.cancelled, last.cancelled));
             *last = *stats;
         }
         let mut out = String::new();
