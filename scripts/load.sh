@@ -2,13 +2,13 @@
 # Load run: start `serve` on SmolLM2 (or MODEL=path), then N concurrent streaming
 # clients for SECONDS each at concurrency 1, 4, 16 and 64; one summary line per level
 # (answered/refused/failed, output tok/s, TTFT and inter-token latency p50/p99, KV blocks
-# in use at the end). PROFILE=release (default) or dev. The machine is shared: keep it short.
+# in use at the end). PROFILE=dev (default: its hot kernels are optimised as in release) or release. The machine is shared: keep it short.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="${MODEL:-$HOME/.cache/tl/SmolLM2-135M-Instruct.Q4_1.gguf}"
 seconds="${SECONDS_PER_LEVEL:-15}"
 levels="${LEVELS:-1 4 16 64}"
-profile="${PROFILE:-release}"
+profile="${PROFILE:-dev}"
 name="$(basename "$model" .gguf)"
 flag=(); [[ "$profile" == release ]] && flag=(--release)
 dir=debug; [[ "$profile" == release ]] && dir=release
