@@ -237,7 +237,7 @@ impl Scheduler {
     pub(crate) fn cancel_all(&mut self, running: bool, err: EngineError) -> Result<(), EngineError> {
         let mut all: Vec<Seq> = self.waiting.drain(..).collect();
         if running {
-            all.extend(self.running.drain(..));
+            all.append(&mut self.running);
         }
         for s in all {
             self.drop_seq(s, err.clone())?;

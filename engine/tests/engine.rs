@@ -2,7 +2,7 @@
 //! depend on its neighbours, on a prefix-cache hit, or on preemption and recompute; and
 //! its bookkeeping: cancellation, stop strings, the queue bound, shutdown.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,7 +36,7 @@ fn smollm2() -> Option<PathBuf> {
     None
 }
 
-fn engine(model: &PathBuf, block_tokens: u32, n_blocks: u32, max_seqs: usize, max_queue: usize) -> Engine {
+fn engine(model: &Path, block_tokens: u32, n_blocks: u32, max_seqs: usize, max_queue: usize) -> Engine {
     let cfg = EngineConfig {
         max_batch_tokens: 96,
         max_seqs,
@@ -50,10 +50,14 @@ fn engine(model: &PathBuf, block_tokens: u32, n_blocks: u32, max_seqs: usize, ma
     Engine::start(runner, tok, EngineOptions { max_queue, observer: None }).expect("start")
 }
 
+/// A token with its logprobs as bits.
+type Tok = (u32, u64, Vec<(u32, u64)>);
+
 /// Everything a sequence returned, with logprobs as bits.
 #[derive(Debug, PartialEq, Clone)]
 struct Out {
-    tokens: Vec<(u32, u64, Vec<(u32, u64)>)>,
+    /// (id, logprob bits, top (id, logprob bits)) per token.
+    tokens: Vec<Tok>,
     text: String,
     finish: FinishReason,
     usage: Usage,
