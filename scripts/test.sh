@@ -12,6 +12,9 @@ status=0
 # The stdlib Python reference behind the sampler's golden file: its check values, and
 # that regenerating the golden file reproduces it byte for byte.
 python3 scripts/reference/test_reference.py 2>&1 | tail -n 3 || status=$?
+# The official `openai` Python client for serve's openai_client test (git-ignored venv
+# under target/; a no-op when it is up to date). If it cannot be built, that test fails.
+scripts/openai_venv.sh 2>&1 | tail -n 2 || status=$?
 cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
 # cargo's last line is the last crate's (often empty) doc-test run: close with the totals.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "summary: %d passed, %d failed\n", p, f }' "$log"

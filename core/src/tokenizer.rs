@@ -216,8 +216,9 @@ impl Tokenizer {
         }
     }
 
-    /// The bytes of a run of ids (may end inside a UTF-8 character).
-    fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>, TokenizerError> {
+    /// The bytes of a run of ids (may end inside a UTF-8 character): what a server needs
+    /// to stream text itself and to report a token's `bytes` (OpenAI logprobs).
+    pub fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>, TokenizerError> {
         match self {
             Tokenizer::Byte => Ok(ids.iter().filter(|&&i| i < 256).map(|&i| i as u8).collect()),
             Tokenizer::Hf(t) => {

@@ -1,0 +1,341 @@
+//! tl-engine: the serving scheduler. It owns a [`ModelRunner`] and runs steps on its own
+//! thread; callers [`Engine::submit`] requests and read their [`Event`]s from a channel.
+//!
+//! - Continuous batching: each step packs every running sequence's next token and pieces
+//!   of waiting prompts into one forward, up to `max_batch_tokens`.
+//! - Admission by KV blocks: a prompt waits until the pool can hold it; when a running
+//!   sequence needs a block the pool does not have, the newest sequence is preempted
+//!   (blocks released) and recomputed later.
+//! - Prefix caching: full blocks are registered under the chained block hash of
+//!   docs/spec/kv.md as they fill; a new sequence starts from its longest cached prefix.
+//! - Each sequence samples from its own PCG32 stream, `choice_stream(seed, choice)`.
+//!
+//! Because the forward is batch- and chunk-invariant bit for bit, none of this changes a
+//! sequence's tokens or logprobs: see docs/serving.md.
+#![deny(missing_docs)]
+
+mod fingerprint;
+mod request;
+mod scheduler;
+mod text;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use fingerprint::fingerprint;
+pub use request::{EngineError, Event, FinishReason, Request, Timings, TokenInfo, Usage};
+pub use text::top_logprobs;
+use tl_core::{ModelRunner, Tokenizer};
+pub use tokio::sync::mpsc::UnboundedReceiver;
+
+use scheduler::{Scheduler, Seq};
+
+/// What one step did, for metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct StepFigures {
+    /// Tokens fed.
+    pub tokens: usize,
+    /// Sequences in the step.
+    pub seqs: usize,
+    /// Wall time of the forward and sampling.
+    pub elapsed: Duration,
+}
+
+/// Receives timing figures from the engine thread (for histograms). Calls must be cheap.
+pub trait Observer: Send + Sync {
+    /// After every step.
+    fn step(&self, _figures: &StepFigures) {}
+    /// A sequence's first token, measured from its submit.
+    fn first_token(&self, _ttft: Duration) {}
+    /// The gap between two tokens of one sequence.
+    fn inter_token(&self, _gap: Duration) {}
+}
+
+/// Engine settings beyond the runner's [`tl_core::EngineConfig`].
+#[derive(Clone, Default)]
+pub struct EngineOptions {
+    /// Most submitted sequences waiting for admission; more are refused with
+    /// [`EngineError::QueueFull`]. 0 means 256.
+    pub max_queue: usize,
+    /// Timing figures go here.
+    pub observer: Option<Arc<dyn Observer>>,
+}
+
+/// Counters and gauges the engine thread publishes after every step.
+#[derive(Default)]
+pub(crate) struct Shared {
+    queued: AtomicUsize,
+    accepting: AtomicBool,
+    waiting: AtomicUsize,
+    running: AtomicUsize,
+    kv_free: AtomicUsize,
+    kv_cached: AtomicUsize,
+    kv_in_use: AtomicUsize,
+    prefix_hit_tokens: AtomicUsize,
+    preemptions: AtomicUsize,
+    steps: AtomicUsize,
+    generated: AtomicUsize,
+    finished: AtomicUsize,
+    cancelled: AtomicUsize,
+    stopped: AtomicBool,
+}
+
+/// A snapshot of the engine's figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Sequences waiting for admission (including preempted ones).
+    pub waiting: usize,
+    /// Sequences admitted.
+    pub running: usize,
+    /// KV blocks free.
+    pub kv_blocks_free: usize,
+    /// KV blocks cached (ref 0, findable by prefix hash).
+    pub kv_blocks_cached: usize,
+    /// KV blocks in use.
+    pub kv_blocks_in_use: usize,
+    /// KV blocks in the pool.
+    pub kv_blocks_total: usize,
+    /// Prompt tokens served from the prefix cache, over all admissions.
+    pub prefix_hit_tokens: usize,
+    /// Preemptions so far.
+    pub preemptions: usize,
+    /// Steps run.
+    pub steps: usize,
+    /// Tokens generated.
+    pub generated_tokens: usize,
+    /// Sequences finished (any reason).
+    pub finished: usize,
+    /// Sequences dropped because their receiver went away.
+    pub cancelled: usize,
+    /// The engine thread has exited.
+    pub stopped: bool,
+}
+
+/// Fixed facts about the loaded engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// The model's context (`max_position_embeddings`), when known.
+    pub max_context: Option<usize>,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// KV blocks in the pool.
+    pub n_blocks: usize,
+    /// Token positions per block.
+    pub block_tokens: usize,
+    /// Bound on waiting submissions.
+    pub max_queue: usize,
+}
+
+enum Cmd {
+    Submit(Box<Seq>),
+    Shutdown(Instant),
+}
+
+/// The handle to the engine thread. Dropping it cancels everything and joins the thread.
+pub struct Engine {
+    tx: Mutex<Option<mpsc::Sender<Cmd>>>,
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    next: AtomicU64,
+    info: EngineInfo,
+}
+
+impl Engine {
+    /// Start the engine thread over `runner` (which it owns from now on).
+    pub fn start(runner: ModelRunner, tok: Arc<Tokenizer>, opts: EngineOptions) -> Result<Engine, EngineError> {
+        let n_blocks =
+            runner.pool().lock().map_err(|_| EngineError::Internal("KV pool lock poisoned".into()))?.n_blocks()
+                as usize;
+        let max_queue = if opts.max_queue == 0 { 256 } else { opts.max_queue };
+        let info = EngineInfo {
+            max_context: runner.config().max_position_embeddings,
+            vocab_size: runner.config().vocab_size,
+            n_blocks,
+            block_tokens: runner.block_tokens(),
+            max_queue,
+        };
+        let shared = Arc::new(Shared { accepting: AtomicBool::new(true), ..Shared::default() });
+        let sched = Scheduler::new(runner, tok, Arc::clone(&shared), opts.observer, n_blocks);
+        sched.publish()?;
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("tl-engine".into())
+            .spawn(move || run(sched, rx))
+            .map_err(|e| EngineError::Internal(format!("engine thread: {e}")))?;
+        Ok(Engine { tx: Mutex::new(Some(tx)), shared, thread: Mutex::new(Some(thread)), next: AtomicU64::new(0), info })
+    }
+
+    /// Facts about the engine.
+    pub fn info(&self) -> EngineInfo {
+        self.info
+    }
+
+    /// Submit one sequence; its events arrive on the returned channel. Dropping the
+    /// receiver cancels the sequence at the next step.
+    pub fn submit(&self, req: Request) -> Result<UnboundedReceiver<Event>, EngineError> {
+        let mut v = self.submit_all(vec![req])?;
+        v.pop().ok_or_else(|| EngineError::Internal("no receiver".into()))
+    }
+
+    /// Submit several sequences (the choices of one request) all or nothing.
+    pub fn submit_all(&self, reqs: Vec<Request>) -> Result<Vec<UnboundedReceiver<Event>>, EngineError> {
+        for r in &reqs {
+            self.check(r)?;
+        }
+        if !self.shared.accepting.load(Ordering::SeqCst) {
+            return Err(EngineError::ShuttingDown);
+        }
+        let n = reqs.len();
+        let max = self.info.max_queue;
+        self.shared
+            .queued
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| (q + n <= max).then_some(q + n))
+            .map_err(|_| EngineError::QueueFull { max_queue: max })?;
+        let guard = self.tx.lock().map_err(|_| EngineError::Internal("engine lock poisoned".into()))?;
+        let mut out = Vec::with_capacity(n);
+        for (k, req) in reqs.into_iter().enumerate() {
+            let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
+            let seq = Seq::new(self.next.fetch_add(1, Ordering::SeqCst), req, etx);
+            let sent = guard.as_ref().is_some_and(|tx| tx.send(Cmd::Submit(Box::new(seq))).is_ok());
+            if !sent {
+                // The ones already sent are counted down by the thread as it drops them.
+                self.shared.queued.fetch_sub(n - k, Ordering::SeqCst);
+                return Err(EngineError::ShuttingDown);
+            }
+            out.push(erx);
+        }
+        Ok(out)
+    }
+
+    fn check(&self, r: &Request) -> Result<(), EngineError> {
+        let bad = |field, reason: String| Err(EngineError::BadRequest { field, reason });
+        if r.prompt.is_empty() {
+            return bad("prompt", "no tokens".into());
+        }
+        if let Some(&t) = r.prompt.iter().find(|&&t| t as usize >= self.info.vocab_size) {
+            return bad("prompt", format!("token id {t} >= vocab_size {}", self.info.vocab_size));
+        }
+        if r.max_tokens == 0 {
+            return bad("max_tokens", "must be at least 1".into());
+        }
+        if let Some(ctx) = self.info.max_context {
+            if r.prompt.len() + r.max_tokens > ctx {
+                return bad(
+                    "max_tokens",
+                    format!(
+                        "{} prompt tokens + {} max_tokens exceed the context of {ctx}",
+                        r.prompt.len(),
+                        r.max_tokens
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A snapshot of the figures.
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        let l = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        Stats {
+            waiting: l(&s.waiting),
+            running: l(&s.running),
+            kv_blocks_free: l(&s.kv_free),
+            kv_blocks_cached: l(&s.kv_cached),
+            kv_blocks_in_use: l(&s.kv_in_use),
+            kv_blocks_total: self.info.n_blocks,
+            prefix_hit_tokens: l(&s.prefix_hit_tokens),
+            preemptions: l(&s.preemptions),
+            steps: l(&s.steps),
+            generated_tokens: l(&s.generated),
+            finished: l(&s.finished),
+            cancelled: l(&s.cancelled),
+            stopped: s.stopped.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Stop accepting; drop every waiting sequence now and let running ones finish for
+    /// up to `grace`, then drop them too (each gets [`EngineError::ShuttingDown`]).
+    pub fn shutdown(&self, grace: Duration) {
+        self.shared.accepting.store(false, Ordering::SeqCst);
+        if let Ok(g) = self.tx.lock() {
+            if let Some(tx) = g.as_ref() {
+                let _ = tx.send(Cmd::Shutdown(Instant::now() + grace));
+            }
+        }
+    }
+
+    /// Wait for the engine thread to exit (after [`Engine::shutdown`]).
+    pub fn join(&self) {
+        if let Ok(mut g) = self.tx.lock() {
+            g.take(); // a thread waiting for commands sees the channel close
+        }
+        let handle = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown(Duration::ZERO);
+        self.join();
+    }
+}
+
+/// The engine thread: take commands (blocking only when idle), step, publish.
+fn run(mut sched: Scheduler, rx: mpsc::Receiver<Cmd>) {
+    let mut deadline: Option<Instant> = None;
+    fn take(cmd: Cmd, sched: &mut Scheduler, deadline: &mut Option<Instant>) {
+        match cmd {
+            Cmd::Submit(seq) if deadline.is_some() => {
+                let mut seq = *seq;
+                if seq.counted {
+                    seq.counted = false;
+                    sched.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                }
+                let _ = seq.tx.send(Event::Error(EngineError::ShuttingDown));
+            }
+            Cmd::Submit(seq) => sched.waiting.push_back(*seq),
+            Cmd::Shutdown(at) => *deadline = Some(deadline.map_or(at, |d| d.min(at))),
+        }
+    }
+    loop {
+        if sched.idle() && deadline.is_none() {
+            match rx.recv() {
+                Ok(cmd) => take(cmd, &mut sched, &mut deadline),
+                Err(_) => break,
+            }
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(cmd) => take(cmd, &mut sched, &mut deadline),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    deadline = Some(deadline.map_or(Instant::now(), |d| d.min(Instant::now())));
+                    break;
+                }
+            }
+        }
+        let mut result = sched.reap_cancelled();
+        if let Some(d) = deadline {
+            let past = Instant::now() >= d;
+            result = result.and_then(|_| sched.cancel_all(past, EngineError::ShuttingDown));
+            if sched.idle() {
+                let _ = sched.publish();
+                break;
+            }
+        }
+        result = result.and_then(|_| sched.step().map(|_| ()));
+        if let Err(e) = result {
+            // A failed forward or pool operation: nothing running can be trusted to
+            // continue, but the engine can serve the next requests.
+            let _ = sched.cancel_all(true, e);
+        }
+        let _ = sched.publish();
+    }
+    sched.shared.stopped.store(true, Ordering::SeqCst);
+}

@@ -1,0 +1,137 @@
+//! What goes into the engine (a [`Request`]) and what comes out of it ([`Event`]s).
+
+use std::time::Duration;
+
+use thiserror::Error;
+use tl_core::SamplingParams;
+
+/// One sequence to generate: a prompt, how to sample, and when to stop.
+///
+/// A request with `n > 1` choices is `n` of these with the same seed and choices `0..n`.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Prompt token ids (never empty).
+    pub prompt: Vec<u32>,
+    /// Sampling parameters (sampling.md).
+    pub params: SamplingParams,
+    /// The seed; with `choice` it alone fixes the sampling stream (pcg32.md).
+    pub seed: u64,
+    /// The choice index inside its request (0 for a single choice).
+    pub choice: u32,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Stop strings: the output ends before the first one that appears; not emitted.
+    pub stop: Vec<String>,
+    /// `None`: no logprobs; `Some(k)`: the chosen token's logprob and the `k` best.
+    pub logprobs: Option<usize>,
+}
+
+/// Why a sequence ended (OpenAI's `finish_reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens`, or the model's context is full.
+    Length,
+}
+
+impl FinishReason {
+    /// OpenAI's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// One sampled token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenInfo {
+    /// Its id.
+    pub id: u32,
+    /// Its logprob under the penalised distribution (sampling.md step 4), when asked.
+    pub logprob: f64,
+    /// The best `(id, logprob)` pairs, best first, ties by id (empty unless asked).
+    pub top: Vec<(u32, f64)>,
+}
+
+/// Token counts of a finished sequence.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens (an end-of-sequence token is not counted).
+    pub completion_tokens: usize,
+    /// Prompt tokens served from the prefix cache at first admission.
+    pub cached_tokens: usize,
+}
+
+/// Per-request timings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Submit to first token.
+    pub ttft: Option<Duration>,
+    /// Submit to finish.
+    pub total: Duration,
+}
+
+/// What the engine streams back for one sequence, in order: any number of `Token`s, then
+/// exactly one `Done` or `Error`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A token was sampled; `text` is the output text it released (possibly empty: an
+    /// unfinished UTF-8 character, or text held back because a stop string may begin).
+    Token {
+        /// The token.
+        token: TokenInfo,
+        /// Newly released text.
+        text: String,
+    },
+    /// The sequence finished; `text` is the rest of the output text.
+    Done {
+        /// Why.
+        finish: FinishReason,
+        /// Text released at the end.
+        text: String,
+        /// Token counts.
+        usage: Usage,
+        /// Timings.
+        timings: Timings,
+    },
+    /// The sequence was dropped: a bad parameter, a pool too small for it, shutdown.
+    Error(EngineError),
+}
+
+/// Why the engine refused or dropped a request.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum EngineError {
+    /// The waiting queue holds `max_queue` requests already.
+    #[error("the queue is full ({max_queue} requests waiting)")]
+    QueueFull {
+        /// The bound.
+        max_queue: usize,
+    },
+    /// The engine is shutting down or has stopped.
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    /// A request the engine cannot run, with the field at fault.
+    #[error("{field}: {reason}")]
+    BadRequest {
+        /// The request field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The sequence needs more KV blocks than the whole pool has.
+    #[error("the sequence needs {needed} KV blocks, the pool has {n_blocks}")]
+    PoolTooSmall {
+        /// Blocks needed.
+        needed: usize,
+        /// Blocks in the pool.
+        n_blocks: usize,
+    },
+    /// The forward, the pool or the sampler failed.
+    #[error("engine: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,320 @@
+//! OpenAI request bodies, their checks, and OpenAI's error body.
+//!
+//! Unknown fields are ignored, as OpenAI does. Every refusal names the field (`param`).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tl_core::SamplingParams;
+use tl_engine::{EngineError, Request};
+
+/// An error answered with OpenAI's body `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Human-readable message.
+    pub message: String,
+    /// OpenAI's error type.
+    pub kind: &'static str,
+    /// The request field at fault.
+    pub param: Option<String>,
+    /// A machine-readable code.
+    pub code: Option<&'static str>,
+    /// Seconds for `Retry-After` (queue full, shutting down).
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    /// 400 on `param`.
+    pub fn bad(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.to_string()),
+            code: Some("invalid_value"),
+            retry_after: None,
+        }
+    }
+
+    /// Any status, no param.
+    pub fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into(), kind, param: None, code: Some(code), retry_after: None }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        let busy = |code, msg: String| ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", code, msg)
+        };
+        match e {
+            EngineError::QueueFull { .. } => busy("overloaded", e.to_string()),
+            EngineError::ShuttingDown => busy("shutting_down", e.to_string()),
+            EngineError::BadRequest { field, .. } => ApiError::bad(field, e.to_string()),
+            EngineError::PoolTooSmall { .. } => ApiError::bad("max_tokens", e.to_string()),
+            EngineError::Internal(_) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal_error", e.to_string())
+            }
+        }
+    }
+}
+
+/// `stop`: a string or a list of strings.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One string.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// A chat message's content: a string or a list of text parts.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// `[{"type": "text", "text": ...}]`.
+    Parts(Vec<Value>),
+}
+
+/// One chat message.
+#[derive(Deserialize, Debug)]
+pub struct ChatMessage {
+    /// system, user, assistant, ...
+    pub role: String,
+    /// The text.
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+/// `stream_options`.
+#[derive(Deserialize, Debug, Default)]
+pub struct StreamOptions {
+    /// A last chunk with the usage.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The fields of /v1/chat/completions and /v1/completions this server reads.
+#[derive(Deserialize, Debug, Default)]
+pub struct Body {
+    /// Must name the served model.
+    pub model: Option<String>,
+    /// Chat turns (chat completions).
+    pub messages: Option<Vec<ChatMessage>>,
+    /// A string, a list of one string, or token ids (completions).
+    pub prompt: Option<Value>,
+    /// Most tokens to generate.
+    pub max_tokens: Option<i64>,
+    /// Chat's newer name for `max_tokens`.
+    pub max_completion_tokens: Option<i64>,
+    /// Sampling fields (sampling.md).
+    pub temperature: Option<f64>,
+    /// Nucleus mass.
+    pub top_p: Option<f64>,
+    /// Keep the k best; 0 or -1 = off.
+    pub top_k: Option<i64>,
+    /// Min-p.
+    pub min_p: Option<f64>,
+    /// OpenAI presence penalty.
+    pub presence_penalty: Option<f64>,
+    /// OpenAI frequency penalty.
+    pub frequency_penalty: Option<f64>,
+    /// Hugging Face repetition penalty.
+    pub repetition_penalty: Option<f64>,
+    /// The seed; absent = random.
+    pub seed: Option<i64>,
+    /// Stop strings.
+    pub stop: Option<Stop>,
+    /// Choices.
+    pub n: Option<i64>,
+    /// SSE.
+    #[serde(default)]
+    pub stream: bool,
+    /// Streaming options.
+    pub stream_options: Option<StreamOptions>,
+    /// Chat: a bool; completions: how many top logprobs (0 to 5).
+    pub logprobs: Option<Value>,
+    /// Chat: top logprobs per token (0 to 20).
+    pub top_logprobs: Option<i64>,
+}
+
+/// A checked request: the engine requests (one per choice) and how to answer.
+#[derive(Debug)]
+pub struct Plan {
+    /// One per choice, choice index = position.
+    pub reqs: Vec<Request>,
+    /// SSE.
+    pub stream: bool,
+    /// A usage chunk at the end of a stream.
+    pub include_usage: bool,
+    /// `Some(k)`: report logprobs with k alternatives.
+    pub logprobs: Option<usize>,
+}
+
+fn range(param: &str, v: Option<f64>, lo: f64, hi: f64, lo_open: bool, default: f64) -> Result<f64, ApiError> {
+    let Some(x) = v else { return Ok(default) };
+    let ok = x.is_finite() && (if lo_open { x > lo } else { x >= lo }) && x <= hi;
+    if !ok {
+        let l = if lo_open { "(" } else { "[" };
+        return Err(ApiError::bad(param, format!("{param} = {x} is out of range: must be in {l}{lo}, {hi}]")));
+    }
+    Ok(x)
+}
+
+/// A fresh random seed for a request that gave none (the std hasher's per-process keys
+/// and a counter: no extra dependency, and never the same twice in a process).
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.finish()
+}
+
+impl Body {
+    /// Check every field and build the engine requests for `prompt`. `chat` picks the
+    /// meaning of `logprobs`; `ctx` is the model's context; `default_max` the
+    /// `max_tokens` when none is given.
+    pub fn plan(&self, prompt: Vec<u32>, chat: bool, ctx: Option<usize>, default_max: usize) -> Result<Plan, ApiError> {
+        let temperature = range("temperature", self.temperature, 0.0, 2.0, false, 1.0)?;
+        let top_p = range("top_p", self.top_p, 0.0, 1.0, true, 1.0)?;
+        let min_p = range("min_p", self.min_p, 0.0, 1.0, false, 0.0)?;
+        let presence_penalty = range("presence_penalty", self.presence_penalty, -2.0, 2.0, false, 0.0)?;
+        let frequency_penalty = range("frequency_penalty", self.frequency_penalty, -2.0, 2.0, false, 0.0)?;
+        let repetition_penalty = range("repetition_penalty", self.repetition_penalty, 0.0, 10.0, true, 1.0)?;
+        let top_k = match self.top_k {
+            None | Some(-1) => 0,
+            Some(k) if k >= 0 => k as usize,
+            Some(k) => return Err(ApiError::bad("top_k", format!("top_k = {k}: must be >= 0 (or -1 for off)"))),
+        };
+        let n = match self.n {
+            None => 1,
+            Some(n) if (1..=16).contains(&n) => n as u32,
+            Some(n) => return Err(ApiError::bad("n", format!("n = {n}: must be in [1, 16]"))),
+        };
+        let (max_field, max) = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(m), _) => ("max_completion_tokens", Some(m)),
+            (None, m) => ("max_tokens", m),
+        };
+        let max_tokens = match max {
+            None => default_max.max(1),
+            Some(m) if m >= 1 => m as usize,
+            Some(m) => return Err(ApiError::bad(max_field, format!("{max_field} = {m}: must be at least 1"))),
+        };
+        if let Some(ctx) = ctx {
+            if prompt.len() + max_tokens > ctx {
+                return Err(ApiError {
+                    code: Some("context_length_exceeded"),
+                    ..ApiError::bad(
+                        max_field,
+                        format!(
+                            "this model's context is {ctx} tokens; the prompt has {} and {max_field} asks for {max_tokens}",
+                            prompt.len()
+                        ),
+                    )
+                });
+            }
+        }
+        let stop = match &self.stop {
+            None => vec![],
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) if v.len() <= 4 => v.clone(),
+            Some(Stop::Many(v)) => return Err(ApiError::bad("stop", format!("{} stop strings: at most 4", v.len()))),
+        };
+        let logprobs = if chat {
+            let on = match &self.logprobs {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(ApiError::bad("logprobs", "logprobs must be a boolean")),
+            };
+            let top = match self.top_logprobs {
+                None => 0,
+                Some(k) if (0..=20).contains(&k) => k as usize,
+                Some(k) => {
+                    return Err(ApiError::bad("top_logprobs", format!("top_logprobs = {k}: must be in [0, 20]")))
+                }
+            };
+            if top > 0 && !on {
+                return Err(ApiError::bad("top_logprobs", "top_logprobs needs logprobs: true"));
+            }
+            on.then_some(top)
+        } else {
+            match &self.logprobs {
+                None | Some(Value::Null) => None,
+                Some(v) => match v.as_i64() {
+                    Some(k) if (0..=5).contains(&k) => Some(k as usize),
+                    _ => return Err(ApiError::bad("logprobs", "logprobs must be an integer in [0, 5]")),
+                },
+            }
+        };
+        let params = SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            presence_penalty,
+            frequency_penalty,
+        };
+        // OpenAI's seed is a signed 64-bit integer; its bits are the stream's seed.
+        let seed = self.seed.map_or_else(random_seed, |s| s as u64);
+        let reqs = (0..n)
+            .map(|choice| Request {
+                prompt: prompt.clone(),
+                params,
+                seed,
+                choice,
+                max_tokens,
+                stop: stop.clone(),
+                logprobs,
+            })
+            .collect();
+        Ok(Plan {
+            reqs,
+            stream: self.stream,
+            include_usage: self.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            logprobs,
+        })
+    }
+}
+
+/// The text of a message's content.
+pub fn content_text(c: &Option<Content>) -> Result<String, ApiError> {
+    match c {
+        None => Ok(String::new()),
+        Some(Content::Text(s)) => Ok(s.clone()),
+        Some(Content::Parts(parts)) => {
+            let mut out = String::new();
+            for p in parts {
+                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => out.push_str(t),
+                    _ => return Err(ApiError::bad("messages", "only text content parts are supported")),
+                }
+            }
+            Ok(out)
+        }
+    }
+}

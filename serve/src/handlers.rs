@@ -1,0 +1,434 @@
+//! The endpoints: request in, engine submit, OpenAI-shaped JSON or SSE out.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use tl_core::Message;
+use tl_engine::{Event, FinishReason, TokenInfo, UnboundedReceiver, Usage};
+use tokio::sync::mpsc;
+
+use crate::api::{self, ApiError, Plan};
+use crate::metrics::Status;
+use crate::AppState;
+
+type St = State<Arc<AppState>>;
+
+/// Count the answer in the metrics.
+fn counted(st: &AppState, endpoint: &str, r: Result<Response, ApiError>) -> Response {
+    let r = r.unwrap_or_else(IntoResponse::into_response);
+    let code = r.status().as_u16();
+    st.metrics.requests.get_or_create(&Status { endpoint: endpoint.into(), code }).inc();
+    r
+}
+
+async fn read(st: &AppState, headers: &HeaderMap, body: Body) -> Result<api::Body, ApiError> {
+    let too_big = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "request_too_large",
+            format!("the request body exceeds {} bytes", st.max_body),
+        )
+    };
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    if declared.is_some_and(|n: usize| n > st.max_body) {
+        return Err(too_big());
+    }
+    let bytes = axum::body::to_bytes(body, st.max_body).await.map_err(|_| too_big())?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError {
+        code: Some("invalid_json"),
+        param: None,
+        ..ApiError::bad("", format!("the body is not a valid request: {e}"))
+    })
+}
+
+fn check_model(st: &AppState, b: &api::Body) -> Result<(), ApiError> {
+    match &b.model {
+        Some(m) if *m != st.model_id => Err(ApiError {
+            param: Some("model".into()),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                format!("the model {m:?} does not exist; this server serves {:?}", st.model_id),
+            )
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn tok_err(param: &str) -> impl Fn(tl_core::TokenizerError) -> ApiError + '_ {
+    move |e| ApiError::bad(param, e.to_string())
+}
+
+/// The default `max_tokens`: chat may fill the context; completions stop at 16 (OpenAI's).
+fn default_max(st: &AppState, chat: bool, prompt: usize) -> usize {
+    let rest = st.engine.info().max_context.map_or(4096, |c| c.saturating_sub(prompt));
+    if chat {
+        rest
+    } else {
+        rest.min(16)
+    }
+}
+
+/// POST /v1/chat/completions.
+pub(crate) async fn chat(State(st): St, headers: HeaderMap, body: Body) -> Response {
+    let r = chat_inner(&st, &headers, body).await;
+    counted(&st, "/v1/chat/completions", r)
+}
+
+async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let b = read(st, headers, body).await?;
+    check_model(st, &b)?;
+    let msgs = b.messages.as_deref().unwrap_or_default();
+    if msgs.is_empty() {
+        return Err(ApiError::bad("messages", "messages must be a non-empty list"));
+    }
+    let turns: Vec<Message> = msgs
+        .iter()
+        .map(|m| api::content_text(&m.content).map(|c| Message::new(m.role.as_str(), c)))
+        .collect::<Result<_, _>>()?;
+    let text = st.template.render(&turns, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    // The template writes any BOS itself.
+    let prompt = st.tok.encode(&text).map_err(tok_err("messages"))?;
+    let plan = b.plan(prompt.clone(), true, st.engine.info().max_context, default_max(st, true, prompt.len()))?;
+    generate(st, plan, true).await
+}
+
+/// POST /v1/completions.
+pub(crate) async fn completions(State(st): St, headers: HeaderMap, body: Body) -> Response {
+    let r = completions_inner(&st, &headers, body).await;
+    counted(&st, "/v1/completions", r)
+}
+
+async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let b = read(st, headers, body).await?;
+    check_model(st, &b)?;
+    let bad = || ApiError::bad("prompt", "prompt must be a string, a list of one string, or a list of token ids");
+    let mut prompt = match &b.prompt {
+        Some(Value::String(s)) => st.tok.encode_with_special(s).map_err(tok_err("prompt"))?,
+        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
+            st.tok.encode_with_special(a[0].as_str().unwrap_or_default()).map_err(tok_err("prompt"))?
+        }
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(bad))
+            .collect::<Result<_, _>>()?,
+        _ => return Err(bad()),
+    };
+    if prompt.is_empty() {
+        // An empty prompt starts from BOS, as the command-line tools do.
+        prompt.extend(st.engine_bos());
+    }
+    let plan = b.plan(prompt.clone(), false, st.engine.info().max_context, default_max(st, false, prompt.len()))?;
+    generate(st, plan, false).await
+}
+
+impl AppState {
+    fn engine_bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    fn token_text(&self, id: u32) -> (String, Vec<u8>) {
+        let bytes = self.tok.decode_bytes(&[id]).unwrap_or_default();
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    }
+}
+
+/// Forward every choice's events, tagged with the choice index, into one channel; a
+/// forwarder stops (dropping its engine receiver, which cancels the sequence) as soon as
+/// the merged receiver is gone.
+fn merge(rxs: Vec<UnboundedReceiver<Event>>) -> mpsc::UnboundedReceiver<(usize, Event)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    for (i, mut r) in rxs.into_iter().enumerate() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    ev = r.recv() => {
+                        let Some(ev) = ev else { break };
+                        let last = !matches!(ev, Event::Token { .. });
+                        if tx.send((i, ev)).is_err() || last {
+                            break;
+                        }
+                    }
+                    _ = tx.closed() => break,
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// Per-choice state while answering.
+#[derive(Default)]
+struct Choice {
+    text: String,
+    tokens: Vec<TokenInfo>,
+    /// Tokens not yet reported in a stream chunk.
+    unsent: Vec<TokenInfo>,
+    finish: Option<FinishReason>,
+    usage: Usage,
+}
+
+struct Ctx {
+    st: Arc<AppState>,
+    chat: bool,
+    id: String,
+    created: u64,
+    logprobs: Option<usize>,
+}
+
+impl Ctx {
+    fn chat_logprobs(&self, toks: &[TokenInfo]) -> Value {
+        let entry = |id: u32, lp: f64| {
+            let (t, b) = self.st.token_text(id);
+            json!({"token": t, "logprob": lp, "bytes": b})
+        };
+        let content: Vec<Value> = toks
+            .iter()
+            .map(|t| {
+                let mut e = entry(t.id, t.logprob);
+                e["top_logprobs"] = Value::Array(t.top.iter().map(|&(i, l)| entry(i, l)).collect());
+                e
+            })
+            .collect();
+        json!({ "content": content })
+    }
+
+    fn completion_logprobs(&self, toks: &[TokenInfo], offset: usize) -> Value {
+        let mut at = offset;
+        let (mut tokens, mut lps, mut tops, mut offs) = (vec![], vec![], vec![], vec![]);
+        for t in toks {
+            let (text, _) = self.st.token_text(t.id);
+            offs.push(at);
+            at += text.len();
+            tokens.push(text);
+            lps.push(t.logprob);
+            let mut m = Map::new();
+            for &(i, l) in &t.top {
+                m.insert(self.st.token_text(i).0, json!(l));
+            }
+            tops.push(Value::Object(m));
+        }
+        json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs})
+    }
+
+    fn logprobs(&self, toks: &[TokenInfo], offset: usize) -> Value {
+        match self.logprobs {
+            None => Value::Null,
+            Some(_) if self.chat => self.chat_logprobs(toks),
+            Some(_) => self.completion_logprobs(toks, offset),
+        }
+    }
+
+    fn usage(&self, choices: &[Choice]) -> Value {
+        let prompt = choices.first().map_or(0, |c| c.usage.prompt_tokens);
+        let completion: usize = choices.iter().map(|c| c.usage.completion_tokens).sum();
+        let cached = choices.iter().map(|c| c.usage.cached_tokens).max().unwrap_or(0);
+        json!({
+            "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        })
+    }
+
+    fn envelope(&self, object: &str, choices: Value) -> Value {
+        json!({
+            "id": self.id, "object": object, "created": self.created, "model": self.st.model_id,
+            "system_fingerprint": self.st.fingerprint, "choices": choices,
+        })
+    }
+}
+
+async fn generate(st: &Arc<AppState>, plan: Plan, chat: bool) -> Result<Response, ApiError> {
+    let n = plan.reqs.len();
+    let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.logprobs);
+    let rxs = st.engine.submit_all(plan.reqs)?;
+    let created =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(st.created, |d| d.as_secs());
+    let id = format!("{}-{:016x}", if chat { "chatcmpl" } else { "cmpl" }, api::random_seed());
+    let ctx = Ctx { st: Arc::clone(st), chat, id, created, logprobs };
+    let merged = merge(rxs);
+    if stream {
+        return Ok(sse(ctx, merged, n, include_usage));
+    }
+    let mut merged = merged;
+    let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
+    let mut open = n;
+    while open > 0 {
+        let Some((i, ev)) = merged.recv().await else {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+                "engine gone",
+            ));
+        };
+        let c = &mut choices[i];
+        match ev {
+            Event::Token { token, text } => {
+                c.text.push_str(&text);
+                c.tokens.push(token);
+            }
+            Event::Done { finish, text, usage, .. } => {
+                c.text.push_str(&text);
+                c.finish = Some(finish);
+                c.usage = usage;
+                open -= 1;
+            }
+            Event::Error(e) => return Err(e.into()),
+        }
+    }
+    let out: Vec<Value> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let finish = c.finish.map(FinishReason::as_str);
+            let lp = ctx.logprobs(&c.tokens, 0);
+            if chat {
+                json!({"index": i, "message": {"role": "assistant", "content": c.text}, "logprobs": lp, "finish_reason": finish})
+            } else {
+                json!({"index": i, "text": c.text, "logprobs": lp, "finish_reason": finish})
+            }
+        })
+        .collect();
+    let mut body = ctx.envelope(if chat { "chat.completion" } else { "text_completion" }, Value::Array(out));
+    body["usage"] = ctx.usage(&choices);
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
+}
+
+fn data(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+/// The SSE answer: a writer task turns events into `data:` lines; the body streams them.
+/// A client that leaves drops the body, the writer's send fails, and the sequences are
+/// cancelled through `merge`.
+fn sse(ctx: Ctx, mut merged: mpsc::UnboundedReceiver<(usize, Event)>, n: usize, include_usage: bool) -> Response {
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    tokio::spawn(async move {
+        let object = if ctx.chat { "chat.completion.chunk" } else { "text_completion" };
+        let chunk = |i: usize, content: Option<&str>, role: bool, lp: Value, finish: Option<FinishReason>| {
+            let finish = finish.map(FinishReason::as_str);
+            let choice = if ctx.chat {
+                let mut delta = Map::new();
+                if role {
+                    delta.insert("role".into(), json!("assistant"));
+                }
+                if let Some(c) = content {
+                    delta.insert("content".into(), json!(c));
+                }
+                json!({"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish})
+            } else {
+                json!({"index": i, "text": content.unwrap_or(""), "logprobs": lp, "finish_reason": finish})
+            };
+            let mut v = ctx.envelope(object, json!([choice]));
+            if include_usage {
+                v["usage"] = Value::Null;
+            }
+            data(&v)
+        };
+        let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
+        if ctx.chat {
+            for i in 0..n {
+                if tx.send(chunk(i, Some(""), true, Value::Null, None)).is_err() {
+                    return;
+                }
+            }
+        }
+        let mut open = n;
+        while open > 0 {
+            let ev = tokio::select! {
+                ev = merged.recv() => ev,
+                _ = tx.closed() => return,
+            };
+            let Some((i, ev)) = ev else { break };
+            let c = &mut choices[i];
+            let mut out = Vec::new();
+            match ev {
+                Event::Token { token, text } => {
+                    c.unsent.push(token);
+                    if !text.is_empty() {
+                        let lp = ctx.logprobs(&c.unsent, c.text.len());
+                        c.unsent.clear();
+                        out.push(chunk(i, Some(&text), false, lp, None));
+                        c.text.push_str(&text);
+                    }
+                }
+                Event::Done { finish, text, usage, .. } => {
+                    if !text.is_empty() || !c.unsent.is_empty() {
+                        let lp = ctx.logprobs(&c.unsent, c.text.len());
+                        c.unsent.clear();
+                        out.push(chunk(i, Some(&text), false, lp, None));
+                    }
+                    c.usage = usage;
+                    out.push(chunk(i, if ctx.chat { None } else { Some("") }, false, Value::Null, Some(finish)));
+                    open -= 1;
+                }
+                Event::Error(e) => {
+                    let _ = tx.send(data(&ApiError::from(e).body()));
+                    let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
+                    return;
+                }
+            }
+            for b in out {
+                if tx.send(b).is_err() {
+                    return;
+                }
+            }
+        }
+        if include_usage {
+            let mut v = ctx.envelope(object, json!([]));
+            v["usage"] = ctx.usage(&choices);
+            let _ = tx.send(data(&v));
+        }
+        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
+    });
+    let stream =
+        futures_util::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|b| (Ok::<Bytes, Infallible>(b), rx)) },
+        );
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// GET /v1/models.
+pub(crate) async fn models(State(st): St) -> Response {
+    let body = json!({"object": "list", "data": [
+        {"id": st.model_id, "object": "model", "created": st.created, "owned_by": "tl"}
+    ]});
+    counted(&st, "/v1/models", Ok(axum::Json(body).into_response()))
+}
+
+/// GET /health.
+pub(crate) async fn health(State(st): St) -> Response {
+    let s = st.engine.stats();
+    let r = if s.stopped {
+        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "stopping"}))).into_response()
+    } else {
+        axum::Json(json!({"status": "ok"})).into_response()
+    };
+    counted(&st, "/health", Ok(r))
+}
+
+/// GET /metrics.
+pub(crate) async fn metrics(State(st): St) -> Response {
+    let text = st.metrics.encode(&st.engine.stats());
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
+        .into_response()
+}
+
+/// Anything else: OpenAI's error body with 404.
+pub(crate) async fn not_found() -> Response {
+    ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such endpoint").into_response()
+}

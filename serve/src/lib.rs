@@ -1,0 +1,157 @@
+//! tl-serve: an OpenAI-compatible HTTP server over [`tl_engine::Engine`].
+//!
+//! axum on tokio answers HTTP; the engine steps on its own thread; each request's
+//! choices stream back through channels. docs/serving.md describes the API.
+#![deny(missing_docs)]
+
+// Link every plugin crate so their inventory registrations exist.
+use tl_arch_bigram as _;
+use tl_arch_llama as _;
+use tl_kv as _;
+use tl_sampling as _;
+
+pub mod api;
+mod handlers;
+pub mod metrics;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::{get, post};
+use axum::Router;
+use thiserror::Error;
+use tl_core::{ChatTemplate, EngineConfig, ModelRunner, Tokenizer};
+use tl_engine::{Engine, EngineOptions};
+
+/// A template for models that ship none (the tiny test models): ChatML, as SmolLM2 uses.
+pub const FALLBACK_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+     {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// Why the server could not start.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// The model failed to load.
+    #[error("{path}: {reason}")]
+    Model {
+        /// The model path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The engine failed to start.
+    #[error(transparent)]
+    Engine(#[from] tl_engine::EngineError),
+    /// Binding or serving failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Model directory or .gguf file.
+    pub model: PathBuf,
+    /// The name clients use in `model`; defaults to the file or directory name.
+    pub model_name: Option<String>,
+    /// Runner settings (threads, pool, batch budget).
+    pub engine: EngineConfig,
+    /// Bound on waiting sequences.
+    pub max_queue: usize,
+    /// Largest request body in bytes (413 beyond).
+    pub max_body: usize,
+    /// How long in-flight requests may run on after a shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+/// What every handler shares.
+pub struct AppState {
+    /// The engine.
+    pub engine: Engine,
+    tok: Arc<Tokenizer>,
+    template: ChatTemplate,
+    /// The model id of /v1/models.
+    pub model_id: String,
+    /// `system_fingerprint`.
+    pub fingerprint: String,
+    /// The metrics.
+    pub metrics: Arc<metrics::Metrics>,
+    max_body: usize,
+    created: u64,
+    grace: Duration,
+    bos: Option<u32>,
+}
+
+impl AppState {
+    /// Load the model, start the engine.
+    pub fn load(opts: &Options) -> Result<Arc<AppState>, ServeError> {
+        let fail = |e: &dyn std::fmt::Display| ServeError::Model { path: opts.model.clone(), reason: e.to_string() };
+        let runner = ModelRunner::load(&opts.model, &opts.engine).map_err(|e| fail(&e))?;
+        let tok = Arc::new(Tokenizer::load(runner.config()).map_err(|e| fail(&e))?);
+        let template = match ChatTemplate::load(runner.config()).map_err(|e| fail(&e))? {
+            Some(t) => t,
+            None => ChatTemplate::new(FALLBACK_TEMPLATE, vec![]).map_err(|e| fail(&e))?,
+        };
+        let bos = runner.config().bos_token_id;
+        let fingerprint = tl_engine::fingerprint(&opts.model, &opts.engine)?;
+        let metrics = Arc::new(metrics::Metrics::new());
+        let observer: Arc<dyn tl_engine::Observer> = Arc::new(metrics::Feed(Arc::clone(&metrics)));
+        let engine = Engine::start(
+            runner,
+            Arc::clone(&tok),
+            EngineOptions { max_queue: opts.max_queue, observer: Some(observer) },
+        )?;
+        let model_id = opts.model_name.clone().unwrap_or_else(|| {
+            let stem = if opts.model.is_file() { opts.model.file_stem() } else { opts.model.file_name() };
+            stem.map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+        });
+        let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Ok(Arc::new(AppState {
+            engine,
+            tok,
+            template,
+            model_id,
+            fingerprint,
+            metrics,
+            max_body: opts.max_body,
+            created,
+            grace: opts.shutdown_grace,
+            bos,
+        }))
+    }
+}
+
+/// Every route.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(handlers::chat))
+        .route("/v1/completions", post(handlers::completions))
+        .route("/v1/models", get(handlers::models))
+        .route("/health", get(handlers::health))
+        .route("/metrics", get(handlers::metrics))
+        .fallback(handlers::not_found)
+        .with_state(state)
+}
+
+/// Serve on `listener` until `signal` resolves; then stop accepting, let in-flight
+/// requests finish for the grace period (the engine drops what is left), and return
+/// once every connection is closed and the engine thread has exited.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let st = Arc::clone(&state);
+    let app = router(Arc::clone(&state));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            signal.await;
+            st.engine.shutdown(st.grace);
+        })
+        .await?;
+    let st = Arc::clone(&state);
+    // join blocks until the engine thread exits; keep it off the async workers.
+    let _ = tokio::task::spawn_blocking(move || st.engine.join()).await;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! serve: an OpenAI-compatible server for a tl model.
+//!
+//! `serve --model PATH [--host 127.0.0.1] [--port 8080] [--threads N] [--kv-blocks N |
+//! --kv-memory MIB] [--max-batch-tokens N] [--max-seqs N] [--max-queue N]`
+//! Prints `listening on http://HOST:PORT` once it accepts; SIGTERM or Ctrl-C stops it
+//! (in-flight requests get `--shutdown-grace` seconds) with exit status 0.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tl_core::{EngineConfig, KvConfig, Weights};
+use tl_serve::{AppState, Options};
+
+/// Serve a tl model over the OpenAI API.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    /// Model directory (config.json + weights) or a .gguf file.
+    #[arg(long)]
+    model: PathBuf,
+    /// The model name clients send; defaults to the file or directory name.
+    #[arg(long)]
+    model_name: Option<String>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port; 0 picks a free one (printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Worker threads for the forward; 0 = one per core.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// KV pool size in blocks (overrides --kv-memory).
+    #[arg(long)]
+    kv_blocks: Option<u32>,
+    /// KV pool memory budget in MiB.
+    #[arg(long, default_value_t = 256)]
+    kv_memory: usize,
+    /// Token positions per KV block.
+    #[arg(long, default_value_t = 16)]
+    block_tokens: u32,
+    /// Most tokens in one step.
+    #[arg(long, default_value_t = 512)]
+    max_batch_tokens: usize,
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 64)]
+    max_seqs: usize,
+    /// Longest prefill piece per sequence and step.
+    #[arg(long, default_value_t = 256)]
+    prefill_chunk: usize,
+    /// Most sequences waiting; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 256)]
+    max_queue: usize,
+    /// Largest request body in bytes; more get 413.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body: usize,
+    /// Seconds in-flight requests may run on after SIGTERM / Ctrl-C.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace: u64,
+    /// How weights are held: native, f32, int4 or int4:G.
+    #[arg(long, default_value = "native")]
+    weights: String,
+}
+
+async fn signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    eprintln!("shutting down");
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    if cli.threads > 0 && std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // Candle's own pool is sized from this at first use; set before any tensor exists
+        // and while the process has one thread.
+        std::env::set_var("CANDLE_NUM_THREADS", cli.threads.to_string());
+    }
+    let weights = cli.weights.parse::<Weights>().map_err(|e| format!("--{e}"))?;
+    let engine = EngineConfig {
+        max_batch_tokens: cli.max_batch_tokens,
+        max_seqs: cli.max_seqs,
+        prefill_chunk: cli.prefill_chunk,
+        threads: cli.threads,
+        weights,
+        kv: KvConfig {
+            block_tokens: cli.block_tokens,
+            n_blocks: cli.kv_blocks,
+            memory_bytes: cli.kv_memory << 20,
+            ..KvConfig::default()
+        },
+        ..EngineConfig::default()
+    };
+    let opts = Options {
+        model: cli.model,
+        model_name: cli.model_name,
+        engine,
+        max_queue: cli.max_queue,
+        max_body: cli.max_body,
+        shutdown_grace: Duration::from_secs(cli.shutdown_grace),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let grace = opts.shutdown_grace;
+    rt.block_on(async move {
+        let state = AppState::load(&opts).map_err(|e| e.to_string())?;
+        let addr = format!("{}:{}", cli.host, cli.port);
+        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("bind {addr}: {e}"))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        let info = state.engine.info();
+        println!(
+            "listening on http://{local} (model {}, {} KV blocks of {} tokens, fingerprint {})",
+            state.model_id, info.n_blocks, info.block_tokens, state.fingerprint
+        );
+        let sig = async move {
+            signal().await;
+            // A client holding a connection open must not keep us past the grace period.
+            tokio::spawn(async move {
+                tokio::time::sleep(grace + Duration::from_secs(5)).await;
+                eprintln!("connections still open after the grace period; exiting");
+                std::process::exit(0);
+            });
+        };
+        tl_serve::run(listener, state, sig).await.map_err(|e| e.to_string())
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let text = e.to_string();
+            eprintln!("{} (try --help)", text.lines().next().unwrap_or("bad arguments"));
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}

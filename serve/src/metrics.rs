@@ -1,0 +1,136 @@
+//! /metrics: the engine's figures in the Prometheus/OpenMetrics text format, encoded by
+//! prometheus-client. Gauges and engine counters are read from `Engine::stats` at scrape
+//! time; the histograms are fed by the engine thread through [`tl_engine::Observer`].
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tl_engine::{Observer, StepFigures};
+
+/// A KV block state label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BlockState {
+    /// in_use, cached or free.
+    pub state: String,
+}
+
+/// A response status label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Status {
+    /// The endpoint path.
+    pub endpoint: String,
+    /// The HTTP status code.
+    pub code: u16,
+}
+
+/// Every metric the server exports.
+pub struct Metrics {
+    registry: Registry,
+    queue: Gauge,
+    running: Gauge,
+    kv: Family<BlockState, Gauge>,
+    prefix_hits: Counter,
+    preemptions: Counter,
+    generated: Counter,
+    cancelled: Counter,
+    /// Requests answered, by endpoint and status.
+    pub requests: Family<Status, Counter>,
+    step: Histogram,
+    step_tokens: Histogram,
+    ttft: Histogram,
+    itl: Histogram,
+    /// Engine counters as of the last scrape (prometheus counters only go up by deltas).
+    last: Mutex<tl_engine::Stats>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Register every metric.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tl");
+        let secs = || Histogram::new(exponential_buckets(0.0005, 2.0, 18));
+        let m = Metrics {
+            queue: Gauge::default(),
+            running: Gauge::default(),
+            kv: Family::default(),
+            prefix_hits: Counter::default(),
+            preemptions: Counter::default(),
+            generated: Counter::default(),
+            cancelled: Counter::default(),
+            requests: Family::default(),
+            step: secs(),
+            step_tokens: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
+            ttft: secs(),
+            itl: secs(),
+            last: Mutex::new(tl_engine::Stats::default()),
+            registry: Registry::default(),
+        };
+        registry.register("queue_depth", "Sequences waiting for admission", m.queue.clone());
+        registry.register("running_sequences", "Sequences admitted to the step loop", m.running.clone());
+        registry.register("kv_blocks", "KV pool blocks by state", m.kv.clone());
+        registry.register(
+            "prefix_cache_hit_tokens",
+            "Prompt tokens served from the prefix cache",
+            m.prefix_hits.clone(),
+        );
+        registry.register("preemptions", "Sequences preempted to free KV blocks", m.preemptions.clone());
+        registry.register("generated_tokens", "Tokens generated", m.generated.clone());
+        registry.register("cancelled_sequences", "Sequences dropped because the client left", m.cancelled.clone());
+        registry.register("requests", "HTTP requests answered", m.requests.clone());
+        registry.register("step_seconds", "Wall time of one engine step", m.step.clone());
+        registry.register("step_tokens", "Tokens fed in one engine step", m.step_tokens.clone());
+        registry.register("time_to_first_token_seconds", "Submit to first token", m.ttft.clone());
+        registry.register("inter_token_latency_seconds", "Gap between two tokens of a sequence", m.itl.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition, with the gauges read from `stats` now.
+    pub fn encode(&self, stats: &tl_engine::Stats) -> String {
+        self.queue.set(stats.waiting as i64);
+        self.running.set(stats.running as i64);
+        for (state, n) in
+            [("in_use", stats.kv_blocks_in_use), ("cached", stats.kv_blocks_cached), ("free", stats.kv_blocks_free)]
+        {
+            self.kv.get_or_create(&BlockState { state: state.into() }).set(n as i64);
+        }
+        if let Ok(mut last) = self.last.lock() {
+            let d = |now: usize, then: usize| now.saturating_sub(then) as u64;
+            self.prefix_hits.inc_by(d(stats.prefix_hit_tokens, last.prefix_hit_tokens));
+            self.preemptions.inc_by(d(stats.preemptions, last.preemptions));
+            self.generated.inc_by(d(stats.generated_tokens, last.generated_tokens));
+            self.cancelled.inc_by(d(stats.cancelled, last.cancelled));
+            *last = *stats;
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The histograms, fed by the engine thread.
+pub struct Feed(pub std::sync::Arc<Metrics>);
+
+impl Observer for Feed {
+    fn step(&self, f: &StepFigures) {
+        self.0.step.observe(f.elapsed.as_secs_f64());
+        self.0.step_tokens.observe(f.tokens as f64);
+    }
+    fn first_token(&self, ttft: Duration) {
+        self.0.ttft.observe(ttft.as_secs_f64());
+    }
+    fn inter_token(&self, gap: Duration) {
+        self.0.itl.observe(gap.as_secs_f64());
+    }
+}

@@ -1,0 +1,219 @@
+//! A server on an ephemeral loopback port, and a small HTTP/1.1 client over a raw
+//! TcpStream (so the tests see exactly the bytes on the wire, chunked or not).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tl_core::{EngineConfig, KvConfig};
+use tl_serve::{AppState, Options};
+
+pub fn tiny() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-llama/tests/fixtures/tiny-llama")
+}
+
+/// SmolLM2, or None (loudly) when it is missing and TL_REQUIRE_MODEL is unset.
+pub fn smollm2() -> Option<PathBuf> {
+    let cache = match std::env::var_os("TL_CACHE") {
+        Some(c) => PathBuf::from(c),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tl"),
+    };
+    let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("TL_REQUIRE_MODEL").is_none(),
+        "TL_REQUIRE_MODEL is set but {} is missing: run scripts/fetch_model.sh",
+        path.display()
+    );
+    let _ = std::io::stderr()
+        .write_all(format!("\nSKIPPED: {} is missing (scripts/fetch_model.sh)\n", path.display()).as_bytes());
+    None
+}
+
+pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize, max_queue: usize) -> Options {
+    Options {
+        model,
+        model_name: None,
+        engine: EngineConfig {
+            max_batch_tokens: 128,
+            max_seqs,
+            prefill_chunk: 32,
+            threads: 2,
+            kv: KvConfig { block_tokens, n_blocks: Some(n_blocks), ..KvConfig::default() },
+            ..EngineConfig::default()
+        },
+        max_queue,
+        max_body: 64 << 10,
+        shutdown_grace: Duration::from_secs(5),
+    }
+}
+
+/// A running in-process server; dropping it shuts it down and waits.
+pub struct Server {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    pub fn start(opts: Options) -> Server {
+        let (atx, arx) = std::sync::mpsc::channel();
+        let (stx, srx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+            rt.block_on(async move {
+                let state: Arc<AppState> = AppState::load(&opts).expect("load");
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                atx.send(listener.local_addr().expect("addr")).expect("send addr");
+                tl_serve::run(listener, state, async move {
+                    let _ = srx.await;
+                })
+                .await
+                .expect("serve");
+            });
+        });
+        let addr = arx.recv_timeout(Duration::from_secs(60)).expect("server did not start");
+        Server { addr, stop: Some(stx), thread: Some(thread) }
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        request(self.addr, "GET", path, b"", &[])
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Resp {
+        request(self.addr, "POST", path, body.to_string().as_bytes(), &[])
+    }
+
+    /// A metric's value from /metrics (first line starting with `name`).
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = String::from_utf8(self.get("/metrics").body).expect("utf8");
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
+    }
+
+    /// Wait until no KV block is in use and nothing runs or waits.
+    pub fn assert_pool_clean(&self) {
+        for _ in 0..100 {
+            if self.metric("tl_kv_blocks{state=\"in_use\"}") == 0.0
+                && self.metric("tl_running_sequences") == 0.0
+                && self.metric("tl_queue_depth") == 0.0
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("pool not clean: {}", String::from_utf8_lossy(&self.get("/metrics").body));
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The `data:` payloads of an SSE body.
+    pub fn events(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.body)
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: ").map(str::to_string))
+            .collect()
+    }
+}
+
+pub fn connect(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> BufReader<TcpStream> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).expect("write");
+    let _ = s.write_all(body);
+    BufReader::new(s)
+}
+
+/// Status line and headers.
+pub fn read_head(r: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    r.read_line(&mut line).expect("status line");
+    let status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("status line {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).expect("header");
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    (status, headers)
+}
+
+/// One chunk of a chunked body (None at the end).
+pub fn read_chunk(r: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let n = usize::from_str_radix(line.trim(), 16).ok()?;
+    let mut buf = vec![0; n + 2];
+    r.read_exact(&mut buf).ok()?;
+    buf.truncate(n);
+    (n > 0).then_some(buf)
+}
+
+pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], extra: &[(&str, &str)]) -> Resp {
+    let mut r = connect(addr, method, path, body, extra);
+    let (status, headers) = read_head(&mut r);
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        while let Some(c) = read_chunk(&mut r) {
+            body.extend(c);
+        }
+    } else {
+        let _ = r.read_to_end(&mut body);
+    }
+    Resp { status, headers, body }
+}

@@ -1,0 +1,112 @@
+//! The promise end to end over HTTP: a seeded request's full answer (tokens and logprobs,
+//! byte for byte) is the same alone, beside 15 concurrent requests of other lengths and
+//! parameters sharing its system prompt, after a prefix-cache hit, and after preemption
+//! under a deliberately small KV pool. On the tiny fixture and on SmolLM2.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier};
+
+use common::*;
+use serde_json::{json, Value};
+
+const SYSTEM: &str = "You are a careful assistant. Answer in one short sentence.";
+
+fn target(model: &str, max_tokens: u32) -> Value {
+    json!({"model": model, "seed": 42, "temperature": 0.9, "top_p": 0.95, "logprobs": true, "top_logprobs": 3,
+           "max_tokens": max_tokens,
+           "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is a cache?"}]})
+}
+
+fn neighbour(model: &str, i: usize, max_tokens: u32) -> Value {
+    let words = ["Why is the sky blue?", "Hi", "Count to five, please.", "Name a fruit."];
+    let temperature = [0.0, 0.7, 1.0, 1.3][i % 4];
+    let mut b = json!({"model": model, "seed": 100 + i, "temperature": temperature,
+        "max_tokens": max_tokens / 2 + (i as u32 % 5),
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": words[i % 4].repeat(1 + i % 3)}]});
+    if i % 3 == 1 {
+        b["stream"] = json!(true);
+    }
+    if i % 4 == 2 {
+        b["n"] = json!(2);
+        b["frequency_penalty"] = json!(0.5);
+    }
+    if i % 5 == 3 {
+        b["top_k"] = json!(20);
+        b["stop"] = json!(["\n\n"]);
+    }
+    b
+}
+
+/// The answer's bytes that the promise covers: the choices (text, logprobs, finish).
+fn answer(s: &Server, body: &Value) -> (String, Value) {
+    let r = s.post("/v1/chat/completions", body);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    (v["choices"].to_string(), v["usage"].clone())
+}
+
+/// The target sent in the middle of 15 concurrent neighbours.
+fn crowded(s: &Server, model: &str, max_tokens: u32) -> String {
+    let start = Arc::new(Barrier::new(16));
+    let addr = s.addr;
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let start = Arc::clone(&start);
+            let body = if i == 8 { target(model, max_tokens) } else { neighbour(model, i, max_tokens) };
+            std::thread::spawn(move || {
+                start.wait();
+                if i > 8 {
+                    std::thread::sleep(std::time::Duration::from_millis(2 * (i as u64 - 8)));
+                }
+                let r = request(addr, "POST", "/v1/chat/completions", body.to_string().as_bytes(), &[]);
+                assert_eq!(r.status, 200, "request {i}: {}", String::from_utf8_lossy(&r.body));
+                r
+            })
+        })
+        .collect();
+    let mut out = String::new();
+    for (i, t) in threads.into_iter().enumerate() {
+        let r = t.join().expect("client thread");
+        if i == 8 {
+            out = r.json()["choices"].to_string();
+        }
+    }
+    out
+}
+
+fn promise(model: PathBuf, name: &str, max_tokens: u32, small_pool: u32) {
+    let alone = {
+        let s = Server::start(options(model.clone(), 2048, 4, 16, 64));
+        let (a, usage) = answer(&s, &target(name, max_tokens));
+        assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0);
+        a
+    };
+    assert!(alone.contains("\"logprob\""), "{alone}");
+
+    let s = Server::start(options(model.clone(), 2048, 4, 16, 64));
+    assert_eq!(crowded(&s, name, max_tokens), alone, "the answer changed beside 15 concurrent requests");
+    let (hit, usage) = answer(&s, &target(name, max_tokens));
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].as_u64() > Some(0), "no prefix hit: {usage}");
+    assert_eq!(hit, alone, "the answer changed after a prefix-cache hit");
+    s.assert_pool_clean();
+    drop(s);
+
+    let s = Server::start(options(model, small_pool, 4, 16, 64));
+    assert_eq!(crowded(&s, name, max_tokens), alone, "the answer changed under a small pool");
+    assert!(s.metric("tl_preemptions_total") > 0.0, "the small pool never preempted");
+    s.assert_pool_clean();
+}
+
+#[test]
+fn tiny_http_answers_do_not_depend_on_traffic() {
+    // Prompts are ~90 byte tokens plus up to 40 generated: ~33 blocks of 4 each at most.
+    promise(tiny(), "tiny-llama", 40, 90);
+}
+
+#[test]
+fn smollm2_http_answers_do_not_depend_on_traffic() {
+    let Some(model) = smollm2() else { return };
+    promise(model, "SmolLM2-135M-Instruct.Q4_1", 8, 40);
+}
