@@ -62,6 +62,10 @@ impl Model for Bigram {
         self.vocab
     }
 
+    fn weight_bytes(&self) -> Option<usize> {
+        Some(std::mem::size_of_val(self.table.as_slice()))
+    }
+
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
         let mut data = Vec::with_capacity(batch.seqs.len() * self.vocab); // (seqs, vocab)
         for s in &batch.seqs {
