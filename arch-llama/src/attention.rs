@@ -27,7 +27,7 @@
 use std::cell::RefCell;
 
 use rayon::prelude::*;
-use tl_core::{ForwardBatch, KvBackend, ModelError};
+use tl_core::{ForwardBatch, KvSlabs, ModelError};
 use tl_quant::f32_to_f16;
 
 use crate::forward::Plan;
@@ -247,7 +247,7 @@ thread_local! {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     path: Path,
-    kv: &dyn KvBackend,
+    kv: &dyn KvSlabs,
     layer: u32,
     batch: &ForwardBatch,
     plan: &Plan,
@@ -325,7 +325,7 @@ simd_entry!(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_kv(
     path: Path,
-    kv: &mut dyn KvBackend,
+    kv: &mut dyn KvSlabs,
     layer: u32,
     batch: &ForwardBatch,
     plan: &Plan,

@@ -22,7 +22,7 @@
 use std::sync::Mutex;
 
 use candle_core::{Device, Tensor};
-use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, KvBackend, Logits, Model, ModelError};
+use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, KvSlabs, Logits, Model, ModelError};
 use tl_quant::Linear;
 
 use crate::attention::{attention, write_kv};
@@ -206,7 +206,7 @@ impl Plan {
     /// only what the forward needs to index safely, and runs before any slab is touched,
     /// so a bad batch reaching the model directly is an `Err`, never a panic or half a
     /// write.
-    fn new(batch: &ForwardBatch, cfg: &LlamaConfig, kv: &dyn KvBackend) -> Result<Plan, ModelError> {
+    fn new(batch: &ForwardBatch, cfg: &LlamaConfig, kv: &dyn KvSlabs) -> Result<Plan, ModelError> {
         let g = kv.geometry();
         let want = (cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim);
         if (g.n_layers as usize, g.n_kv_heads as usize, g.head_dim as usize) != want || g.block_tokens == 0 {
@@ -233,7 +233,7 @@ impl Plan {
                 return Err(bad(format!("sequence {i}: {} blocks cannot hold position {}", s.blocks.len(), end - 1)));
             }
             for &id in &s.blocks[..needed] {
-                kv.refs(id)?; // an id outside the pool is an Err here, before any write
+                kv.slab(id, 0, false)?; // an id the pool cannot serve is an Err here, before any write
             }
             plan.seq_of.extend(std::iter::repeat(i).take(s.tokens.len()));
             plan.pos.extend(s.start..end);

@@ -21,7 +21,10 @@ mod weights;
 use std::any::Any;
 use std::sync::Arc;
 
-use tl_core::{ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError};
+use tl_core::{
+    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
+    ModelTypeRegistration,
+};
 
 pub use config::LlamaConfig;
 pub use forward::Llama;
@@ -66,3 +69,5 @@ fn make() -> Box<dyn Architecture> {
 }
 
 inventory::submit!(ArchRegistration { name: "llama", make });
+// A Hugging Face config.json without `tl_arch` selects this crate by its `model_type`.
+inventory::submit!(ModelTypeRegistration { model_type: "llama", arch: "llama" });

@@ -7,8 +7,8 @@ use thiserror::Error;
 
 use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
-use crate::kv::{KvBackend, KvError, KvGeometry};
-use crate::runner::EngineConfig;
+use crate::engine::EngineConfig;
+use crate::kv::{KvError, KvGeometry, KvSlabs};
 use crate::weights::{WeightError, WeightStore};
 
 /// A model that cannot be built or run.
@@ -48,8 +48,9 @@ pub struct BuildCtx<'a> {
 
 /// Per-step state handed to a forward.
 pub struct ForwardCtx<'a> {
-    /// The KV pool the step writes K/V into and reads them from.
-    pub kv: &'a mut dyn KvBackend,
+    /// The KV slabs the step writes K/V into and reads them from (the pool's
+    /// management is the runner's, not the model's).
+    pub kv: &'a mut dyn KvSlabs,
     /// Also return the final hidden state of every token.
     pub want_hidden: bool,
 }
@@ -97,3 +98,14 @@ pub struct ArchRegistration {
 }
 
 inventory::collect!(ArchRegistration);
+
+/// A Hugging Face `model_type` that selects an architecture when config.json has no
+/// `tl_arch`: `inventory::submit!(ModelTypeRegistration { model_type, arch })`.
+pub struct ModelTypeRegistration {
+    /// The `model_type` value (`"llama"`, `"qwen2"`).
+    pub model_type: &'static str,
+    /// The registered architecture name it selects.
+    pub arch: &'static str,
+}
+
+inventory::collect!(ModelTypeRegistration);

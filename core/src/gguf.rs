@@ -20,7 +20,7 @@ use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use memmap2::Mmap;
 use serde_json::{json, Map, Value};
 
-use crate::config::{ConfigError, ModelConfig};
+use crate::config::ConfigError;
 use crate::safetensors::widen;
 use crate::weights::{check_found, map_file, DType, TensorInfo, WeightError, WeightStore};
 
@@ -429,14 +429,9 @@ impl Gguf {
         Ok(Value::Object(cfg))
     }
 
-    /// The model config of this file: [`Gguf::config_json`], parsed and checked by the
-    /// architecture; its tokenizer is this file's.
-    pub fn model_config(&self) -> Result<ModelConfig, ConfigError> {
-        let json = self.config_json().map_err(|e| config_error(e, &self.path))?;
-        let mut cfg = ModelConfig::from_value(json, None)?;
-        cfg.dir = Some(self.path.parent().map(Path::to_path_buf).unwrap_or_default());
-        cfg.gguf = Some(self.path.clone());
-        Ok(cfg)
+    /// The file's path.
+    pub fn path_buf(&self) -> PathBuf {
+        self.path.clone()
     }
 
     fn entry(&self, name: &str, shape: &[usize]) -> Result<&Entry, WeightError> {
@@ -574,7 +569,7 @@ impl WeightStore for Gguf {
         }
     }
 
-    fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::Stored<'_>, WeightError> {
+    fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::weights::Stored<'_>, WeightError> {
         let e = self.entry(name, shape)?;
         let bytes = &self.map[e.begin..e.end];
         let bytes = match e.rows {
@@ -585,7 +580,7 @@ impl WeightStore for Gguf {
                 Cow::Owned(unpermute_rows(bytes, rows, row_bytes, h))
             }
         };
-        Ok(crate::Stored { dtype: store_dtype(e.ggml), bytes })
+        Ok(crate::weights::Stored { dtype: store_dtype(e.ggml), bytes })
     }
 
     /// The stored bytes. Refused for the Q and K projections, whose stored rows are in

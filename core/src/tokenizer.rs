@@ -171,7 +171,7 @@ impl Tokenizer {
     /// The tokenizer a GGUF file's metadata describes.
     pub fn from_gguf(g: &Gguf) -> Result<Tokenizer, TokenizerError> {
         let json = gguf_tokenizer_json(g)?;
-        Ok(Tokenizer::Hf(Box::new(HfTokenizer::from_json(json, crate::WeightStore::path(g))?)))
+        Ok(Tokenizer::Hf(Box::new(HfTokenizer::from_json(json, crate::weights::WeightStore::path(g))?)))
     }
 
     /// Token ids of `text`, with no special tokens added (special tokens written in the
@@ -293,8 +293,8 @@ fn pre_tokenizer(pre: &str) -> Option<Value> {
 /// describes (`tokenizer.ggml.model == "gpt2"`): tokens, merges, token types (control
 /// tokens become special added tokens), BOS handling and the named pre-tokenizer.
 pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
-    let err = |e: crate::WeightError| TokenizerError::Failed(e.to_string());
-    let path = crate::WeightStore::path(g).display().to_string();
+    let err = |e: crate::weights::WeightError| TokenizerError::Failed(e.to_string());
+    let path = crate::weights::WeightStore::path(g).display().to_string();
     let bad = |key: &str, why: String| TokenizerError::Unsupported(format!("{path}: metadata {key}: {why}"));
     match g.string("tokenizer.ggml.model").map_err(err)? {
         Some("gpt2") => {}
