@@ -14,6 +14,7 @@
 mod attention;
 mod config;
 mod forward;
+pub mod gguf;
 mod lanes;
 mod rowops;
 mod weights;
@@ -22,8 +23,8 @@ use std::any::Any;
 use std::sync::Arc;
 
 use tl_core::{
-    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
-    ModelTypeRegistration,
+    ArchRegistration, Architecture, BuildCtx, ConfigError, GgufRegistration, KvGeometry, Model, ModelConfig,
+    ModelError, ModelTypeRegistration,
 };
 
 pub use config::LlamaConfig;
@@ -71,3 +72,4 @@ fn make() -> Box<dyn Architecture> {
 inventory::submit!(ArchRegistration { name: "llama", make });
 // A Hugging Face config.json without `tl_arch` selects this crate by its `model_type`.
 inventory::submit!(ModelTypeRegistration { model_type: "llama", arch: "llama" });
+inventory::submit!(GgufRegistration { architecture: "llama", make: || Box::new(gguf::LlamaGguf) });

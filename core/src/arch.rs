@@ -102,7 +102,7 @@ inventory::collect!(ArchRegistration);
 /// A Hugging Face `model_type` that selects an architecture when config.json has no
 /// `tl_arch`: `inventory::submit!(ModelTypeRegistration { model_type, arch })`.
 pub struct ModelTypeRegistration {
-    /// The `model_type` value (`"llama"`, `"qwen2"`).
+    /// The `model_type` value of Hugging Face config.json files.
     pub model_type: &'static str,
     /// The registered architecture name it selects.
     pub arch: &'static str,

@@ -11,7 +11,9 @@ use serde_json::Value;
 use crate::arch::Architecture;
 use crate::config::{ConfigError, ModelConfig};
 use crate::gguf::{config_error, gguf_source, Gguf};
+use crate::gguf_arch::GgufArch;
 use crate::registry;
+use crate::weights::WeightStore;
 
 /// The architecture a config.json names: `tl_arch`, else the architecture that
 /// registered its Hugging Face `model_type`.
@@ -45,10 +47,36 @@ pub(crate) fn parse(json: Value, dir: Option<&Path>) -> Result<(ModelConfig, Box
     Ok((cfg, arch))
 }
 
-/// The config of a GGUF file, from its metadata; its tokenizer is the file's.
-pub(crate) fn gguf_config(store: &Gguf) -> Result<(ModelConfig, Box<dyn Architecture>), ConfigError> {
+/// A GGUF file as its architecture reads it: the translation registered for its
+/// `general.architecture` names every tensor and undoes any row layout, and turns the
+/// metadata into a config.json (returned, not yet parsed). An architecture no linked
+/// crate registered is an error listing the registered ones.
+pub fn open_gguf(path: &Path) -> Result<(Gguf, Value), ConfigError> {
+    let (store, translation) = gguf_weights(path)?;
+    let json = translation.config_json(&store).map_err(|e| config_error(e, path))?;
+    Ok((store, json))
+}
+
+/// A GGUF file's tensors as its architecture names them (no config: a directory with
+/// its own config.json reads only the weights of its model.gguf).
+pub(crate) fn gguf_weights(path: &Path) -> Result<(Gguf, Box<dyn GgufArch>), ConfigError> {
+    let wrap = |e| config_error(e, path);
+    let mut store = Gguf::open(path).map_err(wrap)?;
+    let arch = store.architecture().map_err(wrap)?;
+    let reg = registry::gguf_arch(arch).map_err(|e| wrap(store.meta_err("general.architecture", &e.to_string())))?;
+    let translation = (reg.make)();
+    let mut map = Vec::new();
+    for name in store.names() {
+        let info = store.info(&name).ok_or_else(|| wrap(store.meta_err(&name, "tensor vanished")))?;
+        map.push((name.clone(), translation.tensor(&store, &name, &info).map_err(wrap)?));
+    }
+    store.remap(map).map_err(wrap)?;
+    Ok((store, translation))
+}
+
+/// The config of a GGUF file opened by [`open_gguf`]; its tokenizer is the file's.
+pub(crate) fn gguf_config(store: &Gguf, json: Value) -> Result<(ModelConfig, Box<dyn Architecture>), ConfigError> {
     let path = store.path_buf();
-    let json = store.config_json().map_err(|e| config_error(e, &path))?;
     let (mut cfg, arch) = parse(json, None)?;
     cfg.dir = Some(path.parent().map(Path::to_path_buf).unwrap_or_default());
     cfg.gguf = Some(path);
@@ -58,8 +86,8 @@ pub(crate) fn gguf_config(store: &Gguf) -> Result<(ModelConfig, Box<dyn Architec
 /// Read `<dir>/config.json`, or the metadata of a GGUF file `dir` names.
 pub(crate) fn load_config(dir: &Path) -> Result<(ModelConfig, Box<dyn Architecture>), ConfigError> {
     if let Some(file) = gguf_source(dir) {
-        let store = Gguf::open(&file).map_err(|e| config_error(e, &file))?;
-        return gguf_config(&store);
+        let (store, json) = open_gguf(&file)?;
+        return gguf_config(&store, json);
     }
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|error| ConfigError::Io { path, error })?;

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use crate::arch::{ArchRegistration, ModelTypeRegistration};
 pub use crate::error::RegistryError;
+use crate::gguf_arch::{GgufPreTokenizer, GgufRegistration};
 use crate::kv::KvRegistration;
 use crate::sampler::SamplerRegistration;
 
@@ -44,6 +45,16 @@ fn model_types() -> &'static Map<ModelTypeRegistration> {
     MAP.get_or_init(|| build("model_type", inventory::iter::<ModelTypeRegistration>.into_iter(), |r| r.model_type))
 }
 
+fn gguf_archs() -> &'static Map<GgufRegistration> {
+    static MAP: OnceLock<Map<GgufRegistration>> = OnceLock::new();
+    MAP.get_or_init(|| build("GGUF architecture", inventory::iter::<GgufRegistration>.into_iter(), |r| r.architecture))
+}
+
+fn pre_tokenizers() -> &'static Map<GgufPreTokenizer> {
+    static MAP: OnceLock<Map<GgufPreTokenizer>> = OnceLock::new();
+    MAP.get_or_init(|| build("GGUF pre-tokenizer", inventory::iter::<GgufPreTokenizer>.into_iter(), |r| r.name))
+}
+
 fn kvs() -> &'static Map<KvRegistration> {
     static MAP: OnceLock<Map<KvRegistration>> = OnceLock::new();
     MAP.get_or_init(|| build("KV backend", inventory::iter::<KvRegistration>.into_iter(), |r| r.name))
@@ -62,6 +73,16 @@ pub fn architecture(name: &str) -> Result<&'static ArchRegistration, RegistryErr
 /// The architecture that registered the Hugging Face `model_type` `name`.
 pub fn model_type(name: &str) -> Result<&'static ModelTypeRegistration, RegistryError> {
     find("model_type", model_types(), name)
+}
+
+/// The GGUF translation registered for `general.architecture` = `name`.
+pub fn gguf_arch(name: &str) -> Result<&'static GgufRegistration, RegistryError> {
+    find("GGUF architecture", gguf_archs(), name)
+}
+
+/// The pre-tokenizer registered for `tokenizer.ggml.pre` = `name`.
+pub fn gguf_pre_tokenizer(name: &str) -> Result<&'static GgufPreTokenizer, RegistryError> {
+    find("GGUF pre-tokenizer", pre_tokenizers(), name)
 }
 
 /// The KV backend registered under `name`.
@@ -87,4 +108,14 @@ pub fn kv_backend_names() -> Result<Vec<&'static str>, RegistryError> {
 /// Registered sampler names, sorted.
 pub fn sampler_names() -> Result<Vec<&'static str>, RegistryError> {
     names(samplers())
+}
+
+/// Registered GGUF architecture names, sorted.
+pub fn gguf_arch_names() -> Result<Vec<&'static str>, RegistryError> {
+    names(gguf_archs())
+}
+
+/// Registered GGUF pre-tokenizer names, sorted.
+pub fn gguf_pre_tokenizer_names() -> Result<Vec<&'static str>, RegistryError> {
+    names(pre_tokenizers())
 }

@@ -9,7 +9,7 @@ use crate::arch::{Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, Mode
 use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
 use crate::engine::{EngineConfig, PrefixCache};
-use crate::gguf::{gguf_source, Gguf};
+use crate::gguf::gguf_source;
 use crate::kv::{KvBackend, KvError, KvGeometry, KvSlabs, KvSpec, SharedPool};
 use crate::load;
 use crate::registry::{self, RegistryError};
@@ -55,10 +55,10 @@ pub struct ModelRunner {
 }
 
 /// Open the weights of a model directory (model.safetensors, else model.gguf), or of a
-/// `.gguf` file.
+/// `.gguf` file (read as its architecture names its tensors).
 pub fn open_weights(dir: &Path) -> Result<Box<dyn WeightStore>, RunnerError> {
     if dir.is_file() && dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        return Ok(Box::new(Gguf::open(dir)?));
+        return Ok(Box::new(load::gguf_weights(dir)?.0));
     }
     let st = dir.join("model.safetensors");
     if st.is_file() {
@@ -66,7 +66,7 @@ pub fn open_weights(dir: &Path) -> Result<Box<dyn WeightStore>, RunnerError> {
     }
     let gguf = dir.join("model.gguf");
     if gguf.is_file() {
-        return Ok(Box::new(Gguf::open(&gguf)?));
+        return Ok(Box::new(load::gguf_weights(&gguf)?.0));
     }
     Err(RunnerError::NoWeights(dir.to_path_buf()))
 }
@@ -89,8 +89,8 @@ impl ModelRunner {
     /// directory holding `model.gguf` (config from its metadata when config.json is absent).
     pub fn load(dir: &Path, cfg: &EngineConfig) -> Result<Self, RunnerError> {
         if let Some(file) = gguf_source(dir) {
-            let store = Gguf::open(&file)?;
-            let (config, arch) = load::gguf_config(&store)?;
+            let (store, json) = load::open_gguf(&file)?;
+            let (config, arch) = load::gguf_config(&store, json)?;
             return Self::build(config, arch.as_ref(), &store, cfg);
         }
         let (config, arch) = load::load_config(dir)?;

@@ -24,6 +24,24 @@ fn code(text: &str) -> String {
 }
 
 #[test]
+fn core_names_no_architecture() {
+    // "llama.cpp" is the program whose file format (GGUF) core reads, not an architecture.
+    let banned = ["llama", "qwen", "mistral", "gemma", "phi3", "bigram"];
+    let mut found = Vec::new();
+    for (file, text) in sources() {
+        for (i, line) in text.lines().enumerate() {
+            let lower = line.to_lowercase().replace("llama.cpp", "").replace("llama-vocab.cpp", "");
+            for word in banned {
+                if lower.contains(word) {
+                    found.push(format!("core/src/{file}.rs:{}: {}", i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "core names an architecture:\n{}", found.join("\n"));
+}
+
+#[test]
 fn core_modules_have_no_cycle() {
     let files = sources();
     let modules: BTreeSet<String> = files.keys().filter(|m| *m != "lib").cloned().collect();

@@ -48,8 +48,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         "f32" => (Dtype::F32, "float32"),
         other => anyhow::bail!("--dtype {other:?}: expected bf16 or f32"),
     };
-    let g = Gguf::open(&cli.gguf)?;
-    let mut config = g.config_json()?;
+    // Tensor names and config as the file's architecture reads them.
+    let (g, mut config) = tl_core::load::open_gguf(&cli.gguf)?;
     // Check it the way tl will load it before writing anything.
     tl_core::ModelConfig::from_value(config.clone(), None).with_context(|| cli.gguf.display().to_string())?;
     config["torch_dtype"] = json!(torch);
