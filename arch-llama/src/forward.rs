@@ -319,28 +319,37 @@ impl Model for Llama {
             add(x, proj, dm);
         }
 
-        // Final norm: every token when the caller wants hidden states, else only each
-        // sequence's last token (the only rows the LM head needs).
+        // Final norm: every token when the caller wants hidden states, else only the rows
+        // the LM head needs (each sequence's last token, or every token with
+        // `all_logits`). Each row is normed and projected by functions of that row alone,
+        // so a token's logits are the same bits whichever rows are asked for.
         let x = &b.x[..n * dm];
-        let s_rows = plan.last.len();
-        let mut last = vec![0.0f32; s_rows * dm]; // (S, d)
+        let all: Vec<usize>;
+        let rows: &[usize] = if ctx.all_logits {
+            all = (0..n).collect();
+            &all
+        } else {
+            &plan.last
+        };
+        let s_rows = rows.len();
+        let mut last = vec![0.0f32; s_rows * dm]; // (R, d)
         let hidden = if ctx.want_hidden {
             let mut normed = vec![0.0f32; n * dm]; // (N, d)
             rms_norm(path, x, &self.norm, eps, &mut normed);
-            for (dst, &t) in last.chunks_exact_mut(dm).zip(&plan.last) {
+            for (dst, &t) in last.chunks_exact_mut(dm).zip(rows) {
                 dst.copy_from_slice(&normed[t * dm..(t + 1) * dm]);
             }
             Some(normed)
         } else {
             let h = grow(&mut b.h, s_rows * dm);
-            for (dst, &t) in h.chunks_exact_mut(dm).zip(&plan.last) {
+            for (dst, &t) in h.chunks_exact_mut(dm).zip(rows) {
                 dst.copy_from_slice(&x[t * dm..(t + 1) * dm]);
             }
             rms_norm(path, h, &self.norm, eps, &mut last);
             None
         };
         let vocab = cfg.vocab_size;
-        let mut logits = vec![0.0f32; s_rows * vocab]; // (S, V), straight into the output
+        let mut logits = vec![0.0f32; s_rows * vocab]; // (R, V), straight into the output
         self.w.lm_head.forward(&last, s_rows, &mut logits).map_err(|e| ModelError::Other(format!("lm_head: {e}")))?;
         Ok(ForwardOutput { logits: Logits { vocab, data: logits }, hidden })
     }

@@ -53,12 +53,17 @@ pub struct ForwardCtx<'a> {
     pub kv: &'a mut dyn KvSlabs,
     /// Also return the final hidden state of every token.
     pub want_hidden: bool,
+    /// Logits for every token of the step (rows in batch order), not only for each
+    /// sequence's last token. Each row must be the bits the token's row would have in any
+    /// other batch (a perplexity run compares every position with the next token).
+    pub all_logits: bool,
 }
 
 /// What one forward step returns.
 #[derive(Clone, Debug)]
 pub struct ForwardOutput {
-    /// One row per sequence: its last token's logits.
+    /// One row per sequence (its last token's logits), or with `all_logits` one row per
+    /// token of the step, in batch order.
     pub logits: Logits,
     /// With `want_hidden`: `(N, hidden_size)`, every token of the step in batch order.
     pub hidden: Option<Vec<f32>>,

@@ -135,21 +135,37 @@ impl ModelRunner {
 
     /// Run one step; one row of logits per sequence (its last token).
     pub fn forward(&mut self, batch: &ForwardBatch) -> Result<Logits, RunnerError> {
-        Ok(self.step(batch, false)?.logits)
+        Ok(self.step(batch, false, false)?.logits)
+    }
+
+    /// Run one step; one row of logits per token of the step, in batch order. Each row
+    /// has the bits that token's row has in any other batch or chunking.
+    pub fn forward_all(&mut self, batch: &ForwardBatch) -> Result<Logits, RunnerError> {
+        Ok(self.step(batch, false, true)?.logits)
     }
 
     /// Run one step, also returning every token's final hidden state.
     pub fn forward_hidden(&mut self, batch: &ForwardBatch) -> Result<ForwardOutput, RunnerError> {
-        self.step(batch, true)
+        self.step(batch, true, false)
     }
 
-    fn step(&self, batch: &ForwardBatch, want_hidden: bool) -> Result<ForwardOutput, RunnerError> {
+    fn step(&self, batch: &ForwardBatch, want_hidden: bool, all_logits: bool) -> Result<ForwardOutput, RunnerError> {
         let mut guard = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
         let kv: &mut dyn KvBackend = guard.as_mut();
         self.check_batch(batch, kv)?;
         let model = self.model.as_ref();
         let slabs: &mut dyn KvSlabs = &mut *kv;
-        let out = self.threads.install(|| model.forward(batch, &mut ForwardCtx { kv: slabs, want_hidden }))?;
+        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits };
+        let out = self.threads.install(|| model.forward(batch, &mut ctx))?;
+        let rows = if all_logits { batch.n_tokens() } else { batch.seqs.len() };
+        if out.logits.vocab != self.config.vocab_size || out.logits.data.len() != rows * out.logits.vocab {
+            return Err(RunnerError::Other(format!(
+                "the model returned {} logits of rows of {}, expected {rows} rows of {}",
+                out.logits.data.len(),
+                out.logits.vocab,
+                self.config.vocab_size
+            )));
+        }
         // Record how many slots of each written block now hold data (kv.md's fill), so
         // a prefix cache can register full blocks.
         let b = kv.geometry().block_tokens as usize;
@@ -223,7 +239,7 @@ impl ModelRunner {
         }
         let b = self.block_tokens();
         let blocks = self.lock()?.alloc(tokens.len().div_ceil(b))?;
-        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), true);
+        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), true, false);
         let mut pool = self.lock()?;
         for &id in &blocks {
             pool.release(id)?;
@@ -232,6 +248,27 @@ impl ModelRunner {
         let out = out?;
         let hidden = out.hidden.ok_or_else(|| RunnerError::Other("the model returned no hidden states".into()))?;
         Ok((hidden, out.logits.data))
+    }
+
+    /// Run `tokens` as one sequence in temporary blocks, give the blocks back, and return
+    /// the logits of every position `(T, V)` (row `t` predicts token `t + 1`).
+    pub fn score(&mut self, tokens: &[u32]) -> Result<Logits, RunnerError> {
+        if tokens.is_empty() {
+            return Err(RunnerError::BadBatch("score: no tokens".into()));
+        }
+        let b = self.block_tokens();
+        let blocks = self.lock()?.alloc(tokens.len().div_ceil(b))?;
+        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), false, true);
+        let mut pool = self.lock()?;
+        for &id in &blocks {
+            pool.release(id)?;
+        }
+        Ok(out?.logits)
+    }
+
+    /// The KV block geometry the model runs with (layers, KV heads, head size, B).
+    pub fn kv_geometry(&self) -> Result<KvGeometry, RunnerError> {
+        Ok(self.lock()?.geometry())
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Box<dyn KvBackend>>, RunnerError> {
