@@ -7,6 +7,9 @@
 
 mod common;
 
+// Name the plugin crate so its registrations ("llama") are linked.
+use tl_arch_llama as _;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
