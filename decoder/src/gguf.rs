@@ -37,7 +37,7 @@ pub fn hf_name(gguf: &str) -> Option<String> {
 /// `h*D + half*D/2 + i` is stored as row `h*D + 2*i + half` (the converter interleaves
 /// the two RoPE halves of each head).
 pub fn unpermute_order(rows: usize, n_head: usize) -> Option<Vec<u32>> {
-    if n_head == 0 || rows % (2 * n_head) != 0 || rows > u32::MAX as usize {
+    if n_head == 0 || !rows.is_multiple_of(2 * n_head) || rows > u32::MAX as usize {
         return None;
     }
     let d = rows / n_head;
@@ -73,7 +73,7 @@ pub fn config_json(file: &Gguf, fam: &Family) -> Result<Map<String, Value>, Weig
     let hidden = file.required(&key("embedding_length"))?;
     let heads = file.required(&key("attention.head_count"))?;
     let kv_heads = file.uint(&key("attention.head_count_kv"))?.unwrap_or(heads);
-    if heads == 0 || hidden % heads != 0 {
+    if heads == 0 || !hidden.is_multiple_of(heads) {
         return Err(file.meta_err(&key("attention.head_count"), &format!("{heads} does not divide {hidden}")));
     }
     let head_dim = file.uint(&key("attention.key_length"))?.unwrap_or(hidden / heads);
