@@ -205,7 +205,7 @@ fn attend_group(
     scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) -> Result<(), String> {
-    if d == 0 || n == 0 || q.len() != out.len() || q.len() % d != 0 || !kv.holds(n, d) {
+    if d == 0 || n == 0 || q.len() != out.len() || !q.len().is_multiple_of(d) || !kv.holds(n, d) {
         return Err(format!("attention: {n} keys of {d} values do not fit the slabs or q/out ({})", q.len()));
     }
     let scale = 1.0 / (d as f32).sqrt();

@@ -238,7 +238,7 @@ impl Plan {
             for &id in &s.blocks[..needed] {
                 kv.slab(id, 0, false)?; // an id the pool cannot serve is an Err here, before any write
             }
-            plan.seq_of.extend(std::iter::repeat(i).take(s.tokens.len()));
+            plan.seq_of.extend(std::iter::repeat_n(i, s.tokens.len()));
             plan.pos.extend(s.start..end);
             plan.last.push(plan.pos.len() - 1);
             plan.n_blocks.push(needed);

@@ -117,7 +117,7 @@ fn projection(
         ProjFormat::Int4File(group) => {
             let qname = format!("{base}.qweight");
             let sname = format!("{base}.scales");
-            if inp % group != 0 || group % 2 != 0 {
+            if !inp.is_multiple_of(group) || !group.is_multiple_of(2) {
                 return Err(quant_err(store, &qname, QuantError::BadGroup { group, inp }));
             }
             let qweight = store.raw(&qname, DType::U8, &[out, inp / 2])?.to_vec();
