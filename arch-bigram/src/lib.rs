@@ -70,7 +70,14 @@ impl Model for Bigram {
         let mut data = Vec::with_capacity(batch.seqs.len() * self.vocab); // (seqs, vocab)
         for s in &batch.seqs {
             let last = *s.tokens.last().ok_or_else(|| ModelError::BadBatch("empty sequence".into()))?;
-            data.extend_from_slice(self.row(last));
+            if ctx.all_logits {
+                // Every token's prediction is its own row: (tokens, vocab).
+                for &t in s.tokens {
+                    data.extend_from_slice(self.row(t));
+                }
+            } else {
+                data.extend_from_slice(self.row(last));
+            }
         }
         // The bigram's "hidden state" of a token is its row of the table.
         let hidden = ctx.want_hidden.then(|| {

@@ -61,6 +61,10 @@ fn bigram_rows_follow_the_last_token_of_each_sequence() {
     assert_eq!(hidden.len(), 2 * 256);
     assert_eq!(argmax(&last), 'c' as u32);
     assert_eq!(pool.lock().unwrap().n_in_use(), 2, "run_once kept a block");
+    // Every position's logits (perplexity's option): row t predicts after token t.
+    let all = runner.score(&[u32::from(b'a'), u32::from(b'b')]).unwrap();
+    assert_eq!((all.rows(), argmax(all.row(0)), argmax(all.row(1))), (2, 'b' as u32, 'c' as u32));
+    assert_eq!(pool.lock().unwrap().n_in_use(), 2, "score kept a block");
 }
 
 #[test]

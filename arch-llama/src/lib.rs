@@ -1,63 +1,49 @@
-//! tl-arch-llama: the Llama architecture, registered as `tl_arch = "llama"`.
+//! tl-arch-llama: the Llama architecture, registered as `tl_arch = "llama"`, as Hugging
+//! Face `model_type = "llama"` and as GGUF `general.architecture = "llama"`.
 //!
-//! - [`LlamaConfig`]: the Llama fields of config.json, both generations of Hugging Face
-//!   names, with everything the forward cannot run refused at load.
-//! - Weights: F32/F16/BF16 widened to f32, or int4 projections (an int4 checkpoint, or
-//!   `EngineConfig.quant` quantizing at load); every projection is one `tl_quant::Linear`.
-//! - [`Llama`]: the forward over the paged KV pool, batch-invariant bit for bit
-//!   (docs/forward.md).
+//! The decoder itself (config fields, weights, the batch-invariant forward) is the
+//! shared tl-decoder crate; this crate says what makes a Llama: no biases anywhere, and
+//! llama.cpp's Q/K row permutation in its GGUF files ([`gguf`]).
 //!
 //! Nothing names this crate from core: a binary or test that loads a Llama writes
 //! `use tl_arch_llama as _;` so the registration is linked.
 #![deny(missing_docs)]
 
-mod attention;
-mod config;
-mod forward;
-mod lanes;
-mod rowops;
-mod weights;
+pub mod gguf;
 
 use std::any::Any;
 use std::sync::Arc;
 
-use tl_core::{ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError};
+use tl_core::{
+    ArchRegistration, Architecture, BuildCtx, ConfigError, GgufRegistration, KvGeometry, Model, ModelConfig,
+    ModelError, ModelTypeRegistration,
+};
+use tl_decoder::{DecoderConfig, Variant};
 
-pub use config::LlamaConfig;
-pub use forward::Llama;
+/// A Llama's typed config: the shared decoder fields, with no biases.
+pub type LlamaConfig = DecoderConfig;
 
-/// The forward's vector kernels, exposed for the tests that compare every instruction set
-/// with the portable reference; not an API.
+/// What Llama adds to the shared decoder: nothing (no biased projections).
+pub const LLAMA: Variant = Variant { qkv_bias: false };
+
+/// The forward's vector kernels (tl-decoder's), for the kernel tests; not an API.
 #[doc(hidden)]
-pub mod kernels {
-    pub use crate::attention::{attend_one, narrow_f16, MAX_G};
-    pub use crate::lanes::{exp16, Path};
-    pub use crate::rowops::{rms_norm_row, swiglu_row};
-}
+pub use tl_decoder::kernels;
 
 /// The Llama family.
 struct LlamaArch;
 
 impl Architecture for LlamaArch {
     fn parse_config(&self, config: &ModelConfig) -> Result<Arc<dyn Any + Send + Sync>, ConfigError> {
-        Ok(Arc::new(LlamaConfig::parse(config)?))
+        Ok(Arc::new(DecoderConfig::parse(config, LLAMA)?))
     }
 
     fn kv_geometry(&self, config: &ModelConfig, block_tokens: u32) -> Result<KvGeometry, ConfigError> {
-        let c = config.arch_config::<LlamaConfig>()?;
-        // The config's caps keep these far below u32::MAX.
-        Ok(KvGeometry {
-            n_layers: c.num_hidden_layers as u32,
-            n_kv_heads: c.num_key_value_heads as u32,
-            head_dim: c.head_dim as u32,
-            block_tokens,
-        })
+        tl_decoder::kv_geometry(config, block_tokens)
     }
 
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
-        let cfg = ctx.config.arch_config::<LlamaConfig>()?.clone();
-        let weights = weights::load(&cfg, &ctx)?;
-        Ok(Box::new(Llama::new(cfg, weights, ctx.device)?))
+        tl_decoder::build(ctx)
     }
 }
 
@@ -66,3 +52,6 @@ fn make() -> Box<dyn Architecture> {
 }
 
 inventory::submit!(ArchRegistration { name: "llama", make });
+// A Hugging Face config.json without `tl_arch` selects this crate by its `model_type`.
+inventory::submit!(ModelTypeRegistration { model_type: "llama", arch: "llama" });
+inventory::submit!(GgufRegistration { architecture: "llama", make: || Box::new(gguf::LlamaGguf) });

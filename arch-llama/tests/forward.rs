@@ -3,6 +3,9 @@
 
 mod common;
 
+// Name the plugin crate so its registrations ("llama") are linked.
+use tl_arch_llama as _;
+
 use common::*;
 use tl_core::{ForwardBatch, ForwardSeq, ModelRunner, Weights};
 
@@ -222,4 +225,34 @@ fn untied_model_without_lm_head_is_refused() {
     std::fs::write(dir.join("config.json"), cfg.to_string()).expect("write config");
     let err = ModelRunner::load(&dir, &engine(0, Weights::Native)).err().map(|e| e.to_string());
     assert!(err.as_deref().is_some_and(|e| e.contains("lm_head.weight")), "{err:?}");
+}
+
+/// Logits of every position (perplexity's option) are batch-invariant like the rest:
+/// row `t` of a scored prompt, and of the same prompt batched beside another, has the
+/// bits of the last-token logits of the prefix `0..=t` run on its own.
+#[test]
+fn every_position_logits_equal_each_prefix_alone() {
+    let mut r = load("tiny-llama", 0, Weights::Native);
+    let p = &reference("tiny-llama")[3].ids;
+    let all = r.score(p).expect("score");
+    assert_eq!(all.rows(), p.len());
+    for t in 0..p.len() {
+        let alone = run_in_steps(&mut r, &p[..=t], &[]);
+        assert!(bits(all.row(t)) == bits(&alone), "position {t}: all-position logits differ from the prefix alone");
+    }
+    let other: Vec<u32> = (0..9u32).map(|k| k * 37 % 320).collect();
+    let (ta, tb) = (alloc(&r, other.len()), alloc(&r, p.len()));
+    let batch = ForwardBatch {
+        seqs: vec![
+            ForwardSeq { tokens: &other, start: 0, blocks: &ta },
+            ForwardSeq { tokens: p, start: 0, blocks: &tb },
+        ],
+    };
+    let both = r.forward_all(&batch).expect("forward_all");
+    assert_eq!(both.rows(), other.len() + p.len());
+    for t in 0..p.len() {
+        assert!(bits(both.row(other.len() + t)) == bits(all.row(t)), "position {t} differs in a batch");
+    }
+    release(&r, &ta);
+    release(&r, &tb);
 }

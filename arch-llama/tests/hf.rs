@@ -3,6 +3,9 @@
 
 mod common;
 
+// Name the plugin crate so its registrations ("llama") are linked.
+use tl_arch_llama as _;
+
 use common::*;
 use tl_core::Weights;
 

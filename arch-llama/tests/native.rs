@@ -8,6 +8,9 @@
 //! lengths, then decode steps of the three together, then one sequence alone.
 
 mod common;
+
+// Name the plugin crate so its registrations ("llama") are linked.
+use tl_arch_llama as _;
 #[path = "../../core/tests/gguf_writer/mod.rs"]
 mod gguf_writer;
 

@@ -7,8 +7,8 @@ use thiserror::Error;
 
 use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
-use crate::kv::{KvBackend, KvError, KvGeometry};
-use crate::runner::EngineConfig;
+use crate::engine::EngineConfig;
+use crate::kv::{KvError, KvGeometry, KvSlabs};
 use crate::weights::{WeightError, WeightStore};
 
 /// A model that cannot be built or run.
@@ -48,16 +48,22 @@ pub struct BuildCtx<'a> {
 
 /// Per-step state handed to a forward.
 pub struct ForwardCtx<'a> {
-    /// The KV pool the step writes K/V into and reads them from.
-    pub kv: &'a mut dyn KvBackend,
+    /// The KV slabs the step writes K/V into and reads them from (the pool's
+    /// management is the runner's, not the model's).
+    pub kv: &'a mut dyn KvSlabs,
     /// Also return the final hidden state of every token.
     pub want_hidden: bool,
+    /// Logits for every token of the step (rows in batch order), not only for each
+    /// sequence's last token. Each row must be the bits the token's row would have in any
+    /// other batch (a perplexity run compares every position with the next token).
+    pub all_logits: bool,
 }
 
 /// What one forward step returns.
 #[derive(Clone, Debug)]
 pub struct ForwardOutput {
-    /// One row per sequence: its last token's logits.
+    /// One row per sequence (its last token's logits), or with `all_logits` one row per
+    /// token of the step, in batch order.
     pub logits: Logits,
     /// With `want_hidden`: `(N, hidden_size)`, every token of the step in batch order.
     pub hidden: Option<Vec<f32>>,
@@ -97,3 +103,14 @@ pub struct ArchRegistration {
 }
 
 inventory::collect!(ArchRegistration);
+
+/// A Hugging Face `model_type` that selects an architecture when config.json has no
+/// `tl_arch`: `inventory::submit!(ModelTypeRegistration { model_type, arch })`.
+pub struct ModelTypeRegistration {
+    /// The `model_type` value of Hugging Face config.json files.
+    pub model_type: &'static str,
+    /// The registered architecture name it selects.
+    pub arch: &'static str,
+}
+
+inventory::collect!(ModelTypeRegistration);

@@ -171,8 +171,8 @@ impl ChatTemplate {
 
     /// The template in a GGUF file's metadata.
     pub fn from_gguf(g: &Gguf) -> Result<Option<ChatTemplate>, ChatError> {
-        let path = crate::WeightStore::path(g).to_path_buf();
-        let fail = |e: crate::WeightError| ChatError::Format { path: path.clone(), reason: e.to_string() };
+        let path = crate::weights::WeightStore::path(g).to_path_buf();
+        let fail = |e: crate::weights::WeightError| ChatError::Format { path: path.clone(), reason: e.to_string() };
         let Some(source) = g.string("tokenizer.chat_template").map_err(fail)? else { return Ok(None) };
         let names = g.strings("tokenizer.ggml.tokens").map_err(fail)?.unwrap_or_default();
         let mut tokens = Vec::new();

@@ -1,8 +1,11 @@
 //! config.json: the fields every architecture shares (docs/spec/model-dir.md).
 //!
-//! Core reads `tl_arch`, `tl_tokenizer`, the vocabulary and the special ids, keeps the
-//! whole JSON, and hands it to the architecture registered under `tl_arch`, which parses
-//! and validates its own typed config once; the result is kept here.
+//! Core reads `tl_tokenizer`, the vocabulary and the special ids and keeps the whole JSON.
+//! Which architecture the config names (`tl_arch`, or an HF `model_type` an architecture
+//! registered) and its typed config are resolved by [`crate::load`], which asks the
+//! architecture to parse its own fields once; the result is kept here. This module
+//! depends on no other part of core but the error type, so the architecture interface can
+//! take a `ModelConfig` without a module cycle.
 
 use std::any::Any;
 use std::fmt;
@@ -12,7 +15,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::registry::{self, RegistryError};
+use crate::error::RegistryError;
 
 /// Vocabulary sizes above this are refused as absurd (no real model comes close).
 pub const MAX_VOCAB: usize = 1 << 24;
@@ -49,7 +52,7 @@ pub enum ConfigError {
         /// Why it is refused.
         reason: String,
     },
-    /// `tl_arch` names no linked architecture.
+    /// `tl_arch` (or `model_type`) names no linked architecture.
     #[error("config.json: tl_arch: {0}")]
     UnknownArch(#[from] RegistryError),
     /// A file the config requires is missing from the directory.
@@ -125,39 +128,10 @@ fn id_field(json: &Value, field: &'static str) -> Result<Option<u32>, ConfigErro
 }
 
 impl ModelConfig {
-    /// Parse config.json text (no directory: file checks are [`ModelConfig::load`]'s).
-    pub fn from_json(text: &str) -> Result<ModelConfig, ConfigError> {
-        let json: Value = serde_json::from_str(text).map_err(|e| ConfigError::Json(e.to_string()))?;
-        Self::from_value(json, None)
-    }
-
-    /// Read `<dir>/config.json` and check the files the config requires. `dir` may also
-    /// be a `.gguf` file, or a directory holding `model.gguf` and no config.json: the
-    /// config then comes from the GGUF metadata ([`crate::Gguf::model_config`]).
-    pub fn load(dir: &Path) -> Result<ModelConfig, ConfigError> {
-        if let Some(file) = crate::gguf::gguf_source(dir) {
-            let store = crate::gguf::Gguf::open(&file).map_err(|e| crate::gguf::config_error(e, &file))?;
-            return store.model_config();
-        }
-        let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|error| ConfigError::Io { path, error })?;
-        let json: Value = serde_json::from_str(&text).map_err(|e| ConfigError::Json(e.to_string()))?;
-        Self::from_value(json, Some(dir))
-    }
-
-    /// Parse a config already in JSON form (a GGUF's metadata translated, say).
-    pub fn from_value(json: Value, dir: Option<&Path>) -> Result<ModelConfig, ConfigError> {
-        if !json.is_object() {
-            return Err(ConfigError::Json("expected a JSON object".into()));
-        }
-        let arch = match json.get("tl_arch") {
-            Some(Value::String(s)) => s.clone(),
-            Some(v) => return Err(ConfigError::invalid("tl_arch", v, "expected a string")),
-            None => match json.get("model_type").and_then(Value::as_str) {
-                Some("llama") => "llama".to_string(),
-                _ => return Err(ConfigError::Missing { field: "tl_arch", hint: " (and model_type is not \"llama\")" }),
-            },
-        };
+    /// The fields every architecture shares, for the architecture named `arch` (already
+    /// resolved from `tl_arch` or `model_type` by [`crate::load`]); the typed config is
+    /// not parsed yet.
+    pub(crate) fn common(json: Value, dir: Option<&Path>, arch: String) -> Result<ModelConfig, ConfigError> {
         let tokenizer = match json.get("tl_tokenizer") {
             Some(Value::String(s)) if s == "byte" => TokenizerKind::Byte,
             Some(Value::String(s)) if s == "hf" => TokenizerKind::Hf,
@@ -218,7 +192,7 @@ impl ModelConfig {
                 });
             }
         }
-        let mut cfg = ModelConfig {
+        Ok(ModelConfig {
             arch,
             tokenizer,
             vocab_size,
@@ -229,10 +203,12 @@ impl ModelConfig {
             gguf: None,
             json,
             arch_config: None,
-        };
-        let arch = (registry::architecture(&cfg.arch)?.make)();
-        cfg.arch_config = Some(arch.parse_config(&cfg)?);
-        Ok(cfg)
+        })
+    }
+
+    /// Keep the architecture's typed config (what its `parse_config` returned).
+    pub(crate) fn set_arch_config(&mut self, typed: Arc<dyn Any + Send + Sync>) {
+        self.arch_config = Some(typed);
     }
 
     /// The whole config.json.

@@ -4,32 +4,38 @@
 //! map; tensor data stays in the map until a tensor is asked for, and is dequantized to
 //! f32 then (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 and the k-quants).
 //!
-//! The store speaks Hugging Face: GGUF names are mapped to HF names
-//! (`blk.N.attn_q.weight` -> `model.layers.N.self_attn.q_proj.weight`, ...), shapes are
-//! HF's `[out, in]`, and the row permutation llama.cpp's converter applies to the Q and
-//! K projections is undone, so an architecture written against HF checkpoints runs
-//! unchanged. [`Gguf::config_json`] translates the `llama.*` metadata to a config.json.
+//! The store reads the container only (header, metadata, tensor table, blocks) and
+//! knows no architecture. The architecture registered for the file's
+//! `general.architecture` ([`crate::gguf_arch`]) says, through [`Gguf::remap`], which
+//! name each tensor is read by and whether its rows were stored in another order (a
+//! converter's layout fix, undone here on read, whole rows at a time); it also
+//! translates the metadata into a config.json. Before `remap`, tensors are served under
+//! their GGUF names in stored order.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::{Content, Value as GValue};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use memmap2::Mmap;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-use crate::config::{ConfigError, ModelConfig};
+use crate::config::ConfigError;
 use crate::safetensors::widen;
 use crate::weights::{check_found, map_file, DType, TensorInfo, WeightError, WeightStore};
 
-/// Whether a tensor's rows were permuted by llama.cpp's converter, and over how many heads.
-#[derive(Clone, Copy, Debug)]
-enum Rows {
-    AsStored,
-    /// `permute(w, n_head, n_head_kv)` was applied with this many heads.
-    Permuted(usize),
+/// How a stored tensor is served: the name the architecture reads it by and, when the
+/// converter stored its rows in another order, the order to undo.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorMap {
+    /// The name the architecture reads the tensor by.
+    pub name: String,
+    /// `Some(p)`: row `i` as read is stored row `p[i]` (a permutation of the rows of a
+    /// 2-D tensor); `None`: rows as stored.
+    pub rows: Option<Vec<u32>>,
 }
 
 /// One tensor's place in the file.
@@ -40,7 +46,8 @@ struct Entry {
     shape: Vec<usize>, // HF order: (out, in)
     begin: usize,      // absolute byte offsets in the file
     end: usize,
-    rows: Rows,
+    /// Row `i` as read is stored row `rows[i]`; `None`: as stored.
+    rows: Option<Arc<[u32]>>,
 }
 
 /// A GGUF file, memory-mapped; tensors are dequantized on demand.
@@ -79,32 +86,6 @@ fn store_dtype(t: GgmlDType) -> DType {
         GgmlDType::BF16 => DType::BF16,
         other => DType::Other(ggml_name(other).to_string()),
     }
-}
-
-/// The HF name of a GGUF tensor name, or `None` when it has no HF counterpart.
-pub fn hf_name(gguf: &str) -> Option<String> {
-    match gguf {
-        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
-        "output_norm.weight" => return Some("model.norm.weight".into()),
-        "output.weight" => return Some("lm_head.weight".into()),
-        _ => {}
-    }
-    let rest = gguf.strip_prefix("blk.")?;
-    let (layer, part) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let hf = match part {
-        "attn_q.weight" => "self_attn.q_proj.weight",
-        "attn_k.weight" => "self_attn.k_proj.weight",
-        "attn_v.weight" => "self_attn.v_proj.weight",
-        "attn_output.weight" => "self_attn.o_proj.weight",
-        "ffn_gate.weight" => "mlp.gate_proj.weight",
-        "ffn_up.weight" => "mlp.up_proj.weight",
-        "ffn_down.weight" => "mlp.down_proj.weight",
-        "attn_norm.weight" => "input_layernorm.weight",
-        "ffn_norm.weight" => "post_attention_layernorm.weight",
-        _ => return None,
-    };
-    Some(format!("model.layers.{layer}.{hf}"))
 }
 
 /// Names of GGML type ids Candle cannot read, for the error that names the tensor.
@@ -203,27 +184,6 @@ impl Gguf {
             },
             None => fmt(format!("not a readable GGUF file: {}", candle_msg(&e))),
         })?;
-        match content.metadata.get("general.architecture") {
-            Some(GValue::String(a)) if a == "llama" => {}
-            Some(GValue::String(a)) => {
-                return Err(fmt(format!("general.architecture = {a:?}: only \"llama\" GGUF files are supported")))
-            }
-            _ => return Err(fmt("metadata key general.architecture is missing".into())),
-        }
-        let heads = |key: &str| -> Result<usize, WeightError> {
-            content
-                .metadata
-                .get(key)
-                .and_then(|v| v.to_u64().ok())
-                .filter(|&n| n > 0)
-                .map(|n| n as usize)
-                .ok_or_else(|| fmt(format!("metadata key {key} is missing or not a positive integer")))
-        };
-        let n_head = heads("llama.attention.head_count")?;
-        let n_kv = match content.metadata.get("llama.attention.head_count_kv") {
-            None => n_head,
-            Some(_) => heads("llama.attention.head_count_kv")?,
-        };
         let mut tensors = BTreeMap::new();
         for (gname, info) in &content.tensor_infos {
             let tensor = |reason: String| WeightError::Tensor { path: path.to_path_buf(), name: gname.clone(), reason };
@@ -252,24 +212,49 @@ impl Gguf {
                     map.len()
                 )));
             };
-            let rows = match gname.rsplit('.').nth(1) {
-                Some("attn_q") => Rows::Permuted(n_head),
-                Some("attn_k") => Rows::Permuted(n_kv),
-                _ => Rows::AsStored,
-            };
-            if let Rows::Permuted(h) = rows {
-                if shape.len() != 2 || shape[0] % (2 * h) != 0 {
-                    return Err(tensor(format!("shape {shape:?} does not split into {h} heads of even size")));
-                }
-            }
-            let name = hf_name(gname).unwrap_or_else(|| gname.clone());
             let entry =
-                Entry { gguf_name: gname.clone(), ggml: info.ggml_dtype, shape, begin, end: begin + bytes, rows };
-            if tensors.insert(name.clone(), entry).is_some() {
-                return Err(tensor(format!("two tensors map to {name:?}")));
-            }
+                Entry { gguf_name: gname.clone(), ggml: info.ggml_dtype, shape, begin, end: begin + bytes, rows: None };
+            tensors.insert(gname.clone(), entry);
         }
         Ok(Gguf { path: path.to_path_buf(), map, metadata: content.metadata, tensors })
+    }
+
+    /// The file's `general.architecture`.
+    pub fn architecture(&self) -> Result<&str, WeightError> {
+        self.string("general.architecture")?.ok_or_else(|| self.meta_err("general.architecture", "missing"))
+    }
+
+    /// Serve each tensor as `map` says (every tensor of the file, by its GGUF name, must
+    /// be listed once); a name two tensors map to, or a row order that is not a
+    /// permutation of a 2-D tensor's rows, is an error naming the tensor.
+    pub fn remap(&mut self, map: Vec<(String, TensorMap)>) -> Result<(), WeightError> {
+        let mut old = std::mem::take(&mut self.tensors);
+        let fail =
+            |name: &str, reason: String| WeightError::Tensor { path: self.path.clone(), name: name.into(), reason };
+        for (gname, m) in map {
+            let mut e = old.remove(&gname).ok_or_else(|| fail(&gname, "not in the file, or mapped twice".into()))?;
+            if let Some(p) = m.rows {
+                let rows = e.shape.first().copied().unwrap_or(0);
+                let mut seen = vec![false; rows];
+                let ok = e.shape.len() == 2
+                    && p.len() == rows
+                    && p.iter().all(|&r| (r as usize) < rows && !std::mem::replace(&mut seen[r as usize], true));
+                if !ok {
+                    return Err(fail(
+                        &gname,
+                        format!("row order of {} entries is not a permutation of its {rows} rows", p.len()),
+                    ));
+                }
+                e.rows = Some(p.into());
+            }
+            if self.tensors.insert(m.name.clone(), e).is_some() {
+                return Err(fail(&gname, format!("two tensors map to {:?}", m.name)));
+            }
+        }
+        if let Some(left) = old.keys().next() {
+            return Err(fail(left, "the architecture's translation does not map it".into()));
+        }
+        Ok(())
     }
 
     /// A metadata value, as Candle read it.
@@ -277,7 +262,8 @@ impl Gguf {
         self.metadata.get(key)
     }
 
-    pub(crate) fn meta_err(&self, key: &str, reason: &str) -> WeightError {
+    /// A `Format` error naming this file and the metadata key.
+    pub fn meta_err(&self, key: &str, reason: &str) -> WeightError {
         WeightError::Format { path: self.path.clone(), reason: format!("metadata {key}: {reason}") }
     }
 
@@ -298,7 +284,8 @@ impl Gguf {
         }
     }
 
-    fn float(&self, key: &str) -> Result<Option<f64>, WeightError> {
+    /// A metadata number (f32 values as their shortest decimal).
+    pub fn float(&self, key: &str) -> Result<Option<f64>, WeightError> {
         match self.metadata.get(key) {
             None => Ok(None),
             // f32 values are written as their shortest decimal (1e-5, not 9.99999974e-6),
@@ -309,7 +296,8 @@ impl Gguf {
         }
     }
 
-    fn required(&self, key: &str) -> Result<u64, WeightError> {
+    /// A metadata unsigned integer that must be present.
+    pub fn required(&self, key: &str) -> Result<u64, WeightError> {
         self.uint(key)?.ok_or_else(|| self.meta_err(key, "missing"))
     }
 
@@ -343,100 +331,20 @@ impl Gguf {
             .map(Some)
     }
 
-    /// The GGUF name of the tensor stored under an HF name.
+    /// Whether the file stores a tensor under the GGUF name `gguf_name` (before or after
+    /// [`Gguf::remap`]).
+    pub fn has_gguf_tensor(&self, gguf_name: &str) -> bool {
+        self.tensors.values().any(|e| e.gguf_name == gguf_name)
+    }
+
+    /// The GGUF name of the tensor served under `name`.
     pub fn gguf_name(&self, hf: &str) -> Option<&str> {
         self.tensors.get(hf).map(|e| e.gguf_name.as_str())
     }
 
-    /// A config.json (Hugging Face's Llama fields plus `tl_arch: "llama"` and
-    /// `tl_tokenizer: "hf"`) translated from the `llama.*` and `tokenizer.ggml.*` metadata.
-    pub fn config_json(&self) -> Result<Value, WeightError> {
-        let hidden = self.required("llama.embedding_length")?;
-        let heads = self.required("llama.attention.head_count")?;
-        let kv_heads = self.uint("llama.attention.head_count_kv")?.unwrap_or(heads);
-        if heads == 0 || hidden % heads != 0 {
-            return Err(self.meta_err("llama.attention.head_count", &format!("{heads} does not divide {hidden}")));
-        }
-        let head_dim = self.uint("llama.attention.key_length")?.unwrap_or(hidden / heads);
-        if let Some(v) = self.uint("llama.attention.value_length")? {
-            if v != head_dim {
-                return Err(self.meta_err("llama.attention.value_length", "differs from the key length"));
-            }
-        }
-        if let Some(rot) = self.uint("llama.rope.dimension_count")? {
-            if rot != head_dim {
-                return Err(self.meta_err(
-                    "llama.rope.dimension_count",
-                    &format!("{rot} != head size {head_dim}: partial rotary embeddings are not supported"),
-                ));
-            }
-        }
-        if let Some(t) = self.string("llama.rope.scaling.type")? {
-            if t != "none" {
-                return Err(self.meta_err("llama.rope.scaling.type", &format!("{t:?}: scaled RoPE is not supported")));
-            }
-        }
-        if self.tensors.contains_key("rope_freqs.weight") {
-            return Err(self.meta_err("rope_freqs.weight", "per-frequency RoPE factors are not supported"));
-        }
-        let vocab = match self.strings("tokenizer.ggml.tokens")? {
-            Some(t) => t.len() as u64,
-            None => self.required("llama.vocab_size")?,
-        };
-        let mut cfg = Map::new();
-        cfg.insert("architectures".into(), json!(["LlamaForCausalLM"]));
-        cfg.insert("model_type".into(), json!("llama"));
-        cfg.insert("tl_arch".into(), json!("llama"));
-        cfg.insert("tl_tokenizer".into(), json!("hf"));
-        cfg.insert("vocab_size".into(), json!(vocab));
-        cfg.insert("hidden_size".into(), json!(hidden));
-        cfg.insert("intermediate_size".into(), json!(self.required("llama.feed_forward_length")?));
-        cfg.insert("num_hidden_layers".into(), json!(self.required("llama.block_count")?));
-        cfg.insert("num_attention_heads".into(), json!(heads));
-        cfg.insert("num_key_value_heads".into(), json!(kv_heads));
-        cfg.insert("head_dim".into(), json!(head_dim));
-        cfg.insert("hidden_act".into(), json!("silu"));
-        cfg.insert("attention_bias".into(), json!(false));
-        cfg.insert("mlp_bias".into(), json!(false));
-        if let Some(eps) = self.float("llama.attention.layer_norm_rms_epsilon")? {
-            cfg.insert("rms_norm_eps".into(), json!(eps));
-        }
-        cfg.insert("rope_theta".into(), json!(self.float("llama.rope.freq_base")?.unwrap_or(10000.0)));
-        if let Some(ctx) = self.uint("llama.context_length")? {
-            cfg.insert("max_position_embeddings".into(), json!(ctx));
-        }
-        cfg.insert("tie_word_embeddings".into(), json!(!self.tensors.contains_key("lm_head.weight")));
-        if let Some(bos) = self.uint("tokenizer.ggml.bos_token_id")? {
-            cfg.insert("bos_token_id".into(), json!(bos));
-        }
-        // llama.cpp stops at every end-of-generation id: EOS and, when given, EOT.
-        let mut eos: Vec<u64> = Vec::new();
-        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
-            if let Some(id) = self.uint(key)? {
-                if !eos.contains(&id) {
-                    eos.push(id);
-                }
-            }
-        }
-        match eos.as_slice() {
-            [] => {}
-            [one] => drop(cfg.insert("eos_token_id".into(), json!(one))),
-            many => drop(cfg.insert("eos_token_id".into(), json!(many))),
-        }
-        if let Some(pad) = self.uint("tokenizer.ggml.padding_token_id")? {
-            cfg.insert("pad_token_id".into(), json!(pad));
-        }
-        Ok(Value::Object(cfg))
-    }
-
-    /// The model config of this file: [`Gguf::config_json`], parsed and checked by the
-    /// architecture; its tokenizer is this file's.
-    pub fn model_config(&self) -> Result<ModelConfig, ConfigError> {
-        let json = self.config_json().map_err(|e| config_error(e, &self.path))?;
-        let mut cfg = ModelConfig::from_value(json, None)?;
-        cfg.dir = Some(self.path.parent().map(Path::to_path_buf).unwrap_or_default());
-        cfg.gguf = Some(self.path.clone());
-        Ok(cfg)
+    /// The file's path.
+    pub fn path_buf(&self) -> PathBuf {
+        self.path.clone()
     }
 
     fn entry(&self, name: &str, shape: &[usize]) -> Result<&Entry, WeightError> {
@@ -501,19 +409,12 @@ pub fn gguf_source(path: &Path) -> Option<PathBuf> {
     (!path.join("config.json").exists() && file.is_file()).then_some(file)
 }
 
-/// Undo llama.cpp's `permute(w, n_head)`: HF row `h*D + half*D/2 + i` is stored as row
-/// `h*D + 2*i + half` (the converter interleaves the two RoPE halves of each head).
-fn unpermute_rows<T: Copy + Default>(w: &[T], rows: usize, cols: usize, n_head: usize) -> Vec<T> {
-    let d = rows / n_head;
+/// Rows back in the order they are read: row `i` of the result is stored row `order[i]`.
+fn reorder_rows<T: Copy + Default>(w: &[T], order: &[u32], cols: usize) -> Vec<T> {
     let mut out = vec![T::default(); w.len()];
-    for h in 0..n_head {
-        for half in 0..2 {
-            for i in 0..d / 2 {
-                let hf = h * d + half * (d / 2) + i;
-                let stored = h * d + 2 * i + half;
-                out[hf * cols..(hf + 1) * cols].copy_from_slice(&w[stored * cols..(stored + 1) * cols]);
-            }
-        }
+    for (dst, &src) in out.chunks_exact_mut(cols.max(1)).zip(order) {
+        let src = src as usize;
+        dst.copy_from_slice(&w[src * cols..(src + 1) * cols]);
     }
     out
 }
@@ -559,37 +460,35 @@ impl WeightStore for Gguf {
     fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, WeightError> {
         let e = self.entry(name, shape)?;
         let w = self.dequantize(name, e)?;
-        Ok(match e.rows {
-            Rows::AsStored => w,
-            Rows::Permuted(h) => unpermute_rows(&w, e.shape[0], e.shape[1], h),
+        Ok(match &e.rows {
+            None => w,
+            Some(order) => reorder_rows(&w, order, e.shape[1]),
         })
     }
 
-    /// The stored blocks, rows in Hugging Face order: the Q and K projections' rows are
-    /// moved back from llama.cpp's permuted order whole (a row is a run of blocks), so
-    /// their values are not touched.
     fn done_with(&self, name: &str) {
         if let Some(e) = self.tensors.get(name) {
             crate::weights::drop_pages(&self.map, e.begin, e.end);
         }
     }
 
-    fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::Stored<'_>, WeightError> {
+    /// The stored blocks, rows in the order they are read: a reordered tensor's rows are
+    /// moved whole (a row is a run of blocks), so its values are not touched.
+    fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::weights::Stored<'_>, WeightError> {
         let e = self.entry(name, shape)?;
         let bytes = &self.map[e.begin..e.end];
-        let bytes = match e.rows {
-            Rows::AsStored => Cow::Borrowed(bytes),
-            Rows::Permuted(h) => {
-                let rows = e.shape[0];
-                let row_bytes = bytes.len() / rows.max(1);
-                Cow::Owned(unpermute_rows(bytes, rows, row_bytes, h))
+        let bytes = match &e.rows {
+            None => Cow::Borrowed(bytes),
+            Some(order) => {
+                let row_bytes = bytes.len() / e.shape[0].max(1);
+                Cow::Owned(reorder_rows(bytes, order, row_bytes))
             }
         };
-        Ok(crate::Stored { dtype: store_dtype(e.ggml), bytes })
+        Ok(crate::weights::Stored { dtype: store_dtype(e.ggml), bytes })
     }
 
-    /// The stored bytes. Refused for the Q and K projections, whose stored rows are in
-    /// llama.cpp's permuted order: read those with `f32`.
+    /// The stored bytes. Refused for a tensor whose rows are stored in another order
+    /// than they are read: read it with `f32` or `stored`.
     fn raw(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<&[u8], WeightError> {
         let e = self.entry(name, shape)?;
         let stored = store_dtype(e.ggml);
@@ -607,11 +506,11 @@ impl WeightStore for Gguf {
                 actual: stored,
             });
         }
-        if let Rows::Permuted(_) = e.rows {
+        if e.rows.is_some() {
             return Err(WeightError::Tensor {
                 path: self.path.clone(),
                 name: name.into(),
-                reason: "rows are stored in llama.cpp's permuted order; read it with f32()".into(),
+                reason: "rows are stored permuted (a converter's layout); read it with f32() or stored()".into(),
             });
         }
         Ok(&self.map[e.begin..e.end])

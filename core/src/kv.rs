@@ -45,7 +45,8 @@ impl KvGeometry {
     }
 }
 
-/// What a backend is built from.
+/// What a backend is built from (the runner derives it from the model's geometry and
+/// [`crate::engine::KvConfig`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvSpec {
     /// Block geometry.
@@ -132,13 +133,30 @@ pub enum KvError {
     Backend(String),
 }
 
-/// The block pool the forward writes K/V into and reads them from.
+/// What a forward reads and writes: the geometry and the K/V slabs of a block and layer.
 ///
-/// Implementations must return `Err` (never panic) on a bad id, layer or state. The
-/// default implementation is tl-kv's `KvPool`, registered as `"f16-slab"`.
-pub trait KvBackend: Send {
+/// This is all a model sees of the pool ([`crate::arch::ForwardCtx`]), so a backend that
+/// stores slabs differently (one allocation per block, another memory, counters) only
+/// implements this and can reuse a pool manager such as tl-kv's `KvPool::with_slabs`.
+/// Implementations return `Err` (never panic) on a bad id or layer.
+pub trait KvSlabs: Send {
     /// The block geometry.
     fn geometry(&self) -> KvGeometry;
+    /// One layer's K (`is_v == false`) or V slab of a block:
+    /// `(n_kv_heads, block_tokens, head_dim)` f16 bit patterns.
+    fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError>;
+    /// Mutable slab access, for the forward's writes.
+    fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError>;
+}
+
+/// The block pool: the slabs plus their management (reference counts, fill, the prefix
+/// index and its eviction, export/import), which the runner and schedulers use.
+///
+/// Implementations must return `Err` (never panic) on a bad id, layer or state. The
+/// default implementation is tl-kv's `KvPool`, registered as `"f16-slab"`. A backend is
+/// `Any`, so a caller that knows the concrete type can downcast the pool
+/// (`(&**pool as &dyn Any).downcast_ref::<T>()`).
+pub trait KvBackend: KvSlabs + Any {
     /// Blocks in the pool.
     fn n_blocks(&self) -> u32;
     /// Take `n` blocks, all or nothing; each comes back with ref 1 and fill 0.
@@ -157,10 +175,6 @@ pub trait KvBackend: Send {
     fn register(&mut self, id: u32, hash: u64) -> Result<(), KvError>;
     /// The block registered under `hash`, with ref += 1, or none.
     fn lookup(&mut self, hash: u64) -> Option<u32>;
-    /// One layer's K (`is_v == false`) or V slab of a block.
-    fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError>;
-    /// Mutable slab access, for the forward's writes.
-    fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError>;
     /// Free blocks.
     fn n_free(&self) -> usize;
     /// Cached blocks (ref 0, registered, evictable).
@@ -171,10 +185,6 @@ pub trait KvBackend: Send {
     fn export(&self, ids: &[u32]) -> Result<Vec<u8>, KvError>;
     /// Allocate fresh blocks and fill them from an envelope.
     fn import(&mut self, buf: &[u8]) -> Result<Vec<u32>, KvError>;
-    /// For downcasting to the concrete backend.
-    fn as_any(&self) -> &dyn Any;
-    /// For downcasting to the concrete backend, mutably.
-    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 /// The pool shared between the runner and whoever schedules blocks.

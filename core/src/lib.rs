@@ -1,8 +1,9 @@
 //! tl-core: the extension points of the tl model runner and the runner itself.
 //!
 //! The four extension points are traits: [`Architecture`] (a model family),
-//! [`WeightStore`] (named tensors from a checkpoint), [`KvBackend`] (the block pool the
-//! forward writes K/V into) and [`Sampler`] (logits to a token). Implementations live in
+//! [`WeightStore`] (named tensors from a checkpoint), [`KvBackend`] (the block pool: its
+//! management, over the [`KvSlabs`] the forward reads and writes) and [`Sampler`]
+//! (logits to a token). Implementations live in
 //! their own crates and register themselves with [`inventory`]; this crate names none of
 //! them. [`ModelRunner::load`] reads a model directory, picks the architecture named by
 //! `tl_arch` in config.json and the KV backend named in [`EngineConfig`].
@@ -15,8 +16,12 @@ pub mod arch;
 pub mod batch;
 pub mod chat;
 pub mod config;
+pub mod engine;
+pub mod error;
 pub mod gguf;
+pub mod gguf_arch;
 pub mod kv;
+pub mod load;
 pub mod registry;
 pub mod runner;
 pub mod safetensors;
@@ -25,14 +30,18 @@ pub mod sequence;
 pub mod tokenizer;
 pub mod weights;
 
-pub use arch::{ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError};
+pub use arch::{
+    ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError, ModelTypeRegistration,
+};
 pub use batch::{ForwardBatch, ForwardSeq, Logits};
 pub use chat::{ChatError, ChatTemplate, Message};
 pub use config::{ConfigError, ModelConfig, TokenizerKind};
-pub use gguf::Gguf;
-pub use kv::{KvBackend, KvError, KvGeometry, KvRegistration, KvSpec, SharedPool};
-pub use registry::RegistryError;
-pub use runner::{EngineConfig, KvConfig, ModelRunner, PrefixCache, RunnerError, SchedPolicy, Weights};
+pub use engine::{EngineConfig, KvConfig, PrefixCache, SchedPolicy, Weights};
+pub use error::RegistryError;
+pub use gguf::{Gguf, TensorMap};
+pub use gguf_arch::{GgufArch, GgufPreTokenizer, GgufRegistration};
+pub use kv::{KvBackend, KvError, KvGeometry, KvRegistration, KvSlabs, KvSpec, SharedPool};
+pub use runner::{ModelRunner, RunnerError};
 pub use safetensors::SafeTensors;
 pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};
 pub use sequence::Sequence;

@@ -4,34 +4,11 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use thiserror::Error;
-
-use crate::arch::ArchRegistration;
+use crate::arch::{ArchRegistration, ModelTypeRegistration};
+pub use crate::error::RegistryError;
+use crate::gguf_arch::{GgufPreTokenizer, GgufRegistration};
 use crate::kv::KvRegistration;
 use crate::sampler::SamplerRegistration;
-
-/// A registry lookup that failed.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum RegistryError {
-    /// No plugin of that kind has that name.
-    #[error("unknown {kind} {name:?}; registered: [{}] (is the plugin crate linked? `use tl_x as _;`)", known.join(", "))]
-    Unknown {
-        /// "architecture", "KV backend" or "sampler".
-        kind: &'static str,
-        /// The name asked for.
-        name: String,
-        /// The registered names, sorted.
-        known: Vec<String>,
-    },
-    /// Two linked crates registered the same name.
-    #[error("{kind} {name:?} is registered twice")]
-    Duplicate {
-        /// The kind of plugin.
-        kind: &'static str,
-        /// The name.
-        name: String,
-    },
-}
 
 type Map<T> = Result<BTreeMap<&'static str, &'static T>, RegistryError>;
 
@@ -63,6 +40,21 @@ fn archs() -> &'static Map<ArchRegistration> {
     MAP.get_or_init(|| build("architecture", inventory::iter::<ArchRegistration>.into_iter(), |r| r.name))
 }
 
+fn model_types() -> &'static Map<ModelTypeRegistration> {
+    static MAP: OnceLock<Map<ModelTypeRegistration>> = OnceLock::new();
+    MAP.get_or_init(|| build("model_type", inventory::iter::<ModelTypeRegistration>.into_iter(), |r| r.model_type))
+}
+
+fn gguf_archs() -> &'static Map<GgufRegistration> {
+    static MAP: OnceLock<Map<GgufRegistration>> = OnceLock::new();
+    MAP.get_or_init(|| build("GGUF architecture", inventory::iter::<GgufRegistration>.into_iter(), |r| r.architecture))
+}
+
+fn pre_tokenizers() -> &'static Map<GgufPreTokenizer> {
+    static MAP: OnceLock<Map<GgufPreTokenizer>> = OnceLock::new();
+    MAP.get_or_init(|| build("GGUF pre-tokenizer", inventory::iter::<GgufPreTokenizer>.into_iter(), |r| r.name))
+}
+
 fn kvs() -> &'static Map<KvRegistration> {
     static MAP: OnceLock<Map<KvRegistration>> = OnceLock::new();
     MAP.get_or_init(|| build("KV backend", inventory::iter::<KvRegistration>.into_iter(), |r| r.name))
@@ -76,6 +68,21 @@ fn samplers() -> &'static Map<SamplerRegistration> {
 /// The architecture registered under `name`.
 pub fn architecture(name: &str) -> Result<&'static ArchRegistration, RegistryError> {
     find("architecture", archs(), name)
+}
+
+/// The architecture that registered the Hugging Face `model_type` `name`.
+pub fn model_type(name: &str) -> Result<&'static ModelTypeRegistration, RegistryError> {
+    find("model_type", model_types(), name)
+}
+
+/// The GGUF translation registered for `general.architecture` = `name`.
+pub fn gguf_arch(name: &str) -> Result<&'static GgufRegistration, RegistryError> {
+    find("GGUF architecture", gguf_archs(), name)
+}
+
+/// The pre-tokenizer registered for `tokenizer.ggml.pre` = `name`.
+pub fn gguf_pre_tokenizer(name: &str) -> Result<&'static GgufPreTokenizer, RegistryError> {
+    find("GGUF pre-tokenizer", pre_tokenizers(), name)
 }
 
 /// The KV backend registered under `name`.
@@ -101,4 +108,14 @@ pub fn kv_backend_names() -> Result<Vec<&'static str>, RegistryError> {
 /// Registered sampler names, sorted.
 pub fn sampler_names() -> Result<Vec<&'static str>, RegistryError> {
     names(samplers())
+}
+
+/// Registered GGUF architecture names, sorted.
+pub fn gguf_arch_names() -> Result<Vec<&'static str>, RegistryError> {
+    names(gguf_archs())
+}
+
+/// Registered GGUF pre-tokenizer names, sorted.
+pub fn gguf_pre_tokenizer_names() -> Result<Vec<&'static str>, RegistryError> {
+    names(pre_tokenizers())
 }

@@ -5,141 +5,16 @@ use std::sync::{Arc, Mutex};
 
 use thiserror::Error;
 
-use crate::arch::{BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError};
+use crate::arch::{Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError};
 use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
-use crate::gguf::{gguf_source, Gguf};
-use crate::kv::{KvBackend, KvError, KvGeometry, KvSpec, SharedPool};
+use crate::engine::{EngineConfig, PrefixCache};
+use crate::gguf::gguf_source;
+use crate::kv::{KvBackend, KvError, KvGeometry, KvSlabs, KvSpec, SharedPool};
+use crate::load;
 use crate::registry::{self, RegistryError};
 use crate::safetensors::SafeTensors;
 use crate::weights::{WeightError, WeightStore};
-
-/// Whether released full blocks stay findable by prefix hash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum PrefixCache {
-    /// Released blocks go straight back to the free list.
-    Off,
-    /// Released registered blocks are cached (LRU) until evicted.
-    #[default]
-    On,
-}
-
-/// The order a scheduler serves requests in (used by schedulers built on the runner).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum SchedPolicy {
-    /// First come, first served.
-    #[default]
-    Fcfs,
-    /// Shortest prompt first.
-    ShortestFirst,
-}
-
-/// How the weights are held in memory after load.
-///
-/// `Native` and `F32` give the same logits bit for bit on the same file: every stored
-/// format widens exactly to f32 and the kernels run the same operations on the widened
-/// values. `F32` is the reference; `Native` is the fast default.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Weights {
-    /// Everything widened to f32 at load.
-    F32,
-    /// Kept in the file's format (F32, F16, BF16, GGUF Q4_0/Q4_1/Q8_0 blocks, int4),
-    /// repacked for the kernels and widened in registers.
-    #[default]
-    Native,
-    /// The seven projections quantized at load to symmetric int4 in groups of `group`
-    /// input columns (numbers.md, `int4-g<g>-sym`); the rest as `Native`. An int4
-    /// checkpoint keeps its own group.
-    Int4 {
-        /// Columns per scale; even, and dividing every projection's input size.
-        group: usize,
-    },
-}
-
-impl std::str::FromStr for Weights {
-    type Err = String;
-
-    /// `f32`, `native`, `int4` (group 32) or `int4:G`.
-    fn from_str(s: &str) -> Result<Weights, String> {
-        match s {
-            "f32" => Ok(Weights::F32),
-            "native" => Ok(Weights::Native),
-            "int4" => Ok(Weights::Int4 { group: 32 }),
-            _ => match s.strip_prefix("int4:").and_then(|g| g.parse().ok()) {
-                Some(group) => Ok(Weights::Int4 { group }),
-                None => Err(format!("weights {s:?}: expected f32, native, int4 or int4:GROUP")),
-            },
-        }
-    }
-}
-
-impl std::fmt::Display for Weights {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Weights::F32 => write!(f, "f32"),
-            Weights::Native => write!(f, "native"),
-            Weights::Int4 { group } => write!(f, "int4:{group}"),
-        }
-    }
-}
-
-/// The KV pool to build.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KvConfig {
-    /// The registered backend (`"f16-slab"` is tl-kv's).
-    pub backend: String,
-    /// Token positions per block.
-    pub block_tokens: u32,
-    /// Blocks in the pool; `None` sizes the pool from `memory_bytes`.
-    pub n_blocks: Option<u32>,
-    /// Memory budget for the pool when `n_blocks` is `None`.
-    pub memory_bytes: usize,
-}
-
-impl Default for KvConfig {
-    fn default() -> Self {
-        KvConfig { backend: "f16-slab".into(), block_tokens: 16, n_blocks: None, memory_bytes: 256 << 20 }
-    }
-}
-
-/// Engine settings. `Default` loads any valid model directory.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EngineConfig {
-    /// Most tokens in one step (for schedulers).
-    pub max_batch_tokens: usize,
-    /// Most sequences in one step (also sizes the default KV pool).
-    pub max_seqs: usize,
-    /// Longest prefill piece [`crate::Sequence`] feeds in one step.
-    pub prefill_chunk: usize,
-    /// Prefix caching in the KV pool.
-    pub prefix_cache: PrefixCache,
-    /// The KV pool.
-    pub kv: KvConfig,
-    /// Scheduling policy (for schedulers).
-    pub policy: SchedPolicy,
-    /// Worker threads for the forward's own kernels (projections, attention); 0 = one
-    /// per core. Results do not depend on it, bit for bit. Candle's elementwise ops on
-    /// large tensors use Candle's process-wide pool, sized by `CANDLE_NUM_THREADS` at
-    /// first use (the example binaries set it from `--threads`).
-    pub threads: usize,
-    /// How the weights are held after load (f32, as stored, or int4 projections).
-    pub weights: Weights,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            max_batch_tokens: 2048,
-            max_seqs: 8,
-            prefill_chunk: 512,
-            prefix_cache: PrefixCache::On,
-            kv: KvConfig::default(),
-            policy: SchedPolicy::Fcfs,
-            threads: 0,
-            weights: Weights::Native,
-        }
-    }
-}
 
 /// Why the runner could not load or run.
 #[derive(Debug, Error)]
@@ -180,10 +55,10 @@ pub struct ModelRunner {
 }
 
 /// Open the weights of a model directory (model.safetensors, else model.gguf), or of a
-/// `.gguf` file.
+/// `.gguf` file (read as its architecture names its tensors).
 pub fn open_weights(dir: &Path) -> Result<Box<dyn WeightStore>, RunnerError> {
     if dir.is_file() && dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        return Ok(Box::new(Gguf::open(dir)?));
+        return Ok(Box::new(load::gguf_weights(dir)?.0));
     }
     let st = dir.join("model.safetensors");
     if st.is_file() {
@@ -191,7 +66,7 @@ pub fn open_weights(dir: &Path) -> Result<Box<dyn WeightStore>, RunnerError> {
     }
     let gguf = dir.join("model.gguf");
     if gguf.is_file() {
-        return Ok(Box::new(Gguf::open(&gguf)?));
+        return Ok(Box::new(load::gguf_weights(&gguf)?.0));
     }
     Err(RunnerError::NoWeights(dir.to_path_buf()))
 }
@@ -214,18 +89,28 @@ impl ModelRunner {
     /// directory holding `model.gguf` (config from its metadata when config.json is absent).
     pub fn load(dir: &Path, cfg: &EngineConfig) -> Result<Self, RunnerError> {
         if let Some(file) = gguf_source(dir) {
-            let store = Gguf::open(&file)?;
-            let config = store.model_config()?;
-            return Self::from_parts(config, &store, cfg);
+            let (store, json) = load::open_gguf(&file)?;
+            let (config, arch) = load::gguf_config(&store, json)?;
+            return Self::build(config, arch.as_ref(), &store, cfg);
         }
-        let config = ModelConfig::load(dir)?;
+        let (config, arch) = load::load_config(dir)?;
         let weights = open_weights(dir)?;
-        Self::from_parts(config, weights.as_ref(), cfg)
+        Self::build(config, arch.as_ref(), weights.as_ref(), cfg)
     }
 
-    /// Build a runner from an already parsed config and an open weight store.
+    /// Build a runner from an already parsed config (its typed part is not parsed again)
+    /// and an open weight store.
     pub fn from_parts(config: ModelConfig, weights: &dyn WeightStore, cfg: &EngineConfig) -> Result<Self, RunnerError> {
-        let arch = (registry::architecture(&config.arch)?.make)();
+        let arch = load::architecture(&config)?;
+        Self::build(config, arch.as_ref(), weights, cfg)
+    }
+
+    fn build(
+        config: ModelConfig,
+        arch: &dyn Architecture,
+        weights: &dyn WeightStore,
+        cfg: &EngineConfig,
+    ) -> Result<Self, RunnerError> {
         let geometry = arch.kv_geometry(&config, cfg.kv.block_tokens)?;
         let n_blocks = pool_blocks(&geometry, &config, cfg)?;
         let spec = KvSpec { geometry, n_blocks, prefix_cache: cfg.prefix_cache == PrefixCache::On };
@@ -250,20 +135,37 @@ impl ModelRunner {
 
     /// Run one step; one row of logits per sequence (its last token).
     pub fn forward(&mut self, batch: &ForwardBatch) -> Result<Logits, RunnerError> {
-        Ok(self.step(batch, false)?.logits)
+        Ok(self.step(batch, false, false)?.logits)
+    }
+
+    /// Run one step; one row of logits per token of the step, in batch order. Each row
+    /// has the bits that token's row has in any other batch or chunking.
+    pub fn forward_all(&mut self, batch: &ForwardBatch) -> Result<Logits, RunnerError> {
+        Ok(self.step(batch, false, true)?.logits)
     }
 
     /// Run one step, also returning every token's final hidden state.
     pub fn forward_hidden(&mut self, batch: &ForwardBatch) -> Result<ForwardOutput, RunnerError> {
-        self.step(batch, true)
+        self.step(batch, true, false)
     }
 
-    fn step(&self, batch: &ForwardBatch, want_hidden: bool) -> Result<ForwardOutput, RunnerError> {
+    fn step(&self, batch: &ForwardBatch, want_hidden: bool, all_logits: bool) -> Result<ForwardOutput, RunnerError> {
         let mut guard = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
         let kv: &mut dyn KvBackend = guard.as_mut();
         self.check_batch(batch, kv)?;
         let model = self.model.as_ref();
-        let out = self.threads.install(|| model.forward(batch, &mut ForwardCtx { kv, want_hidden }))?;
+        let slabs: &mut dyn KvSlabs = &mut *kv;
+        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits };
+        let out = self.threads.install(|| model.forward(batch, &mut ctx))?;
+        let rows = if all_logits { batch.n_tokens() } else { batch.seqs.len() };
+        if out.logits.vocab != self.config.vocab_size || out.logits.data.len() != rows * out.logits.vocab {
+            return Err(RunnerError::Other(format!(
+                "the model returned {} logits of rows of {}, expected {rows} rows of {}",
+                out.logits.data.len(),
+                out.logits.vocab,
+                self.config.vocab_size
+            )));
+        }
         // Record how many slots of each written block now hold data (kv.md's fill), so
         // a prefix cache can register full blocks.
         let b = kv.geometry().block_tokens as usize;
@@ -337,7 +239,7 @@ impl ModelRunner {
         }
         let b = self.block_tokens();
         let blocks = self.lock()?.alloc(tokens.len().div_ceil(b))?;
-        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), true);
+        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), true, false);
         let mut pool = self.lock()?;
         for &id in &blocks {
             pool.release(id)?;
@@ -346,6 +248,27 @@ impl ModelRunner {
         let out = out?;
         let hidden = out.hidden.ok_or_else(|| RunnerError::Other("the model returned no hidden states".into()))?;
         Ok((hidden, out.logits.data))
+    }
+
+    /// Run `tokens` as one sequence in temporary blocks, give the blocks back, and return
+    /// the logits of every position `(T, V)` (row `t` predicts token `t + 1`).
+    pub fn score(&mut self, tokens: &[u32]) -> Result<Logits, RunnerError> {
+        if tokens.is_empty() {
+            return Err(RunnerError::BadBatch("score: no tokens".into()));
+        }
+        let b = self.block_tokens();
+        let blocks = self.lock()?.alloc(tokens.len().div_ceil(b))?;
+        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), false, true);
+        let mut pool = self.lock()?;
+        for &id in &blocks {
+            pool.release(id)?;
+        }
+        Ok(out?.logits)
+    }
+
+    /// The KV block geometry the model runs with (layers, KV heads, head size, B).
+    pub fn kv_geometry(&self) -> Result<KvGeometry, RunnerError> {
+        Ok(self.lock()?.geometry())
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Box<dyn KvBackend>>, RunnerError> {

@@ -187,7 +187,7 @@ impl WeightStore for SafeTensors {
         }
     }
 
-    fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::Stored<'_>, WeightError> {
+    fn stored(&self, name: &str, shape: &[usize]) -> Result<crate::weights::Stored<'_>, WeightError> {
         let e = self.entry(name, shape)?;
         if !matches!(e.dtype, DType::F32 | DType::F16 | DType::BF16) {
             return Err(WeightError::DType {
@@ -197,6 +197,6 @@ impl WeightStore for SafeTensors {
                 actual: e.dtype.clone(),
             });
         }
-        Ok(crate::Stored { dtype: e.dtype.clone(), bytes: std::borrow::Cow::Borrowed(self.bytes(e)) })
+        Ok(crate::weights::Stored { dtype: e.dtype.clone(), bytes: std::borrow::Cow::Borrowed(self.bytes(e)) })
     }
 }

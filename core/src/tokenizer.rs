@@ -171,7 +171,7 @@ impl Tokenizer {
     /// The tokenizer a GGUF file's metadata describes.
     pub fn from_gguf(g: &Gguf) -> Result<Tokenizer, TokenizerError> {
         let json = gguf_tokenizer_json(g)?;
-        Ok(Tokenizer::Hf(Box::new(HfTokenizer::from_json(json, crate::WeightStore::path(g))?)))
+        Ok(Tokenizer::Hf(Box::new(HfTokenizer::from_json(json, crate::weights::WeightStore::path(g))?)))
     }
 
     /// Token ids of `text`, with no special tokens added (special tokens written in the
@@ -294,8 +294,8 @@ fn pre_tokenizer(pre: &str) -> Option<Value> {
 /// describes (`tokenizer.ggml.model == "gpt2"`): tokens, merges, token types (control
 /// tokens become special added tokens), BOS handling and the named pre-tokenizer.
 pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
-    let err = |e: crate::WeightError| TokenizerError::Failed(e.to_string());
-    let path = crate::WeightStore::path(g).display().to_string();
+    let err = |e: crate::weights::WeightError| TokenizerError::Failed(e.to_string());
+    let path = crate::weights::WeightStore::path(g).display().to_string();
     let bad = |key: &str, why: String| TokenizerError::Unsupported(format!("{path}: metadata {key}: {why}"));
     match g.string("tokenizer.ggml.model").map_err(err)? {
         Some("gpt2") => {}
@@ -305,10 +305,11 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
         None => return Err(bad("tokenizer.ggml.model", "missing".into())),
     }
     let pre_name = g.string("tokenizer.ggml.pre").map_err(err)?.unwrap_or("default");
-    let pre = pre_tokenizer(pre_name).ok_or_else(|| {
+    let registered = crate::registry::gguf_pre_tokenizer(pre_name).ok().map(|r| (r.pre_tokenizer)());
+    let pre = pre_tokenizer(pre_name).or(registered).ok_or_else(|| {
         bad(
             "tokenizer.ggml.pre",
-            format!("{pre_name:?} is not supported (known: smollm, starcoder, refact, command-r, codeshell, exaone, minerva-7b, default, gpt2, mpt, olmo, jais)"),
+            format!("{pre_name:?} is not supported (known: smollm, starcoder, refact, command-r, codeshell, exaone, minerva-7b, default, gpt2, mpt, olmo, jais, and those registered: {:?})", crate::registry::gguf_pre_tokenizer_names().unwrap_or_default()),
         )
     })?;
     let tokens = g

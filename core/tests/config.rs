@@ -5,11 +5,13 @@ use std::any::Any;
 use std::sync::Arc;
 
 use tl_core::{
-    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError, TokenizerKind,
+    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
+    ModelTypeRegistration, TokenizerKind,
 };
 
-/// An architecture with no fields of its own, registered as "llama" would be in a
-/// build without tl-arch-llama, so the `model_type` default can be tested here.
+/// An architecture with no fields of its own, also registered for the Hugging Face
+/// `model_type` "plain-hf", so selection by `model_type` can be tested without a real
+/// architecture crate.
 struct Plain;
 
 impl Architecture for Plain {
@@ -24,8 +26,8 @@ impl Architecture for Plain {
     }
 }
 
-inventory::submit! { ArchRegistration { name: "llama", make: || Box::new(Plain) } }
 inventory::submit! { ArchRegistration { name: "plain", make: || Box::new(Plain) } }
+inventory::submit! { ModelTypeRegistration { model_type: "plain-hf", arch: "plain" } }
 
 fn refused(json: &str, needle: &str) {
     match ModelConfig::from_json(json) {
@@ -45,9 +47,10 @@ fn common_fields_parse() {
     .unwrap();
     assert_eq!((c.arch.as_str(), c.tokenizer, c.vocab_size), ("plain", TokenizerKind::Byte, 300));
     assert_eq!((c.bos_token_id, c.eos_token_ids.clone()), (Some(1), vec![2, 3]));
-    let c = ModelConfig::from_json(r#"{"model_type":"llama","tl_tokenizer":"byte","vocab_size":256,"eos_token_id":5}"#)
-        .unwrap();
-    assert_eq!((c.arch.as_str(), c.eos_token_ids.clone()), ("llama", vec![5]));
+    let c =
+        ModelConfig::from_json(r#"{"model_type":"plain-hf","tl_tokenizer":"byte","vocab_size":256,"eos_token_id":5}"#)
+            .unwrap();
+    assert_eq!((c.arch.as_str(), c.eos_token_ids.clone()), ("plain", vec![5]));
 }
 
 #[test]
@@ -56,6 +59,7 @@ fn config_refuses_what_the_engine_cannot_run() {
     refused("[1, 2]", "JSON object");
     refused(r#"{"tl_tokenizer":"byte","vocab_size":256}"#, "tl_arch");
     refused(r#"{"model_type":"mistral","tl_tokenizer":"byte","vocab_size":256}"#, "tl_arch");
+    refused(r#"{"model_type":"mistral","tl_tokenizer":"byte","vocab_size":256}"#, "plain-hf");
     refused(r#"{"tl_arch":"gpt-j","tl_tokenizer":"byte","vocab_size":256}"#, "gpt-j");
     refused(r#"{"tl_arch":"plain","vocab_size":256}"#, "tl_tokenizer");
     refused(r#"{"tl_arch":"plain","tl_tokenizer":"sentencepiece","vocab_size":256}"#, "sentencepiece");

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tl_core::{
     registry, ArchRegistration, Architecture, BuildCtx, ConfigError, EngineConfig, ForwardBatch, ForwardCtx,
-    ForwardOutput, KvBackend, KvError, KvGeometry, KvRegistration, KvSpec, Logits, Model, ModelConfig, ModelError,
-    ModelRunner, RegistryError, RunnerError,
+    ForwardOutput, KvBackend, KvError, KvGeometry, KvRegistration, KvSlabs, KvSpec, Logits, Model, ModelConfig,
+    ModelError, ModelRunner, RegistryError, RunnerError,
 };
 
 /// A toy architecture: logits are `scale * (position of the last token + 1)` at id
@@ -94,10 +94,20 @@ impl VecPool {
     }
 }
 
-impl KvBackend for VecPool {
+impl KvSlabs for VecPool {
     fn geometry(&self) -> KvGeometry {
         self.geometry
     }
+    fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError> {
+        Ok(&self.slabs[self.slab_index(id, layer, is_v)?])
+    }
+    fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError> {
+        let i = self.slab_index(id, layer, is_v)?;
+        Ok(&mut self.slabs[i])
+    }
+}
+
+impl KvBackend for VecPool {
     fn n_blocks(&self) -> u32 {
         self.refs.len() as u32
     }
@@ -145,13 +155,6 @@ impl KvBackend for VecPool {
     fn lookup(&mut self, _hash: u64) -> Option<u32> {
         None
     }
-    fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError> {
-        Ok(&self.slabs[self.slab_index(id, layer, is_v)?])
-    }
-    fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError> {
-        let i = self.slab_index(id, layer, is_v)?;
-        Ok(&mut self.slabs[i])
-    }
     fn n_free(&self) -> usize {
         self.refs.iter().filter(|&&r| r == 0).count()
     }
@@ -166,12 +169,6 @@ impl KvBackend for VecPool {
     }
     fn import(&mut self, _buf: &[u8]) -> Result<Vec<u32>, KvError> {
         Err(KvError::Backend("vec-test cannot import".into()))
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
     }
 }
 
@@ -234,7 +231,8 @@ fn the_runner_uses_a_kv_backend_registered_outside_core_and_tl_kv() {
     let dir = echo_dir(300);
     let mut runner = ModelRunner::load(dir.path(), &engine("vec-test")).unwrap();
     let pool = runner.pool();
-    assert!(pool.lock().unwrap().as_any().downcast_ref::<VecPool>().is_some(), "the pool is not the test backend");
+    let is_vec_pool = (&**pool.lock().unwrap() as &dyn Any).downcast_ref::<VecPool>().is_some();
+    assert!(is_vec_pool, "the pool is not the test backend");
 
     let blocks = pool.lock().unwrap().alloc(2).unwrap();
     let logits = runner.forward(&ForwardBatch::single(&[1, 2, 3, 4, 5], 0, &blocks)).unwrap();

@@ -1,17 +1,24 @@
 //! `KvPool` as tl-core's `KvBackend`, registered as `"f16-slab"`.
 
-use std::any::Any;
+use tl_core::{KvBackend, KvError, KvGeometry, KvSlabs, KvSpec};
 
-use tl_core::{KvBackend, KvError, KvGeometry, KvSpec};
-
-use crate::pool::{KvCfg, KvPool};
+use crate::pool::KvPool;
 
 // Each method names the inherent one explicitly: inherent methods win method lookup,
 // and the explicit path keeps that from silently recursing if one is ever renamed.
-impl KvBackend for KvPool {
+impl KvSlabs for KvPool {
     fn geometry(&self) -> KvGeometry {
         KvPool::geometry(self)
     }
+    fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError> {
+        KvPool::slab(self, id, layer, is_v)
+    }
+    fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError> {
+        KvPool::slab_mut(self, id, layer, is_v)
+    }
+}
+
+impl KvBackend for KvPool {
     fn n_blocks(&self) -> u32 {
         KvPool::n_blocks(self)
     }
@@ -39,12 +46,6 @@ impl KvBackend for KvPool {
     fn lookup(&mut self, hash: u64) -> Option<u32> {
         KvPool::lookup(self, hash)
     }
-    fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError> {
-        KvPool::slab(self, id, layer, is_v)
-    }
-    fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError> {
-        KvPool::slab_mut(self, id, layer, is_v)
-    }
     fn n_free(&self) -> usize {
         KvPool::n_free(self)
     }
@@ -60,16 +61,10 @@ impl KvBackend for KvPool {
     fn import(&mut self, buf: &[u8]) -> Result<Vec<u32>, KvError> {
         KvPool::import(self, buf)
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
 }
 
 fn make(spec: &KvSpec) -> Result<Box<dyn KvBackend>, KvError> {
-    let pool = KvPool::with_prefix_cache(KvCfg::f16(spec.geometry, spec.n_blocks), spec.prefix_cache)?;
+    let pool = KvPool::with_prefix_cache(spec.geometry, spec.n_blocks, spec.prefix_cache)?;
     Ok(Box::new(pool))
 }
 

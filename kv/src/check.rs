@@ -14,8 +14,8 @@ impl KvPool {
     /// block has its entry; no fill exceeds B.
     pub fn check_invariants(&self) -> Result<(), String> {
         let n = self.blocks.len();
-        if n != self.cfg.n_blocks as usize {
-            return Err(format!("{n} block records for n_blocks {}", self.cfg.n_blocks));
+        if n != self.n_blocks as usize {
+            return Err(format!("{n} block records for n_blocks {}", self.n_blocks));
         }
         if self.free.len() + self.n_cached + self.n_in_use != n {
             return Err(format!(

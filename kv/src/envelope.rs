@@ -49,6 +49,24 @@ struct Record {
 }
 
 impl KvPool {
+    /// Copy each record's slabs (layer-major, K before V) into the block `ids` gives it.
+    fn copy_in(&mut self, buf: &[u8], records: &[Record], ids: &[u32]) -> Result<(), KvError> {
+        let per = self.slab_elems * 2; // bytes of one slab
+        for (rec, &id) in records.iter().zip(ids) {
+            let mut at = rec.slabs_at;
+            for layer in 0..self.geometry.n_layers {
+                for is_v in [false, true] {
+                    let dst = self.slabs.slab_mut(id, layer, is_v)?;
+                    for (d, s) in dst.iter_mut().zip(buf[at..at + per].chunks_exact(2)) {
+                        *d = u16::from_le_bytes([s[0], s[1]]);
+                    }
+                    at += per;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes of one record in this pool's geometry (checked when the pool was built).
     fn record_bytes(&self) -> usize {
         RECORD_HEADER_BYTES + self.slab_elems * 2 * self.geometry.n_layers as usize * 2
@@ -81,8 +99,12 @@ impl KvPool {
             let flags = if b.hash.is_some() { FLAG_HASH } else { 0 };
             out.extend_from_slice(&flags.to_le_bytes());
             out.extend_from_slice(&b.hash.unwrap_or(0).to_le_bytes());
-            for v in self.block_data(id) {
-                out.extend_from_slice(&v.to_le_bytes());
+            for layer in 0..g.n_layers {
+                for is_v in [false, true] {
+                    for v in self.slabs.slab(id, layer, is_v)? {
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
             }
         }
         let sum = crate::hash::fnv1a64(&out);
@@ -179,12 +201,14 @@ impl KvPool {
     pub fn import(&mut self, buf: &[u8]) -> Result<Vec<u32>, KvError> {
         let records = self.parse(buf)?;
         let ids = self.alloc(records.len())?;
-        for (rec, &id) in records.iter().zip(&ids) {
-            let dst = self.block_data_mut(id);
-            let src = &buf[rec.slabs_at..rec.slabs_at + dst.len() * 2];
-            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *d = u16::from_le_bytes([s[0], s[1]]);
+        if let Err(e) = self.copy_in(buf, &records, &ids) {
+            // A storage that refuses a write: give every block back, as if nothing was taken.
+            for &id in &ids {
+                self.release(id)?;
             }
+            return Err(e);
+        }
+        for (rec, &id) in records.iter().zip(&ids) {
             self.blocks[id as usize].fill = rec.fill;
             if let Some(h) = rec.hash {
                 if self.prefix_cache && !self.index.contains_key(&h) {

@@ -3,62 +3,15 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use tl_core::{KvError, KvGeometry};
+use tl_core::{KvError, KvGeometry, KvSlabs};
 
-/// `KvCfg::dtype` for IEEE half values stored as `u16` (the only dtype this pool holds).
+/// The envelope's dtype code for IEEE half values stored as `u16` (the only one).
 pub const DTYPE_F16: i32 = 1;
-/// `KvCfg::format` for this pool's slab layout and export envelope version 1.
+/// The slab layout and export envelope version this crate writes and reads.
 pub const FORMAT_F16_SLAB: u32 = 1;
 
 /// "No block" in the intrusive LRU links; never a valid id, since ids are `< n_blocks`.
 pub(crate) const NIL: u32 = u32::MAX;
-
-/// How to build a [`KvPool`] (the seed's fields).
-///
-/// `dtype` must be [`DTYPE_F16`] (1) and `format` [`FORMAT_F16_SLAB`] (1); anything else
-/// is refused by [`KvPool::new`], so a future fp8 pool cannot be mistaken for this one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvCfg {
-    /// Blocks in the pool (> 0).
-    pub n_blocks: u32,
-    /// Token positions per block, B (> 0).
-    pub block_tokens: u32,
-    /// Transformer layers (> 0).
-    pub n_layers: u32,
-    /// Key/value heads per layer (> 0).
-    pub n_kv_heads: u32,
-    /// Size of one head (> 0).
-    pub head_dim: u32,
-    /// Element type: only [`DTYPE_F16`] is accepted.
-    pub dtype: i32,
-    /// Slab layout and envelope version: only [`FORMAT_F16_SLAB`] is accepted.
-    pub format: u32,
-}
-
-impl KvCfg {
-    /// An f16 configuration of `n_blocks` blocks of `geometry`.
-    pub fn f16(geometry: KvGeometry, n_blocks: u32) -> KvCfg {
-        KvCfg {
-            n_blocks,
-            block_tokens: geometry.block_tokens,
-            n_layers: geometry.n_layers,
-            n_kv_heads: geometry.n_kv_heads,
-            head_dim: geometry.head_dim,
-            dtype: DTYPE_F16,
-            format: FORMAT_F16_SLAB,
-        }
-    }
-
-    /// The block geometry part of the configuration.
-    pub fn geometry(&self) -> KvGeometry {
-        KvGeometry {
-            n_layers: self.n_layers,
-            n_kv_heads: self.n_kv_heads,
-            head_dim: self.head_dim,
-            block_tokens: self.block_tokens,
-        }
-    }
-}
 
 /// Which of kv.md's three states a block is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,17 +35,79 @@ pub(crate) struct Block {
     pub(crate) next: u32,
 }
 
-/// The bounded f16 KV block pool (kv.md).
+/// tl-kv's slab storage: every K and V slab of every block in one allocation made at
+/// construction, never grown.
+pub struct F16Slabs {
+    geometry: KvGeometry,
+    n_blocks: u32,
+    slab_elems: usize,
+    // (n_blocks, n_layers, 2 [K, V], n_kv_heads, block_tokens, head_dim) f16 bit patterns
+    data: Vec<u16>,
+}
+
+impl F16Slabs {
+    /// Zeroed slabs for `n_blocks` blocks of `geometry`; a zero field, an overflowing
+    /// size or an impossible allocation is an `Err`.
+    pub fn new(geometry: KvGeometry, n_blocks: u32) -> Result<F16Slabs, KvError> {
+        if n_blocks == 0 {
+            return Err(KvError::ZeroCapacity { field: "n_blocks" });
+        }
+        let (slab_elems, block_bytes) = sizes(&geometry)?;
+        let total_bytes = block_bytes
+            .checked_mul(n_blocks as usize)
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| KvError::Overflow { what: format!("pool of {n_blocks} blocks") })?;
+        let elems = total_bytes / 2;
+        let mut data = Vec::new();
+        // try_reserve: an impossible budget is an Err for the caller, not an abort.
+        data.try_reserve_exact(elems)
+            .map_err(|_| KvError::Backend(format!("f16-slab: cannot allocate {total_bytes} bytes of slabs")))?;
+        data.resize(elems, 0u16);
+        Ok(F16Slabs { geometry, n_blocks, slab_elems, data })
+    }
+
+    /// Element range of one slab; the id and layer are checked.
+    fn range(&self, id: u32, layer: u32, is_v: bool) -> Result<std::ops::Range<usize>, KvError> {
+        if id >= self.n_blocks {
+            return Err(KvError::BadId { id, n_blocks: self.n_blocks });
+        }
+        if layer >= self.geometry.n_layers {
+            return Err(KvError::BadLayer { layer, n_layers: self.geometry.n_layers });
+        }
+        // Cannot overflow: the whole pool's size was checked in `new`.
+        let slab = (id as usize * self.geometry.n_layers as usize + layer as usize) * 2 + usize::from(is_v);
+        let start = slab * self.slab_elems;
+        Ok(start..start + self.slab_elems)
+    }
+}
+
+impl KvSlabs for F16Slabs {
+    fn geometry(&self) -> KvGeometry {
+        self.geometry
+    }
+    fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError> {
+        let r = self.range(id, layer, is_v)?;
+        Ok(&self.data[r])
+    }
+    fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError> {
+        let r = self.range(id, layer, is_v)?;
+        Ok(&mut self.data[r])
+    }
+}
+
+/// The bounded KV block pool (kv.md): block bookkeeping (reference counts, fill, the
+/// free list, the prefix index and the LRU of cached blocks) over slab storage, by
+/// default [`F16Slabs`]; [`KvPool::with_slabs`] puts the same bookkeeping over another
+/// storage.
 ///
 /// Slab contents of a freshly allocated block are whatever its last user left (zeros at
 /// first): the forward writes a slot before `fill` covers it, so clearing would only cost.
 pub struct KvPool {
-    pub(crate) cfg: KvCfg,
+    pub(crate) n_blocks: u32,
     pub(crate) geometry: KvGeometry,
     pub(crate) prefix_cache: bool,
     pub(crate) slab_elems: usize,
-    // (n_blocks, n_layers, 2 [K, V], n_kv_heads, block_tokens, head_dim) f16 bit patterns
-    pub(crate) data: Vec<u16>,
+    pub(crate) slabs: Box<dyn KvSlabs>,
     pub(crate) blocks: Vec<Block>,
     // A stack: the most recently freed block is reused first (warm in cache).
     pub(crate) free: Vec<u32>,
@@ -107,7 +122,8 @@ pub struct KvPool {
 impl fmt::Debug for KvPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KvPool")
-            .field("cfg", &self.cfg)
+            .field("geometry", &self.geometry)
+            .field("n_blocks", &self.n_blocks)
             .field("prefix_cache", &self.prefix_cache)
             .field("n_free", &self.free.len())
             .field("n_cached", &self.n_cached)
@@ -147,54 +163,40 @@ pub fn n_blocks_for_budget(bytes: usize, geometry: &KvGeometry) -> Result<u32, K
 }
 
 impl KvPool {
-    /// A pool with prefix caching on (released registered blocks stay findable).
-    pub fn new(cfg: KvCfg) -> Result<KvPool, KvError> {
-        KvPool::with_prefix_cache(cfg, true)
+    /// An f16 pool of `n_blocks` blocks of `geometry`, prefix caching on (released
+    /// registered blocks stay findable).
+    pub fn new(geometry: KvGeometry, n_blocks: u32) -> Result<KvPool, KvError> {
+        KvPool::with_prefix_cache(geometry, n_blocks, true)
     }
 
-    /// A pool with prefix caching on or off; all slab memory is allocated here, once.
-    pub fn with_prefix_cache(cfg: KvCfg, prefix_cache: bool) -> Result<KvPool, KvError> {
-        if cfg.n_blocks == 0 {
+    /// An f16 pool with prefix caching on or off; all slab memory is allocated here, once.
+    pub fn with_prefix_cache(geometry: KvGeometry, n_blocks: u32, prefix_cache: bool) -> Result<KvPool, KvError> {
+        KvPool::with_slabs(Box::new(F16Slabs::new(geometry, n_blocks)?), n_blocks, prefix_cache)
+    }
+
+    /// This pool's bookkeeping over another slab storage, which must serve ids
+    /// `0..n_blocks` of its geometry (a downstream crate's own memory layout, say).
+    pub fn with_slabs(slabs: Box<dyn KvSlabs>, n_blocks: u32, prefix_cache: bool) -> Result<KvPool, KvError> {
+        if n_blocks == 0 {
             return Err(KvError::ZeroCapacity { field: "n_blocks" });
         }
-        if cfg.dtype != DTYPE_F16 {
-            return Err(KvError::Backend(format!(
-                "f16-slab: unsupported dtype {} (only {DTYPE_F16} = f16)",
-                cfg.dtype
-            )));
-        }
-        if cfg.format != FORMAT_F16_SLAB {
-            return Err(KvError::Backend(format!(
-                "f16-slab: unsupported format {} (only {FORMAT_F16_SLAB})",
-                cfg.format
-            )));
-        }
-        let geometry = cfg.geometry();
-        let (slab_elems, block_bytes) = sizes(&geometry)?;
-        let total_bytes = block_bytes
-            .checked_mul(cfg.n_blocks as usize)
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or_else(|| KvError::Overflow { what: format!("pool of {} blocks", cfg.n_blocks) })?;
-        let elems = total_bytes / 2;
-        let n = cfg.n_blocks as usize;
-        // try_reserve: an impossible budget is an Err for the caller, not an abort.
-        let oom = |what: &str| KvError::Backend(format!("f16-slab: cannot allocate {what}"));
-        let mut data = Vec::new();
-        data.try_reserve_exact(elems).map_err(|_| oom(&format!("{total_bytes} bytes of slabs")))?;
-        data.resize(elems, 0u16);
+        let geometry = slabs.geometry();
+        let (slab_elems, _) = sizes(&geometry)?;
+        let n = n_blocks as usize;
+        let oom = |what: &str| KvError::Backend(format!("KV pool: cannot allocate {what}"));
         let mut blocks = Vec::new();
         blocks.try_reserve_exact(n).map_err(|_| oom("block table"))?;
         blocks.resize(n, Block { refs: 0, fill: 0, hash: None, state: BlockState::Free, prev: NIL, next: NIL });
         let mut free = Vec::new();
         free.try_reserve_exact(n).map_err(|_| oom("free list"))?;
         // Reversed so that the first allocations hand out 0, 1, 2, ...
-        free.extend((0..cfg.n_blocks).rev());
+        free.extend((0..n_blocks).rev());
         Ok(KvPool {
-            cfg,
+            n_blocks,
             geometry,
             prefix_cache,
             slab_elems,
-            data,
+            slabs,
             blocks,
             free,
             lru_head: NIL,
@@ -205,11 +207,6 @@ impl KvPool {
         })
     }
 
-    /// The configuration the pool was built from.
-    pub fn cfg(&self) -> &KvCfg {
-        &self.cfg
-    }
-
     /// The block geometry.
     pub fn geometry(&self) -> KvGeometry {
         self.geometry
@@ -217,7 +214,7 @@ impl KvPool {
 
     /// Blocks in the pool.
     pub fn n_blocks(&self) -> u32 {
-        self.cfg.n_blocks
+        self.n_blocks
     }
 
     /// Whether released registered blocks are kept findable (cached).
@@ -227,7 +224,8 @@ impl KvPool {
 
     /// Bytes of K/V slab memory, allocated once in `new` (bookkeeping adds ~32 per block).
     pub fn size_bytes(&self) -> usize {
-        self.data.len() * 2
+        // `sizes` checked the block size and `F16Slabs::new` the product when built.
+        self.geometry.block_bytes().unwrap_or(0).saturating_mul(self.n_blocks as usize)
     }
 
     /// f16 elements in one slab: `n_kv_heads * block_tokens * head_dim`.
@@ -251,7 +249,7 @@ impl KvPool {
     }
 
     pub(crate) fn block(&self, id: u32) -> Result<&Block, KvError> {
-        self.blocks.get(id as usize).ok_or(KvError::BadId { id, n_blocks: self.cfg.n_blocks })
+        self.blocks.get(id as usize).ok_or(KvError::BadId { id, n_blocks: self.n_blocks })
     }
 
     /// The block, which must be in use.
@@ -451,41 +449,16 @@ impl KvPool {
         Some(id)
     }
 
-    /// Element range of one slab; the id and layer are checked, the block must be in use.
-    fn slab_range(&self, id: u32, layer: u32, is_v: bool) -> Result<std::ops::Range<usize>, KvError> {
-        self.used(id)?;
-        if layer >= self.geometry.n_layers {
-            return Err(KvError::BadLayer { layer, n_layers: self.geometry.n_layers });
-        }
-        // Cannot overflow: the whole pool's size was checked in `new`.
-        let slab = (id as usize * self.geometry.n_layers as usize + layer as usize) * 2 + usize::from(is_v);
-        let start = slab * self.slab_elems;
-        Ok(start..start + self.slab_elems)
-    }
-
     /// One layer's K (`is_v == false`) or V slab of a block in use.
     /// Shape `(n_kv_heads, block_tokens, head_dim)`, f16 bit patterns.
     pub fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError> {
-        let r = self.slab_range(id, layer, is_v)?;
-        Ok(&self.data[r])
+        self.used(id)?;
+        self.slabs.slab(id, layer, is_v)
     }
 
     /// Mutable slab access for the forward's writes (same shape as [`KvPool::slab`]).
     pub fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError> {
-        let r = self.slab_range(id, layer, is_v)?;
-        Ok(&mut self.data[r])
-    }
-
-    /// All slabs of a block, layer-major, K before V: `(n_layers, 2, slab_elems)`.
-    pub(crate) fn block_data(&self, id: u32) -> &[u16] {
-        let per = self.slab_elems * 2 * self.geometry.n_layers as usize;
-        let start = id as usize * per;
-        &self.data[start..start + per]
-    }
-
-    pub(crate) fn block_data_mut(&mut self, id: u32) -> &mut [u16] {
-        let per = self.slab_elems * 2 * self.geometry.n_layers as usize;
-        let start = id as usize * per;
-        &mut self.data[start..start + per]
+        self.used(id)?;
+        self.slabs.slab_mut(id, layer, is_v)
     }
 }

@@ -1,14 +1,14 @@
 //! The export/import envelope (docs/formats/kv-block.md): bit-exact round trips, a golden
 //! envelope from an independent Python encoder, and refusals that take no block.
 
-use tl_kv::{block_hash, fnv1a64, BlockState, KvCfg, KvError, KvGeometry, KvPool};
+use tl_kv::{block_hash, fnv1a64, BlockState, KvError, KvGeometry, KvPool};
 
 /// Slab 2 heads * 16 slots * 16 dims = 512 elements; 2 layers * K,V = 2048 per block,
 /// so 32 blocks hold all 65536 f16 bit patterns once.
 const G: KvGeometry = KvGeometry { n_layers: 2, n_kv_heads: 2, head_dim: 16, block_tokens: 16 };
 
 fn pool(n_blocks: u32, prefix_cache: bool) -> KvPool {
-    KvPool::with_prefix_cache(KvCfg::f16(G, n_blocks), prefix_cache).unwrap()
+    KvPool::with_prefix_cache(G, n_blocks, prefix_cache).unwrap()
 }
 
 /// A pool whose first 32 blocks hold every f16 pattern once; every third block is full and
@@ -140,7 +140,7 @@ fn kv_pool_exports_and_imports_rust_owned_blocks() {
         reseal(&mut e);
         refused(&mut p, &e, "geometry");
     }
-    let mut other = KvPool::new(KvCfg::f16(KvGeometry { head_dim: 8, ..G }, 64)).unwrap();
+    let mut other = KvPool::new(KvGeometry { head_dim: 8, ..G }, 64).unwrap();
     refused(&mut other, &env, "geometry");
     for at in [40usize, 40 + 16 + 777, env.len() - 9, env.len() - 1] {
         let mut e = env.clone();
@@ -196,7 +196,7 @@ fn unhex(s: &str) -> Vec<u8> {
 fn kv_envelope_matches_the_documented_layout() {
     let golden = unhex(GOLDEN);
     let g = KvGeometry { n_layers: 1, n_kv_heads: 1, head_dim: 2, block_tokens: 2 };
-    let mut p = KvPool::new(KvCfg::f16(g, 4)).unwrap();
+    let mut p = KvPool::new(g, 4).unwrap();
     let ids = p.alloc(2).unwrap();
     p.slab_mut(ids[0], 0, false).unwrap().copy_from_slice(&[0x3c00, 0x4000, 0x4200, 0x4400]);
     p.slab_mut(ids[0], 0, true).unwrap().copy_from_slice(&[0x8000, 0x7c00, 0x7e01, 0x0001]);
@@ -207,7 +207,7 @@ fn kv_envelope_matches_the_documented_layout() {
     p.set_fill(ids[1], 1).unwrap();
     assert_eq!(p.export(&ids).unwrap(), golden, "export writes the documented bytes");
 
-    let mut q = KvPool::new(KvCfg::f16(g, 2)).unwrap();
+    let mut q = KvPool::new(g, 2).unwrap();
     let got = q.import(&golden).unwrap();
     assert_eq!(q.slab(got[0], 0, true).unwrap(), &[0x8000, 0x7c00, 0x7e01, 0x0001]);
     assert_eq!(q.slab(got[1], 0, false).unwrap(), &[0xabcd, 0, 0, 0]);

@@ -2,14 +2,14 @@
 //! layout example, the registry entry and the stable block hash.
 
 use tl_core::{KvBackend, KvSpec};
-use tl_kv::{block_hash, fnv1a64, n_blocks_for_budget, BlockState, KvCfg, KvError, KvGeometry, KvPool};
+use tl_kv::{block_hash, fnv1a64, n_blocks_for_budget, BlockState, KvError, KvGeometry, KvPool};
 
 fn geometry(block_tokens: u32) -> KvGeometry {
     KvGeometry { n_layers: 2, n_kv_heads: 2, head_dim: 4, block_tokens }
 }
 
 fn pool(n_blocks: u32) -> KvPool {
-    KvPool::new(KvCfg::f16(geometry(4), n_blocks)).expect("valid pool")
+    KvPool::new(geometry(4), n_blocks).expect("valid pool")
 }
 
 fn counts(p: &KvPool) -> (usize, usize, usize) {
@@ -112,7 +112,7 @@ fn kv_pool_bounds_and_cache_lifecycle() {
 
 #[test]
 fn kv_pool_frees_registered_blocks_without_prefix_cache() {
-    let mut p = KvPool::with_prefix_cache(KvCfg::f16(geometry(4), 2), false).unwrap();
+    let mut p = KvPool::with_prefix_cache(geometry(4), 2, false).unwrap();
     let a = p.alloc(1).unwrap()[0];
     p.set_fill(a, 4).unwrap();
     p.register(a, 7).unwrap();
@@ -175,23 +175,21 @@ fn kv_pool_evicts_the_oldest_cached_block() {
 #[test]
 fn kv_pool_rejects_zero_capacity() {
     let g = geometry(16);
-    assert_eq!(KvPool::new(KvCfg::f16(g, 0)).err(), Some(KvError::ZeroCapacity { field: "n_blocks" }));
-    let zero = |f: fn(&mut KvCfg)| {
-        let mut c = KvCfg::f16(g, 8);
+    assert_eq!(KvPool::new(g, 0).err(), Some(KvError::ZeroCapacity { field: "n_blocks" }));
+    let zero = |f: fn(&mut KvGeometry)| {
+        let mut c = g;
         f(&mut c);
-        KvPool::new(c).err()
+        KvPool::new(c, 8).err()
     };
     assert_eq!(zero(|c| c.block_tokens = 0), Some(KvError::ZeroCapacity { field: "block_tokens" }));
     assert_eq!(zero(|c| c.n_layers = 0), Some(KvError::ZeroCapacity { field: "n_layers" }));
     assert_eq!(zero(|c| c.n_kv_heads = 0), Some(KvError::ZeroCapacity { field: "n_kv_heads" }));
     assert_eq!(zero(|c| c.head_dim = 0), Some(KvError::ZeroCapacity { field: "head_dim" }));
-    assert!(matches!(zero(|c| c.dtype = 2), Some(KvError::Backend(m)) if m.contains("dtype 2")));
-    assert!(matches!(zero(|c| c.format = 2), Some(KvError::Backend(m)) if m.contains("format 2")));
     // Slab and pool sizes that overflow are refused, not wrapped or allocated.
     let huge = KvGeometry { n_layers: u32::MAX, n_kv_heads: u32::MAX, head_dim: u32::MAX, block_tokens: u32::MAX };
-    assert!(matches!(KvPool::new(KvCfg::f16(huge, 1)).err(), Some(KvError::Overflow { .. })));
+    assert!(matches!(KvPool::new(huge, 1).err(), Some(KvError::Overflow { .. })));
     let big = KvGeometry { n_layers: 1 << 16, n_kv_heads: 1 << 8, head_dim: 1 << 8, block_tokens: 1 << 8 };
-    assert!(matches!(KvPool::new(KvCfg::f16(big, u32::MAX)).err(), Some(KvError::Overflow { .. })));
+    assert!(matches!(KvPool::new(big, u32::MAX).err(), Some(KvError::Overflow { .. })));
     // The registry path refuses the same way.
     let reg = tl_core::registry::kv_backend(tl_kv::BACKEND_NAME).unwrap();
     let spec = KvSpec { geometry: g, n_blocks: 0, prefix_cache: true };
@@ -206,7 +204,7 @@ fn kv_pool_reports_its_size_and_sizes_from_a_budget() {
     assert!(matches!(n_blocks_for_budget(1023, &g), Err(KvError::ZeroCapacity { .. })));
     let zero = KvGeometry { head_dim: 0, ..g };
     assert_eq!(n_blocks_for_budget(1 << 20, &zero), Err(KvError::ZeroCapacity { field: "head_dim" }));
-    let p = KvPool::new(KvCfg::f16(g, n_blocks_for_budget(10 * 1024, &g).unwrap())).unwrap();
+    let p = KvPool::new(g, n_blocks_for_budget(10 * 1024, &g).unwrap()).unwrap();
     assert_eq!(p.size_bytes(), 10 * 1024);
     assert_eq!(p.slab_elems(), 128);
 }
@@ -217,7 +215,7 @@ fn kv_pool_reports_its_size_and_sizes_from_a_budget() {
 fn kv_pool_worked_example_position_37() {
     let (b, d, heads, layers) = (16u32, 4usize, 2usize, 2u32);
     let g = KvGeometry { n_layers: layers, n_kv_heads: heads as u32, head_dim: d as u32, block_tokens: b };
-    let mut p = KvPool::new(KvCfg::f16(g, 10)).unwrap();
+    let mut p = KvPool::new(g, 10).unwrap();
     let ids = p.alloc(10).unwrap();
     assert_eq!(ids, (0..10).collect::<Vec<u32>>(), "a fresh pool hands out 0, 1, 2, ...");
     let table = [7u32, 2, 9];
@@ -279,11 +277,11 @@ fn kv_registry_lists_f16_slab_and_builds_a_pool() {
     kv.release(ids[0]).unwrap();
     assert_eq!((kv.n_free(), kv.n_cached(), kv.n_in_use()), (1, 1, 1));
     assert_eq!(kv.lookup(42), Some(ids[0]));
-    let pool = kv.as_any().downcast_ref::<KvPool>().expect("f16-slab builds a KvPool");
+    let pool = (&*kv as &dyn std::any::Any).downcast_ref::<KvPool>().expect("f16-slab builds a KvPool");
     assert!(pool.prefix_cache());
     pool.check_invariants().unwrap();
     let off = (reg.make)(&KvSpec { prefix_cache: false, ..spec }).unwrap();
-    assert!(!off.as_any().downcast_ref::<KvPool>().unwrap().prefix_cache());
+    assert!(!(&*off as &dyn std::any::Any).downcast_ref::<KvPool>().unwrap().prefix_cache());
 }
 
 /// Golden values from an independent Python FNV-1a 64 (fnv1a64(b"a") is the published

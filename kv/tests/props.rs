@@ -2,7 +2,7 @@
 //! invariants hold after every step, a refused call changes no count, and nothing panics.
 
 use proptest::prelude::*;
-use tl_kv::{BlockState, KvCfg, KvGeometry, KvPool};
+use tl_kv::{BlockState, KvGeometry, KvPool};
 
 const G: KvGeometry = KvGeometry { n_layers: 2, n_kv_heads: 1, head_dim: 2, block_tokens: 2 };
 
@@ -52,7 +52,7 @@ fn records(env: &[u8]) -> Vec<Vec<u8>> {
 }
 
 fn run(n_blocks: u32, prefix_cache: bool, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut p = KvPool::with_prefix_cache(KvCfg::f16(G, n_blocks), prefix_cache).unwrap();
+    let mut p = KvPool::with_prefix_cache(G, n_blocks, prefix_cache).unwrap();
     let mut last: Option<Vec<u8>> = None;
     for (step, op) in ops.iter().enumerate() {
         let before = counts(&p);

@@ -30,10 +30,6 @@ impl Lcg {
     }
 }
 
-fn u16_at(b: &[u8], i: usize) -> u16 {
-    u16::from_le_bytes([b[2 * i], b[2 * i + 1]])
-}
-
 /// Random stored bytes of `format` for an `[out, inp]` matrix, and their values widened
 /// by the format's definition.
 fn stored(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> (Vec<u8>, Vec<f32>) {

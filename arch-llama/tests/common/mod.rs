@@ -1,5 +1,6 @@
-//! Shared by the Llama tests: the fixtures, runner settings, and running token runs
-//! through the pool in chosen steps.
+//! Shared by the Llama and Qwen2 tests (tl-arch-qwen2 includes this file): the fixtures
+//! of the crate under test, runner settings, and running token runs through the pool in
+//! chosen steps.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::path::PathBuf;
@@ -7,8 +8,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 use tl_core::{EngineConfig, ForwardBatch, KvConfig, ModelRunner, Weights};
 
-// Name the plugin crates so their registrations ("llama", "f16-slab") are linked.
-use tl_arch_llama as _;
+// Name the KV plugin crate so its registration ("f16-slab") is linked; each test file
+// links its architecture crate (this module is shared with tl-arch-qwen2's tests).
 use tl_kv as _;
 
 /// Token positions per KV block in these tests: small, so every prompt spans blocks.

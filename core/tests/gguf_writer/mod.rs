@@ -17,6 +17,7 @@ pub enum Meta {
 }
 
 /// A tensor: GGUF name, shape outermost first (HF order), GGML type id, raw data.
+#[derive(Clone)]
 pub struct T {
     pub name: String,
     pub shape: Vec<usize>,

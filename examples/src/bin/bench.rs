@@ -194,7 +194,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             "model {} ({} layers, hidden {}, vocab {vocab}); threads {threads}; weights {}; isa {isa}; \
              loaded in {load_s:.2} s",
             cli.model.display(),
-            c.json().get("num_hidden_layers").and_then(|v| v.as_u64()).unwrap_or(0),
+            r.kv_geometry()?.n_layers,
             r.hidden_size(),
             cli.engine.weights,
         );

@@ -2,13 +2,17 @@
 //! (and tl) load as is.
 //!
 //! `convert --gguf FILE --out DIR [--dtype bf16|f32]` writes
-//! - config.json: Hugging Face's Llama fields from the GGUF metadata, plus tl_arch/tl_tokenizer;
+//! - config.json: the Hugging Face fields the file's architecture translates its metadata
+//!   to (through the crate registered for its `general.architecture`), plus
+//!   tl_arch/tl_tokenizer;
 //! - model.safetensors: every tensor under its HF name, dequantized (Q/K rows back in
 //!   HF order), stored as bf16 (rounded to nearest even) or f32 (exactly what tl computes
 //!   with when it reads the GGUF directly);
 //! - tokenizer.json: the byte-level BPE of the GGUF, keeping its pre-tokenizer (for
 //!   SmolLM2, digits split one by one);
-//! - tokenizer_config.json: the chat template and the special tokens.
+//! - tokenizer_config.json: the chat template and the special tokens. A file without a
+//!   vocabulary (byte tokens) gets no tokenizer files, and its chat template, if any, goes
+//!   to chat_template.jinja.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -26,7 +30,7 @@ use tl_examples::{fail, parse_or_exit};
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
-    /// The .gguf file (general.architecture "llama").
+    /// The .gguf file (any registered general.architecture: llama, qwen2).
     #[arg(long)]
     gguf: PathBuf,
     /// The directory to write (created when missing; its files are overwritten).
@@ -48,12 +52,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         "f32" => (Dtype::F32, "float32"),
         other => anyhow::bail!("--dtype {other:?}: expected bf16 or f32"),
     };
-    let g = Gguf::open(&cli.gguf)?;
-    let mut config = g.config_json()?;
+    // Tensor names and config as the file's architecture reads them.
+    let (g, mut config) = tl_core::load::open_gguf(&cli.gguf)?;
     // Check it the way tl will load it before writing anything.
     tl_core::ModelConfig::from_value(config.clone(), None).with_context(|| cli.gguf.display().to_string())?;
     config["torch_dtype"] = json!(torch);
-    let tokenizer = gguf_tokenizer_json(&g)?;
+    let tokenizer = match config["tl_tokenizer"].as_str() {
+        Some("hf") => Some(gguf_tokenizer_json(&g)?),
+        _ => None, // byte tokens: nothing to write
+    };
     std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
 
     // (name, shape, little-endian bytes) of every tensor with an HF name.
@@ -82,8 +89,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // serialize_to_file creates the file owner-only; give it the mode of its neighbours.
     let mode = std::fs::metadata(cli.out.join("config.json"))?.permissions();
     std::fs::set_permissions(&st, mode).with_context(|| st.display().to_string())?;
-    write_json(&cli.out.join("tokenizer.json"), &tokenizer)?;
-    write_json(&cli.out.join("tokenizer_config.json"), &tokenizer_config(&g, &config)?)?;
+    if let Some(tokenizer) = &tokenizer {
+        write_json(&cli.out.join("tokenizer.json"), tokenizer)?;
+        write_json(&cli.out.join("tokenizer_config.json"), &tokenizer_config(&g, &config)?)?;
+    } else if let Some(t) = g.string("tokenizer.chat_template")? {
+        let path = cli.out.join("chat_template.jinja");
+        std::fs::write(&path, t).with_context(|| format!("writing {}", path.display()))?;
+    }
     eprintln!("wrote {} ({} tensors, {})", cli.out.display(), tensors.len(), cli.dtype);
     Ok(())
 }

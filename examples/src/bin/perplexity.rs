@@ -12,9 +12,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use candle_core::{Device, Tensor};
 use clap::Parser;
-use tl_core::runner::open_weights;
 use tl_core::Tokenizer;
 use tl_examples::{fail, parse_or_exit, EngineArgs};
 
@@ -63,13 +61,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let ids = tok.encode(&text)?;
     anyhow::ensure!(ids.len() >= 2, "{}: fewer than 2 tokens to score", cli.file.display());
 
-    // The LM head as the model uses it: lm_head.weight, or the embedding when tied.
-    let weights = open_weights(&cli.model)?;
-    let (v, d) = (cfg.vocab_size, runner.hidden_size());
-    let head_name = if weights.contains("lm_head.weight") { "lm_head.weight" } else { "model.embed_tokens.weight" };
-    let head = weights.tensor(head_name, &[v, d], &Device::Cpu)?.t()?; // (d, V)
-    drop(weights);
-
+    let v = cfg.vocab_size;
     let mut windows: Vec<&[u32]> = ids.chunks(cli.window).filter(|w| w.len() >= 2).collect();
     if cli.max_windows > 0 {
         windows.truncate(cli.max_windows);
@@ -78,13 +70,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let mut forward = Duration::ZERO;
     for w in &windows {
         let t0 = Instant::now();
-        let (hidden, _) = runner.run_once(w)?; // (T, d)
+        let logits = runner.score(w)?; // (T, V)
         forward += t0.elapsed();
         fed += w.len();
         let rows = w.len() - 1; // the last position predicts past the window
-        let h = Tensor::from_slice(&hidden[..rows * d], (rows, d), &Device::Cpu)?;
-        let logits = h.matmul(&head)?.flatten_all()?.to_vec1::<f32>()?; // (T-1, V)
-        total += nll(&logits, v, &w[1..]);
+        total += nll(&logits.data[..rows * v], v, &w[1..]);
         scored += rows;
     }
     let ppl = (total / scored as f64).exp();

@@ -1,4 +1,4 @@
-//! The Llama forward, one step (docs/forward.md walks through it with every shape).
+//! The decoder forward (Llama, and Qwen2's q/k/v biases), one step (docs/forward.md walks through it with every shape).
 //!
 //! A step is a batch of sequences, each a run of new tokens at absolute positions. The N
 //! tokens of the step are laid out in batch order; every per-token buffer is `(N, ...)`,
@@ -22,14 +22,14 @@
 use std::sync::Mutex;
 
 use candle_core::{Device, Tensor};
-use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, KvBackend, Logits, Model, ModelError};
+use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, KvSlabs, Logits, Model, ModelError};
 use tl_quant::Linear;
 
 use crate::attention::{attention, write_kv};
-use crate::config::LlamaConfig;
+use crate::config::DecoderConfig;
 use crate::lanes::Path;
 use crate::rowops::{add, rms_norm, rope, rope_tables, swiglu};
-use crate::weights::{Layer, LlamaWeights};
+use crate::weights::{DecoderWeights, Layer};
 
 /// Projections that read the same input, run as one product when they can be stacked.
 enum Proj {
@@ -97,6 +97,8 @@ struct LayerW {
     input_norm: Vec<f32>,
     /// `[H*D + 2*H_kv*D, d]`: q, k, v stacked.
     qkv: Proj,
+    /// `(H*D + 2*H_kv*D,)` their biases, when the family has them.
+    qkv_bias: Option<Vec<f32>>,
     /// `[d, H*D]`.
     o: Linear,
     /// `(d,)`.
@@ -140,11 +142,11 @@ fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
     &mut v[..len]
 }
 
-/// A loaded Llama: immutable weights; per-sequence state lives in the KV pool.
-pub struct Llama {
-    cfg: LlamaConfig,
+/// A loaded decoder: immutable weights; per-sequence state lives in the KV pool.
+pub struct Decoder {
+    cfg: DecoderConfig,
     /// Embedding, final norm and LM head (the layers moved into `layers`).
-    w: LlamaWeights,
+    w: DecoderWeights,
     layers: Vec<LayerW>,
     /// `(d,)` final RMSNorm weight.
     norm: Vec<f32>,
@@ -160,10 +162,10 @@ fn norm_vec(t: &Tensor) -> Result<Vec<f32>, ModelError> {
     Ok(t.to_vec1::<f32>()?)
 }
 
-impl Llama {
-    pub(crate) fn new(cfg: LlamaConfig, mut w: LlamaWeights, device: &Device) -> Result<Llama, ModelError> {
+impl Decoder {
+    pub(crate) fn new(cfg: DecoderConfig, mut w: DecoderWeights, device: &Device) -> Result<Decoder, ModelError> {
         if !device.is_cpu() {
-            return Err(ModelError::Other(format!("the Llama forward runs on the CPU, not {device:?}")));
+            return Err(ModelError::Other(format!("the decoder forward runs on the CPU, not {device:?}")));
         }
         let d = cfg.head_dim;
         let inv_freq: Vec<f32> = (0..d / 2).map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f32 / d as f32)).collect();
@@ -173,6 +175,7 @@ impl Llama {
                 Ok(LayerW {
                     input_norm: norm_vec(&l.input_norm)?,
                     qkv: Proj::new(vec![l.q, l.k, l.v]),
+                    qkv_bias: l.qkv_bias,
                     o: l.o,
                     post_norm: norm_vec(&l.post_norm)?,
                     gate_up: Proj::new(vec![l.gate, l.up]),
@@ -181,7 +184,7 @@ impl Llama {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let norm = norm_vec(&w.norm)?;
-        Ok(Llama { cfg, w, layers, norm, inv_freq, bufs: Mutex::new(Buffers::default()) })
+        Ok(Decoder { cfg, w, layers, norm, inv_freq, bufs: Mutex::new(Buffers::default()) })
     }
 }
 
@@ -206,7 +209,7 @@ impl Plan {
     /// only what the forward needs to index safely, and runs before any slab is touched,
     /// so a bad batch reaching the model directly is an `Err`, never a panic or half a
     /// write.
-    fn new(batch: &ForwardBatch, cfg: &LlamaConfig, kv: &dyn KvBackend) -> Result<Plan, ModelError> {
+    fn new(batch: &ForwardBatch, cfg: &DecoderConfig, kv: &dyn KvSlabs) -> Result<Plan, ModelError> {
         let g = kv.geometry();
         let want = (cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim);
         if (g.n_layers as usize, g.n_kv_heads as usize, g.head_dim as usize) != want || g.block_tokens == 0 {
@@ -233,9 +236,9 @@ impl Plan {
                 return Err(bad(format!("sequence {i}: {} blocks cannot hold position {}", s.blocks.len(), end - 1)));
             }
             for &id in &s.blocks[..needed] {
-                kv.refs(id)?; // an id outside the pool is an Err here, before any write
+                kv.slab(id, 0, false)?; // an id the pool cannot serve is an Err here, before any write
             }
-            plan.seq_of.extend(std::iter::repeat(i).take(s.tokens.len()));
+            plan.seq_of.extend(std::iter::repeat_n(i, s.tokens.len()));
             plan.pos.extend(s.start..end);
             plan.last.push(plan.pos.len() - 1);
             plan.n_blocks.push(needed);
@@ -244,7 +247,7 @@ impl Plan {
     }
 }
 
-impl Model for Llama {
+impl Model for Decoder {
     fn hidden_size(&self) -> usize {
         self.cfg.hidden_size
     }
@@ -260,6 +263,7 @@ impl Model for Llama {
                     + l.gate_up.packed_bytes()
                     + l.down.packed_bytes()
                     + f32s(&l.input_norm)
+                    + l.qkv_bias.as_deref().map_or(0, f32s)
                     + f32s(&l.post_norm)
             })
             .sum();
@@ -302,6 +306,15 @@ impl Model for Llama {
             rms_norm(path, x, &layer.input_norm, eps, h);
             let qkv = grow(&mut b.qkv, n * qkv_w); // (N, H*D + 2*H_kv*D)
             layer.qkv.forward(h, n, qkv, &mut b.tmp, "qkv_proj")?;
+            if let Some(bias) = &layer.qkv_bias {
+                // After the product, one f32 add per element (as `x W^T + b`): a function
+                // of the row alone, so batch invariance holds.
+                for row in qkv.chunks_exact_mut(qkv_w) {
+                    for (v, &b) in row.iter_mut().zip(bias) {
+                        *v += b;
+                    }
+                }
+            }
             rope(qkv, qkv_w, 0, heads + kv_heads, hd, &b.cos, &b.sin); // q and k heads
             write_kv(path, &mut *ctx.kv, li, batch, &plan, qkv, qkv_w, (qw, qw + kvw))?;
             let att = grow(&mut b.att, n * qw); // (N, H*D)
@@ -319,28 +332,37 @@ impl Model for Llama {
             add(x, proj, dm);
         }
 
-        // Final norm: every token when the caller wants hidden states, else only each
-        // sequence's last token (the only rows the LM head needs).
+        // Final norm: every token when the caller wants hidden states, else only the rows
+        // the LM head needs (each sequence's last token, or every token with
+        // `all_logits`). Each row is normed and projected by functions of that row alone,
+        // so a token's logits are the same bits whichever rows are asked for.
         let x = &b.x[..n * dm];
-        let s_rows = plan.last.len();
-        let mut last = vec![0.0f32; s_rows * dm]; // (S, d)
+        let all: Vec<usize>;
+        let rows: &[usize] = if ctx.all_logits {
+            all = (0..n).collect();
+            &all
+        } else {
+            &plan.last
+        };
+        let s_rows = rows.len();
+        let mut last = vec![0.0f32; s_rows * dm]; // (R, d)
         let hidden = if ctx.want_hidden {
             let mut normed = vec![0.0f32; n * dm]; // (N, d)
             rms_norm(path, x, &self.norm, eps, &mut normed);
-            for (dst, &t) in last.chunks_exact_mut(dm).zip(&plan.last) {
+            for (dst, &t) in last.chunks_exact_mut(dm).zip(rows) {
                 dst.copy_from_slice(&normed[t * dm..(t + 1) * dm]);
             }
             Some(normed)
         } else {
             let h = grow(&mut b.h, s_rows * dm);
-            for (dst, &t) in h.chunks_exact_mut(dm).zip(&plan.last) {
+            for (dst, &t) in h.chunks_exact_mut(dm).zip(rows) {
                 dst.copy_from_slice(&x[t * dm..(t + 1) * dm]);
             }
             rms_norm(path, h, &self.norm, eps, &mut last);
             None
         };
         let vocab = cfg.vocab_size;
-        let mut logits = vec![0.0f32; s_rows * vocab]; // (S, V), straight into the output
+        let mut logits = vec![0.0f32; s_rows * vocab]; // (R, V), straight into the output
         self.w.lm_head.forward(&last, s_rows, &mut logits).map_err(|e| ModelError::Other(format!("lm_head: {e}")))?;
         Ok(ForwardOutput { logits: Logits { vocab, data: logits }, hidden })
     }

@@ -27,7 +27,7 @@
 use std::cell::RefCell;
 
 use rayon::prelude::*;
-use tl_core::{ForwardBatch, KvBackend, ModelError};
+use tl_core::{ForwardBatch, KvSlabs, ModelError};
 use tl_quant::f32_to_f16;
 
 use crate::forward::Plan;
@@ -202,7 +202,7 @@ fn attend_group(
     scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) -> Result<(), String> {
-    if d == 0 || n == 0 || q.len() != out.len() || q.len() % d != 0 || !kv.holds(n, d) {
+    if d == 0 || n == 0 || q.len() != out.len() || !q.len().is_multiple_of(d) || !kv.holds(n, d) {
         return Err(format!("attention: {n} keys of {d} values do not fit the slabs or q/out ({})", q.len()));
     }
     let keys = Keys { kv: *kv, n, d, scale: 1.0 / (d as f32).sqrt() };
@@ -244,7 +244,7 @@ thread_local! {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     path: Path,
-    kv: &dyn KvBackend,
+    kv: &dyn KvSlabs,
     layer: u32,
     batch: &ForwardBatch,
     plan: &Plan,
@@ -322,7 +322,7 @@ simd_entry!(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_kv(
     path: Path,
-    kv: &mut dyn KvBackend,
+    kv: &mut dyn KvSlabs,
     layer: u32,
     batch: &ForwardBatch,
     plan: &Plan,

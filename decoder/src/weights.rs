@@ -1,4 +1,4 @@
-//! Loading a Llama's tensors. Every matrix becomes one `tl_quant::Linear`, held as
+//! Loading a decoder's tensors (Hugging Face Llama names). Every matrix becomes one `tl_quant::Linear`, held as
 //! `EngineConfig.weights` says: in the file's own format (`native`: F32/F16/BF16, GGUF
 //! Q4_0/Q4_1/Q8_0 blocks; other GGUF block types are widened), widened to f32 (`f32`), or
 //! with the projections quantized to int4 at load (`int4`). An int4 checkpoint's
@@ -8,12 +8,14 @@ use candle_core::{Device, Tensor};
 use tl_core::{BuildCtx, DType, ModelError, WeightError, WeightStore, Weights};
 use tl_quant::{Format, Linear, QLinear, QuantError};
 
-use crate::config::LlamaConfig;
+use crate::config::DecoderConfig;
 
 /// One transformer layer's weights.
 pub struct Layer {
     /// `(d,)` RMSNorm weight before attention.
     pub input_norm: Tensor,
+    /// `(H*D + 2*H_kv*D,)` the q, k and v biases side by side, when the family has them.
+    pub qkv_bias: Option<Vec<f32>>,
     /// `[H * D, d]`.
     pub q: Linear,
     /// `[H_kv * D, d]`.
@@ -41,8 +43,8 @@ pub enum Embedding {
     Tied,
 }
 
-/// All weights of a Llama.
-pub struct LlamaWeights {
+/// All weights of a decoder.
+pub struct DecoderWeights {
     /// Token embeddings.
     pub embed: Embedding,
     /// The layers, in order.
@@ -54,7 +56,7 @@ pub struct LlamaWeights {
     pub lm_head: Linear,
 }
 
-impl LlamaWeights {
+impl DecoderWeights {
     /// The `(V, d)` embedding table: rows are widened to f32 on lookup.
     pub fn embedding(&self) -> &Linear {
         match &self.embed {
@@ -115,7 +117,7 @@ fn projection(
         ProjFormat::Int4File(group) => {
             let qname = format!("{base}.qweight");
             let sname = format!("{base}.scales");
-            if inp % group != 0 || group % 2 != 0 {
+            if !inp.is_multiple_of(group) || !group.is_multiple_of(2) {
                 return Err(quant_err(store, &qname, QuantError::BadGroup { group, inp }));
             }
             let qweight = store.raw(&qname, DType::U8, &[out, inp / 2])?.to_vec();
@@ -170,7 +172,7 @@ fn norm(store: &dyn WeightStore, name: &str, d: usize, device: &Device) -> Resul
 }
 
 /// Load every tensor of the model `ctx` describes.
-pub fn load(cfg: &LlamaConfig, ctx: &BuildCtx<'_>) -> Result<LlamaWeights, ModelError> {
+pub fn load(cfg: &DecoderConfig, ctx: &BuildCtx<'_>) -> Result<DecoderWeights, ModelError> {
     let store = ctx.weights;
     let fmt = match (store.metadata("quant"), ctx.engine.weights) {
         // An int4 file cannot be requantized without loss; its own group wins.
@@ -187,7 +189,16 @@ pub fn load(cfg: &LlamaConfig, ctx: &BuildCtx<'_>) -> Result<LlamaWeights, Model
     for i in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{i}");
         let proj = |name: &str, out, inp| projection(store, &format!("{p}.{name}"), out, inp, fmt);
+        let qkv_bias = if cfg.qkv_bias {
+            let mut b = store.f32(&format!("{p}.self_attn.q_proj.bias"), &[qw])?;
+            b.extend(store.f32(&format!("{p}.self_attn.k_proj.bias"), &[kvw])?);
+            b.extend(store.f32(&format!("{p}.self_attn.v_proj.bias"), &[kvw])?);
+            Some(b)
+        } else {
+            None
+        };
         layers.push(Layer {
+            qkv_bias,
             input_norm: norm(store, &format!("{p}.input_layernorm.weight"), d, ctx.device)?,
             q: proj("self_attn.q_proj", qw, d)?,
             k: proj("self_attn.k_proj", kvw, d)?,
@@ -208,5 +219,5 @@ pub fn load(cfg: &LlamaConfig, ctx: &BuildCtx<'_>) -> Result<LlamaWeights, Model
     } else {
         (Embedding::Own(table), matrix(store, "lm_head.weight", v, d, native)?)
     };
-    Ok(LlamaWeights { embed, layers, norm, lm_head })
+    Ok(DecoderWeights { embed, layers, norm, lm_head })
 }

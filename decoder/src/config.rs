@@ -1,4 +1,5 @@
-//! The Llama fields of config.json (docs/spec/model-dir.md), parsed and checked once.
+//! The fields of a Llama-style config.json (docs/spec/model-dir.md), parsed and checked
+//! once, for every family this crate runs ([`Variant`] says what a family adds).
 //!
 //! Hugging Face writes two generations of names: transformers 4.x puts `rope_theta` and
 //! `rope_scaling` at the top level and the dtype in `torch_dtype`; transformers 5.x nests
@@ -22,9 +23,17 @@ const DEFAULT_RMS_EPS: f64 = 1e-6;
 /// Hugging Face's default for a missing `rope_theta`.
 const DEFAULT_ROPE_THETA: f64 = 10000.0;
 
+/// What a family adds to the Llama decoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    /// The q, k and v projections carry biases (Qwen2), always; without it a config
+    /// asking for biased projections (`attention_bias: true`) is refused.
+    pub qkv_bias: bool,
+}
+
 /// The Llama shape fields, with every default applied.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LlamaConfig {
+pub struct DecoderConfig {
     /// Vocabulary size V (rows of the embedding, columns of the logits).
     pub vocab_size: usize,
     /// Hidden size d.
@@ -47,6 +56,8 @@ pub struct LlamaConfig {
     pub max_position_embeddings: Option<usize>,
     /// The LM head is the embedding matrix.
     pub tie_word_embeddings: bool,
+    /// Biases on the q, k and v projections (`<proj>.bias` tensors).
+    pub qkv_bias: bool,
     /// The checkpoint's declared dtype (`dtype` or `torch_dtype`), informational only:
     /// the weights' own dtypes decide how they are read.
     pub dtype: Option<String>,
@@ -127,9 +138,9 @@ fn rope_theta(json: &Value) -> Result<f64, ConfigError> {
     }
 }
 
-impl LlamaConfig {
-    /// Parse and validate the Llama fields of `config`'s JSON.
-    pub fn parse(config: &ModelConfig) -> Result<LlamaConfig, ConfigError> {
+impl DecoderConfig {
+    /// Parse and validate the decoder fields of `config`'s JSON for a family `variant`.
+    pub fn parse(config: &ModelConfig, variant: Variant) -> Result<DecoderConfig, ConfigError> {
         let json = config.json();
         let hidden_size = required(json, "hidden_size", MAX_HIDDEN)?;
         let intermediate_size = required(json, "intermediate_size", MAX_INTERMEDIATE)?;
@@ -170,7 +181,17 @@ impl LlamaConfig {
                 return Err(invalid("sliding_window", w, "sliding-window attention is not implemented"));
             }
         }
-        for bias in ["attention_bias", "mlp_bias"] {
+        // transformers 5 lists each layer's attention kind; only full attention runs here.
+        if let Some(kinds) = field(json, "layer_types") {
+            let all_full = kinds.as_array().is_some_and(|k| k.iter().all(|t| t.as_str() == Some("full_attention")));
+            if !all_full {
+                return Err(invalid("layer_types", kinds, "only full attention is implemented (no sliding window)"));
+            }
+        }
+        // A family with q/k/v biases has them whatever `attention_bias` says (Qwen2's
+        // o projection never has one); elsewhere a bias would be served wrong.
+        let biases: &[&str] = if variant.qkv_bias { &["mlp_bias"] } else { &["attention_bias", "mlp_bias"] };
+        for &bias in biases {
             if flag(json, bias)? == Some(true) {
                 return Err(invalid(bias, &json[bias], "biased projections are not implemented"));
             }
@@ -186,7 +207,7 @@ impl LlamaConfig {
             Some(Value::String(s)) => Some(s.clone()),
             Some(v) => return Err(invalid("dtype", v, "expected a string")),
         };
-        Ok(LlamaConfig {
+        Ok(DecoderConfig {
             vocab_size: config.vocab_size,
             hidden_size,
             intermediate_size,
@@ -198,6 +219,7 @@ impl LlamaConfig {
             rope_theta,
             max_position_embeddings: config.max_position_embeddings,
             tie_word_embeddings,
+            qkv_bias: variant.qkv_bias,
             dtype,
         })
     }

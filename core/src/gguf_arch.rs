@@ -1,0 +1,42 @@
+//! The GGUF extension point: an architecture crate registers the `general.architecture`
+//! names it reads and the translation (tensor names and row order, metadata to its
+//! config.json); core's [`crate::gguf`] reads only the container.
+
+use serde_json::Value;
+
+use crate::gguf::{Gguf, TensorMap};
+use crate::weights::{TensorInfo, WeightError};
+
+/// How one architecture reads a GGUF file.
+pub trait GgufArch: Send + Sync {
+    /// The config.json the file's metadata describes, with `tl_arch` (and
+    /// `tl_tokenizer`) set; refuses metadata the architecture cannot honour, naming the
+    /// key.
+    fn config_json(&self, file: &Gguf) -> Result<Value, WeightError>;
+    /// The name a stored tensor is read by and the row order to undo, from its GGUF
+    /// name and stored shape (before any remapping). A tensor the architecture does not
+    /// use keeps its GGUF name.
+    fn tensor(&self, file: &Gguf, gguf_name: &str, info: &TensorInfo) -> Result<TensorMap, WeightError>;
+}
+
+/// A GGUF translation: `inventory::submit!(GgufRegistration { architecture, make })`.
+pub struct GgufRegistration {
+    /// The `general.architecture` value it reads.
+    pub architecture: &'static str,
+    /// The translation object.
+    pub make: fn() -> Box<dyn GgufArch>,
+}
+
+inventory::collect!(GgufRegistration);
+
+/// A pre-tokenizer for a GGUF file's `tokenizer.ggml.pre` value beyond the ones core
+/// knows, registered by the crate whose models use it:
+/// `inventory::submit!(GgufPreTokenizer { name, pre_tokenizer })`.
+pub struct GgufPreTokenizer {
+    /// The `tokenizer.ggml.pre` value.
+    pub name: &'static str,
+    /// The pre-tokenizer, in tokenizer.json form.
+    pub pre_tokenizer: fn() -> Value,
+}
+
+inventory::collect!(GgufPreTokenizer);

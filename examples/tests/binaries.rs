@@ -1,0 +1,129 @@
+//! Every binary on every fixture model, run as a user runs them: generate, perplexity
+//! and bench on the bigram, the tiny Llama and the tiny Qwen2 (safetensors and GGUF);
+//! chat where the model has a template; convert where the model is a GGUF file. The same
+//! Qwen2 weights from safetensors, GGUF and the GGUF converted back give the same text.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// (name, model path, has a chat template)
+fn models() -> Vec<(&'static str, PathBuf, bool)> {
+    let r = repo();
+    vec![
+        ("bigram", r.join("arch-bigram/tests/fixtures/tracer"), false),
+        ("llama", r.join("arch-llama/tests/fixtures/tiny-llama"), false),
+        ("qwen2", r.join("arch-qwen2/tests/fixtures/tiny-qwen2"), true),
+        ("qwen2-tied", r.join("arch-qwen2/tests/fixtures/tiny-qwen2-tied"), false),
+        ("qwen2-gguf", r.join("arch-qwen2/tests/fixtures/tiny-qwen2/model.gguf"), true),
+    ]
+}
+
+fn run(exe: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(exe);
+    cmd.args(args).env("RAYON_NUM_THREADS", "2").stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{exe} did not start: {e}"));
+    if let Some(text) = stdin {
+        use std::io::Write;
+        child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write stdin");
+    }
+    child.wait_with_output().expect("wait")
+}
+
+fn ok(what: &str, out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what} failed: {err}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn generate(model: &Path) -> String {
+    let m = model.to_str().expect("utf-8 path");
+    let out = run(
+        env!("CARGO_BIN_EXE_generate"),
+        &["--model", m, "--prompt", "Hello", "--temperature", "0", "--max-tokens", "8", "--threads", "2"],
+        None,
+    );
+    ok(&format!("generate on {m}"), &out)
+}
+
+#[test]
+fn generate_perplexity_and_bench_run_on_every_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = dir.path().join("text.txt");
+    std::fs::write(&text, "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs.")
+        .expect("write text");
+    for (name, model, _) in models() {
+        let m = model.to_str().expect("utf-8 path");
+        generate(&model);
+        let out = run(
+            env!("CARGO_BIN_EXE_perplexity"),
+            &["--model", m, "--file", text.to_str().expect("path"), "--window", "32", "--threads", "2"],
+            None,
+        );
+        let line = ok(&format!("perplexity on {name}"), &out);
+        let ppl: f64 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: no perplexity in {line:?}"));
+        assert!(ppl.is_finite() && ppl > 1.0, "{name}: perplexity {ppl}");
+        let out = run(
+            env!("CARGO_BIN_EXE_bench"),
+            &[
+                "--model",
+                m,
+                "--prompt-tokens",
+                "8",
+                "--decode-tokens",
+                "4",
+                "--batch",
+                "2",
+                "--repeats",
+                "1",
+                "--json-only",
+                "--threads",
+                "2",
+            ],
+            None,
+        );
+        let json = ok(&format!("bench on {name}"), &out);
+        assert!(json.contains("weights_mib") || json.contains("prefill"), "{name}: bench printed {json:?}");
+    }
+}
+
+#[test]
+fn chat_runs_with_the_model_template_and_convert_round_trips_the_gguf() {
+    for (name, model, template) in models() {
+        let m = model.to_str().expect("utf-8 path");
+        let out = run(
+            env!("CARGO_BIN_EXE_chat"),
+            &["--model", m, "--temperature", "0", "--max-tokens", "4", "--threads", "2"],
+            Some("hi\n"),
+        );
+        if template {
+            ok(&format!("chat on {name}"), &out);
+        } else {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success() && err.contains("no chat template"), "chat on {name}: {err}");
+        }
+    }
+    // The Qwen2 weights: safetensors, GGUF, and the GGUF converted back all say the same.
+    let r = repo().join("arch-qwen2/tests/fixtures/tiny-qwen2");
+    let gguf = r.join("model.gguf");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("converted");
+    let out = run(
+        env!("CARGO_BIN_EXE_convert"),
+        &["--gguf", gguf.to_str().expect("path"), "--out", out_dir.to_str().expect("path"), "--dtype", "f32"],
+        None,
+    );
+    ok("convert on the Qwen2 GGUF", &out);
+    assert!(out_dir.join("chat_template.jinja").is_file(), "the template was not carried over");
+    let want = generate(&r);
+    assert_eq!(generate(&gguf), want, "GGUF and safetensors generate different text");
+    assert_eq!(generate(&out_dir), want, "the converted directory generates different text");
+}
