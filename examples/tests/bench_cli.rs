@@ -42,8 +42,7 @@ fn one_json_line_per_batch_size_with_the_fields_scripts_read() {
     let batches: Vec<u64> = lines.iter().map(|j| j["batch"].as_u64().unwrap()).collect();
     assert_eq!(batches, [1, 2, 4], "{text}");
     for j in &lines {
-        for key in ["prefill_tok_s", "decode_tok_s", "peak_rss_mib", "rss_after_load_mib", "weights_mib", "kv_pool_mib"]
-        {
+        for key in ["prefill_tok_s", "decode_tok_s", "peak_rss_mib", "rss_after_load_mib", "weights_mib"] {
             assert!(j[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {j}");
         }
         assert!(j["load_s"].as_f64().is_some_and(|v| v >= 0.0), "{j}");
