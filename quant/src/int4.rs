@@ -19,7 +19,7 @@ fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), Quan
 }
 
 fn check_group(inp: usize, group: usize) -> Result<(), QuantError> {
-    if group == 0 || group % 2 != 0 || inp % group != 0 {
+    if group == 0 || !group.is_multiple_of(2) || !inp.is_multiple_of(group) {
         return Err(QuantError::BadGroup { group, inp });
     }
     Ok(())
@@ -28,7 +28,7 @@ fn check_group(inp: usize, group: usize) -> Result<(), QuantError> {
 /// Pack `q` (`[rows, cols]`, values in [-8, 7]) two a byte, row-major: column `2b` in the low
 /// nibble, `2b + 1` in the high nibble, 4-bit two's complement. Returns `[rows, cols / 2]` bytes.
 pub fn pack_int4(q: &[i8], rows: usize, cols: usize) -> Result<Vec<u8>, QuantError> {
-    if cols % 2 != 0 {
+    if !cols.is_multiple_of(2) {
         return Err(QuantError::OddColumns { cols });
     }
     check_len("q", checked_len("q", rows, cols)?, q.len())?;

@@ -100,6 +100,8 @@ macro_rules! step {
 }
 
 /// Rows `r0 .. r0 + MR` of `x` against panels `p0 .. p0 + NP`.
+// Panel index `p` addresses several arrays (weights, scales, panel pointers) at once.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
     let inp = j.inp;

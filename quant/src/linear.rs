@@ -33,14 +33,14 @@ impl Format {
     /// Bytes of one stored row of `inp` values (`None` when `inp` does not split into
     /// the format's blocks).
     pub fn row_bytes(self, inp: usize) -> Option<usize> {
-        let blocks = |size: usize| (inp % QK == 0).then_some(inp / QK * size);
+        let blocks = |size: usize| inp.is_multiple_of(QK).then_some(inp / QK * size);
         match self {
             Format::F32 => inp.checked_mul(4),
             Format::F16 | Format::BF16 => inp.checked_mul(2),
             Format::Q4_0 => blocks(18),
             Format::Q4_1 => blocks(20),
             Format::Q8_0 => blocks(34),
-            Format::Int4 { .. } => (inp % 2 == 0).then_some(inp / 2),
+            Format::Int4 { .. } => inp.is_multiple_of(2).then_some(inp / 2),
         }
     }
 }
@@ -135,7 +135,7 @@ impl Linear {
     /// kernel's block); other groups are held as their exact f32 values (same results).
     pub fn from_int4(q: &QLinear) -> Result<Linear, QuantError> {
         q.validate()?;
-        if q.group % QK != 0 {
+        if !q.group.is_multiple_of(QK) {
             let mut l = Linear::from_f32(&q.dequantize(), q.out, q.inp)?;
             l.format = Format::Int4 { group: q.group };
             return Ok(l);

@@ -167,7 +167,7 @@ pub(crate) fn pack_int4_sym(qweight: &[u8], scales: &[u16], group: usize, out: u
             for (j, c) in codes.iter_mut().enumerate() {
                 let k = b * QK + j;
                 let byte = qweight[(r * inp + k) / 2];
-                let q = if k % 2 == 0 { byte & 15 } else { byte >> 4 };
+                let q = if k.is_multiple_of(2) { byte & 15 } else { byte >> 4 };
                 *c = (q ^ 8) & 15; // 4-bit two's complement q -> q + 8
             }
             put_codes(dst, base + NR * 2, lane, &codes);
