@@ -256,8 +256,10 @@ impl Engine {
         }
     }
 
-    /// Stop accepting; drop every waiting sequence now and let running ones finish for
-    /// up to `grace`, then drop them too (each gets [`EngineError::ShuttingDown`]).
+    /// Stop accepting; let every accepted sequence (running or still waiting for blocks)
+    /// finish for up to `grace`, then drop what is left (each gets
+    /// [`EngineError::ShuttingDown`]). A client that was already answered 200 is served,
+    /// not cut, when the grace allows it.
     pub fn shutdown(&self, grace: Duration) {
         self.shared.accepting.store(false, Ordering::SeqCst);
         if let Ok(g) = self.tx.lock() {
@@ -322,8 +324,9 @@ fn run(mut sched: Scheduler, rx: mpsc::Receiver<Cmd>) {
         }
         let mut result = sched.reap_cancelled();
         if let Some(d) = deadline {
-            let past = Instant::now() >= d;
-            result = result.and_then(|_| sched.cancel_all(past, EngineError::ShuttingDown));
+            if Instant::now() >= d {
+                result = result.and_then(|_| sched.cancel_all(true, EngineError::ShuttingDown));
+            }
             if sched.idle() {
                 let _ = sched.publish();
                 break;

@@ -10,31 +10,8 @@ use tl_arch_llama as _;
 use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
 use tl_engine::{Engine, EngineError, EngineOptions, Event, FinishReason, Request, UnboundedReceiver, Usage};
 
-fn tiny() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-llama/tests/fixtures/tiny-llama")
-}
-
-/// SmolLM2, or None (loudly) when it is missing and TL_REQUIRE_MODEL is unset.
-fn smollm2() -> Option<PathBuf> {
-    let cache = match std::env::var_os("TL_CACHE") {
-        Some(c) => PathBuf::from(c),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tl"),
-    };
-    let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("TL_REQUIRE_MODEL").is_none(),
-        "TL_REQUIRE_MODEL is set but {} is missing: run scripts/fetch_model.sh",
-        path.display()
-    );
-    let _ = std::io::Write::write_all(
-        &mut std::io::stderr(),
-        format!("\nSKIPPED: {} is missing (scripts/fetch_model.sh)\n", path.display()).as_bytes(),
-    );
-    None
-}
+mod support;
+use support::{smollm2, tiny};
 
 fn engine(model: &Path, block_tokens: u32, n_blocks: u32, max_seqs: usize, max_queue: usize) -> Engine {
     let cfg = EngineConfig {
@@ -240,12 +217,15 @@ fn queue_bound_and_bad_requests_are_refused() {
 fn shutdown_finishes_running_then_refuses() {
     let e = engine(&tiny(), 4, 256, 8, 64);
     let mut running = e.submit(req(vec![65; 10], 1, 20, 1.0)).expect("submit");
-    // Once it has a token it is running, not waiting (waiting ones are dropped at once).
     assert!(matches!(running.blocking_recv(), Some(Event::Token { .. })));
+    // Accepted just before the signal: it may still be waiting, and is served all the same.
+    let queued = e.submit(req(vec![66; 10], 2, 12, 1.0)).expect("submit");
     e.shutdown(Duration::from_secs(30));
     assert_eq!(e.submit(req(vec![65; 10], 1, 5, 1.0)).expect_err("refused"), EngineError::ShuttingDown);
     let out = collect(running);
     assert_eq!(out.usage.completion_tokens, 20);
+    let queued = collect(queued); // panics on an error event: it must be served, not dropped
+    assert!(queued.usage.completion_tokens >= 1, "{:?}", queued.usage);
     e.join();
     assert!(e.stats().stopped);
 }

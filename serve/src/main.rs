@@ -64,25 +64,38 @@ struct Cli {
     weights: String,
 }
 
-async fn signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGTERM and SIGINT, registered when made: before the server says it is listening, so
+/// a signal that follows that line can never take the default action (instant death,
+/// streams cut) in the moment before the async handler would first be polled.
+struct Signals {
     #[cfg(unix)]
-    {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn register() -> Result<Signals, String> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let err = |e: std::io::Error| format!("signal handler: {e}");
+            Ok(Signals {
+                term: signal(SignalKind::terminate()).map_err(err)?,
+                int: signal(SignalKind::interrupt()).map_err(err)?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Signals {})
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+
+    async fn recv(mut self) {
+        #[cfg(unix)]
+        tokio::select! { _ = self.term.recv() => {}, _ = self.int.recv() => {} }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("shutting down");
     }
-    eprintln!("shutting down");
 }
 
 fn run(cli: Cli) -> Result<(), String> {
@@ -126,12 +139,13 @@ fn run(cli: Cli) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("bind {addr}: {e}"))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
         let info = state.engine.info();
+        let signals = Signals::register()?;
         println!(
             "listening on http://{local} (model {}, {} KV blocks of {} tokens, fingerprint {})",
             state.model_id, info.n_blocks, info.block_tokens, state.fingerprint
         );
         let sig = async move {
-            signal().await;
+            signals.recv().await;
             // A client holding a connection open must not keep us past the grace period.
             tokio::spawn(async move {
                 tokio::time::sleep(grace + Duration::from_secs(5)).await;

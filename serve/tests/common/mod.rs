@@ -12,29 +12,10 @@ use serde_json::Value;
 use tl_core::{EngineConfig, KvConfig};
 use tl_serve::{AppState, Options};
 
-pub fn tiny() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-llama/tests/fixtures/tiny-llama")
-}
-
-/// SmolLM2, or None (loudly) when it is missing and TL_REQUIRE_MODEL is unset.
-pub fn smollm2() -> Option<PathBuf> {
-    let cache = match std::env::var_os("TL_CACHE") {
-        Some(c) => PathBuf::from(c),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tl"),
-    };
-    let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("TL_REQUIRE_MODEL").is_none(),
-        "TL_REQUIRE_MODEL is set but {} is missing: run scripts/fetch_model.sh",
-        path.display()
-    );
-    let _ = std::io::stderr()
-        .write_all(format!("\nSKIPPED: {} is missing (scripts/fetch_model.sh)\n", path.display()).as_bytes());
-    None
-}
+#[path = "../../../engine/tests/support/mod.rs"]
+mod support;
+#[allow(unused_imports)] // not every test file uses both
+pub use support::{smollm2, tiny};
 
 pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize, max_queue: usize) -> Options {
     Options {
