@@ -482,6 +482,15 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Show the pool and every block table to an observer that asked (tests).
+    pub(crate) fn observe_pool(&self) {
+        let Some(o) = self.observer.as_ref().filter(|o| o.wants_pool()) else { return };
+        let Ok(g) = lock(&self.pool) else { return };
+        let tables: Vec<&[u32]> =
+            self.running.iter().chain(self.waiting.iter()).map(|s| s.blocks.as_slice()).collect();
+        o.pool(g.as_ref(), &tables);
+    }
+
     /// Publish the gauges.
     pub(crate) fn publish(&self) -> Result<(), EngineError> {
         let g = lock(&self.pool)?;
