@@ -12,7 +12,8 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tl_core::{
-    ForwardBatch, ForwardSeq, KvBackend, ModelRunner, PrefixCache, Sampler, SchedPolicy, SharedPool, Tokenizer,
+    ForwardBatch, ForwardSeq, KvBackend, ModelRunner, PrefixCache, SampleError, Sampler, SchedPolicy, SharedPool,
+    Tokenizer,
 };
 use tl_sampling::{Pcg32, SpecSampler};
 use tokio::sync::mpsc::UnboundedSender;
@@ -403,7 +404,8 @@ impl Scheduler {
                 Ok(Some(reason)) => finished.push((i, reason)),
                 Ok(None) => {}
                 Err(e) => {
-                    // Only a bad sampling parameter gets here; the server checks them first.
+                    // A bad sampling parameter (the server checks them first) or unusable
+                    // logits: this sequence ends with the error, its blocks released.
                     let _ = self.running[i].tx.send(Event::Error(e));
                     self.running[i].req.max_tokens = 0;
                     finished.push((i, FinishReason::Length));
@@ -429,7 +431,14 @@ impl Scheduler {
         let (id, logprob) = self
             .sampler
             .sample(row, &s.req.params, prompt, output, &mut s.rng)
-            .map_err(|e| EngineError::BadRequest { field: "sampling", reason: e.to_string() })?;
+            .map_err(|e| match e {
+                // Not the request's fault: the model's output is unusable (a corrupt
+                // checkpoint, say). Refuse to sample, and say so.
+                SampleError::BadLogit { .. } | SampleError::AllMasked | SampleError::EmptyLogits => {
+                    EngineError::Internal(format!("the model's logits are unusable, refusing to sample: {e}"))
+                }
+                e => EngineError::BadRequest { field: "sampling", reason: e.to_string() },
+            })?;
         if self.eos.contains(&id) {
             return Ok(Some(FinishReason::Stop));
         }
