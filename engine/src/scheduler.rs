@@ -428,10 +428,8 @@ impl Scheduler {
     fn sample(&mut self, i: usize, row: &[f32]) -> Result<Option<FinishReason>, EngineError> {
         let s = &mut self.running[i];
         let (prompt, output) = s.tokens.split_at(s.n_prompt);
-        let (id, logprob) = self
-            .sampler
-            .sample(row, &s.req.params, prompt, output, &mut s.rng)
-            .map_err(|e| match e {
+        let (id, logprob) =
+            self.sampler.sample(row, &s.req.params, prompt, output, &mut s.rng).map_err(|e| match e {
                 // Not the request's fault: the model's output is unusable (a corrupt
                 // checkpoint, say). Refuse to sample, and say so.
                 SampleError::BadLogit { .. } | SampleError::AllMasked | SampleError::EmptyLogits => {
@@ -495,8 +493,7 @@ impl Scheduler {
     pub(crate) fn observe_pool(&self) {
         let Some(o) = self.observer.as_ref().filter(|o| o.wants_pool()) else { return };
         let Ok(g) = lock(&self.pool) else { return };
-        let tables: Vec<&[u32]> =
-            self.running.iter().chain(self.waiting.iter()).map(|s| s.blocks.as_slice()).collect();
+        let tables: Vec<&[u32]> = self.running.iter().chain(self.waiting.iter()).map(|s| s.blocks.as_slice()).collect();
         o.pool(g.as_ref(), &tables);
     }
 

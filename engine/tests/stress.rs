@@ -107,15 +107,17 @@ impl Rng {
     }
 }
 
-/// What a sequence returned: (id, logprob bits) per token, text, finish, token counts.
-type Out = (Vec<(u32, u64, Vec<(u32, u64)>)>, String, FinishReason, usize, usize);
+/// One token: id, logprob bits, top (id, logprob bits).
+type Tok = (u32, u64, Vec<(u32, u64)>);
+/// What a sequence returned: its tokens, text, finish, token counts.
+type Out = (Vec<Tok>, String, FinishReason, usize, usize);
 
 /// Events so far, or the finished output.
 struct Live {
     rx: Option<UnboundedReceiver<Event>>,
     events: usize,
     cancel_after: Option<usize>,
-    toks: Vec<(u32, u64, Vec<(u32, u64)>)>,
+    toks: Vec<Tok>,
     text: String,
     out: Option<Out>,
 }
@@ -180,7 +182,14 @@ fn poll(l: &mut Live) -> bool {
 }
 
 fn alone(e: &Engine, r: &Request) -> Out {
-    let mut l = Live { rx: Some(e.submit(r.clone()).expect("submit")), events: 0, cancel_after: None, toks: vec![], text: String::new(), out: None };
+    let mut l = Live {
+        rx: Some(e.submit(r.clone()).expect("submit")),
+        events: 0,
+        cancel_after: None,
+        toks: vec![],
+        text: String::new(),
+        out: None,
+    };
     while !poll(&mut l) {
         std::thread::sleep(Duration::from_micros(200));
     }
@@ -241,7 +250,8 @@ fn random_load_and_cancellations_keep_the_pool_sound_and_answers_exact() {
 
     // Every completed request, alone on a fresh engine with a roomy pool: the same bits.
     let solo = engine(256, None);
-    let done: Vec<(usize, &Out)> = live.iter().enumerate().filter_map(|(i, l)| l.out.as_ref().map(|o| (i, o))).collect();
+    let done: Vec<(usize, &Out)> =
+        live.iter().enumerate().filter_map(|(i, l)| l.out.as_ref().map(|o| (i, o))).collect();
     assert!(done.len() >= reqs.len() / 2, "only {} of {} completed", done.len(), reqs.len());
     for &(i, out) in &done {
         assert_eq!(&alone(&solo, &reqs[i]), out, "request {i} differs from its run alone");

@@ -140,8 +140,11 @@ fn a_chat_template_that_fails_to_render() {
     std::fs::write(d.path().join("chat_template.jinja"), "{{ raise_exception('roles must alternate') }}")
         .expect("write");
     run(d.path(), &["--chat"], &["template", "roles must alternate"]);
-    std::fs::write(d.path().join("chat_template.jinja"), "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}")
-        .expect("write");
+    std::fs::write(
+        d.path().join("chat_template.jinja"),
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+    )
+    .expect("write");
     run(d.path(), &["--chat"], &["template", "fuel"]);
 }
 

@@ -38,8 +38,8 @@ pub(crate) async fn require_key(State(st): State<Arc<AppState>>, req: Request, n
         Some(_) => "Incorrect API key provided.",
         None => "You didn't provide an API key. Send it as an HTTP header: Authorization: Bearer YOUR_KEY.",
     };
-    let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", message)
-        .into_response();
+    let mut r =
+        ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", message).into_response();
     r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     st.metrics.requests.get_or_create(&crate::metrics::Status { endpoint: "auth".into(), code: 401 }).inc();
     r

@@ -16,8 +16,24 @@ use common::*;
 use serde_json::json;
 
 const FLAGS: &[&str] = &[
-    "--max-queue", "4", "--max-seqs", "4", "--kv-blocks", "64", "--block-tokens", "16", "--max-body", "65536",
-    "--header-timeout", "1", "--body-timeout", "1", "--write-stall", "1", "--request-timeout", "30",
+    "--max-queue",
+    "4",
+    "--max-seqs",
+    "4",
+    "--kv-blocks",
+    "64",
+    "--block-tokens",
+    "16",
+    "--max-body",
+    "65536",
+    "--header-timeout",
+    "1",
+    "--body-timeout",
+    "1",
+    "--write-stall",
+    "1",
+    "--request-timeout",
+    "30",
 ];
 
 /// Every `data:` payload until the stream or connection ends.
@@ -82,7 +98,8 @@ fn slow_senders_and_bad_bodies(addr: SocketAddr) {
         .collect();
     // Served meanwhile.
     let t0 = Instant::now();
-    let r = request(addr, "POST", "/v1/completions", json!({"prompt": "hi", "max_tokens": 2}).to_string().as_bytes(), &[]);
+    let r =
+        request(addr, "POST", "/v1/completions", json!({"prompt": "hi", "max_tokens": 2}).to_string().as_bytes(), &[]);
     assert!(r.status == 200 || r.status == 503);
     assert!(t0.elapsed() < Duration::from_secs(5));
     for mut c in slow {
@@ -94,7 +111,11 @@ fn slow_senders_and_bad_bodies(addr: SocketAddr) {
     }
     let bad: [(&[u8], u16, &str); 4] = [
         (b"{\"prompt\": \"\xff\xfe\", \"max_tokens\": 1}", 400, "invalid_json"),
-        (&b"{\"prompt\": \"".iter().chain(&[0xc3u8, 0x28]).chain(b"\"}").copied().collect::<Vec<u8>>(), 400, "invalid_json"),
+        (
+            &b"{\"prompt\": \"".iter().chain(&[0xc3u8, 0x28]).chain(b"\"}").copied().collect::<Vec<u8>>(),
+            400,
+            "invalid_json",
+        ),
         (&[b'['; 100_000], 413, "request_too_large"),
         (&b"{\"prompt\": ".iter().chain(&[b'['; 5000]).copied().collect::<Vec<u8>>(), 400, "invalid_json"),
     ];
@@ -177,6 +198,7 @@ fn the_server_survives_abuse_with_bounded_memory_and_no_kv_leak() {
         t0.elapsed().as_secs_f64()
     );
     assert!(rss1 < rss0 + 64 * 1024, "resident size grew from {rss0} KiB to {rss1} KiB");
-    let done = drain(connect(p.addr, "POST", "/v1/completions", br#"{"prompt":"x","max_tokens":2,"stream":true}"#, &[]));
+    let done =
+        drain(connect(p.addr, "POST", "/v1/completions", br#"{"prompt":"x","max_tokens":2,"stream":true}"#, &[]));
     assert!(String::from_utf8_lossy(&done).is_empty() || p.alive());
 }

@@ -16,7 +16,9 @@ fn request_rows_get_one_named_error_and_take_no_block() {
     let e = r.json();
     assert_eq!(e["error"]["param"], "prompt");
     assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains("320") && m.contains("vocab")), "{e}");
-    for (field, v) in [("temperature", json!(-0.5)), ("top_p", json!(1.5)), ("min_p", json!(f64::MAX)), ("top_k", json!(-2))] {
+    for (field, v) in
+        [("temperature", json!(-0.5)), ("top_p", json!(1.5)), ("min_p", json!(f64::MAX)), ("top_k", json!(-2))]
+    {
         let mut b = json!({"prompt": "hi", "max_tokens": 2});
         b[field] = v;
         let r = s.post("/v1/completions", &b);

@@ -35,11 +35,11 @@ fn an_api_key_is_required_on_every_v1_route() {
     ];
     let wrong: [&[(&str, &str)]; 6] = [
         &[],
-        &[("Authorization", "Bearer sk-test-012345678")],    // a prefix
-        &[("Authorization", "Bearer sk-test-01234567890")],  // one byte more
-        &[("Authorization", "Bearer sk-test-0123456780")],   // last byte differs
-        &[("Authorization", "Basic sk-test-0123456789")],    // another scheme
-        &[("Authorization", "sk-test-0123456789")],          // no scheme
+        &[("Authorization", "Bearer sk-test-012345678")],   // a prefix
+        &[("Authorization", "Bearer sk-test-01234567890")], // one byte more
+        &[("Authorization", "Bearer sk-test-0123456780")],  // last byte differs
+        &[("Authorization", "Basic sk-test-0123456789")],   // another scheme
+        &[("Authorization", "sk-test-0123456789")],         // no scheme
     ];
     for (method, path, body) in &routes {
         let bytes = if body.is_null() { Vec::new() } else { body.to_string().into_bytes() };

@@ -235,7 +235,8 @@ impl Proc {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().expect("spawn");
+        let mut child =
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().expect("spawn");
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
         let addr = line
