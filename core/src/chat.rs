@@ -6,6 +6,13 @@
 //! `add_generation_prompt` and the special tokens (`bos_token`, `eos_token`, ...). This
 //! module does the same with `minijinja`; Python string methods (`.strip()`,
 //! `.startswith()`, ...) come from minijinja-contrib's pycompat.
+//!
+//! A template comes with a model file and runs on every chat request, so it is
+//! sandboxed: minijinja has no loader here (no file or network access; `include` and
+//! `import` find only the template itself), every render has [`FUEL`] instructions (a
+//! loop that runs longer fails), runtime recursion stops at [`RECURSION_LIMIT`] levels,
+//! and the output stops at [`MAX_OUTPUT_BYTES`]. minijinja itself caps `range()` at
+//! 100 000 items and a repeated string (`"a" * n`) at 100 MB.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +24,38 @@ use thiserror::Error;
 
 use crate::config::ModelConfig;
 use crate::gguf::Gguf;
+
+/// Instructions one render may execute (minijinja's fuel). Real templates use a few
+/// hundred per message; a 1 MiB request of tiny messages stays well inside.
+pub const FUEL: u64 = 20_000_000;
+/// Runtime recursion levels (macro calls count several): deep enough for every real
+/// template, shallow enough for a 2 MiB async worker stack.
+pub const RECURSION_LIMIT: usize = 100;
+/// Largest rendered prompt in bytes.
+pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
+/// Largest `indent` of the `tojson` filter.
+const MAX_INDENT: usize = 64;
+
+/// An `io::Write` that refuses bytes past [`MAX_OUTPUT_BYTES`].
+struct Bounded {
+    out: Vec<u8>,
+    over: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.out.len() + buf.len() > MAX_OUTPUT_BYTES {
+            self.over = true;
+            return Err(std::io::Error::other("output limit"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// A template that could not be found, compiled or rendered.
 #[derive(Debug, Error)]
@@ -137,6 +176,8 @@ impl ChatTemplate {
     /// Compile `source` with the special tokens it may refer to (`bos_token`, ...).
     pub fn new(source: &str, tokens: Vec<(String, String)>) -> Result<ChatTemplate, ChatError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -146,6 +187,9 @@ impl ChatTemplate {
         env.add_filter("tojson", |v: JValue, kwargs: Kwargs| -> Result<String, Error> {
             let indent: Option<usize> = kwargs.get("indent")?;
             kwargs.assert_all_used()?;
+            if indent.is_some_and(|n| n > MAX_INDENT) {
+                return Err(Error::new(ErrorKind::InvalidOperation, format!("tojson: indent above {MAX_INDENT}")));
+            }
             let mut out = String::new();
             py_json(&v, indent, 0, &mut out)?;
             Ok(out)
@@ -255,6 +299,14 @@ impl ChatTemplate {
             ctx.push((k.clone(), JValue::from(v.as_str())));
         }
         let ctx: JValue = ctx.into_iter().collect();
-        tmpl.render(ctx).map_err(template_error)
+        let mut out = Bounded { out: Vec::new(), over: false };
+        match tmpl.render_captured_to(ctx, &mut out) {
+            Ok(_) => {}
+            Err(_) if out.over => {
+                return Err(ChatError::Template(format!("the rendered prompt exceeds {MAX_OUTPUT_BYTES} bytes")))
+            }
+            Err(e) => return Err(template_error(e)),
+        }
+        String::from_utf8(out.out).map_err(|e| ChatError::Template(format!("the output is not UTF-8: {e}")))
     }
 }

@@ -51,6 +51,14 @@ pub trait Observer: Send + Sync {
     fn first_token(&self, _ttft: Duration) {}
     /// The gap between two tokens of one sequence.
     fn inter_token(&self, _gap: Duration) {}
+    /// Whether [`Observer::pool`] wants calls (it costs a pool lock and a walk of the
+    /// running sequences per step, so only tests should say yes).
+    fn wants_pool(&self) -> bool {
+        false
+    }
+    /// After every step and every reap of cancelled sequences, with the pool locked: the
+    /// pool and the block table of every sequence holding blocks (for invariant checks).
+    fn pool(&self, _pool: &dyn tl_core::KvBackend, _tables: &[&[u32]]) {}
 }
 
 /// Engine settings beyond the runner's [`tl_core::EngineConfig`].
@@ -323,6 +331,7 @@ fn run(mut sched: Scheduler, rx: mpsc::Receiver<Cmd>) {
             }
         }
         let mut result = sched.reap_cancelled();
+        sched.observe_pool();
         if let Some(d) = deadline {
             if Instant::now() >= d {
                 result = result.and_then(|_| sched.cancel_all(true, EngineError::ShuttingDown));
@@ -338,6 +347,7 @@ fn run(mut sched: Scheduler, rx: mpsc::Receiver<Cmd>) {
             // continue, but the engine can serve the next requests.
             let _ = sched.cancel_all(true, e);
         }
+        sched.observe_pool();
         let _ = sched.publish();
     }
     sched.shared.stopped.store(true, Ordering::SeqCst);

@@ -12,7 +12,8 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tl_core::{
-    ForwardBatch, ForwardSeq, KvBackend, ModelRunner, PrefixCache, Sampler, SchedPolicy, SharedPool, Tokenizer,
+    ForwardBatch, ForwardSeq, KvBackend, ModelRunner, PrefixCache, SampleError, Sampler, SchedPolicy, SharedPool,
+    Tokenizer,
 };
 use tl_sampling::{Pcg32, SpecSampler};
 use tokio::sync::mpsc::UnboundedSender;
@@ -403,7 +404,8 @@ impl Scheduler {
                 Ok(Some(reason)) => finished.push((i, reason)),
                 Ok(None) => {}
                 Err(e) => {
-                    // Only a bad sampling parameter gets here; the server checks them first.
+                    // A bad sampling parameter (the server checks them first) or unusable
+                    // logits: this sequence ends with the error, its blocks released.
                     let _ = self.running[i].tx.send(Event::Error(e));
                     self.running[i].req.max_tokens = 0;
                     finished.push((i, FinishReason::Length));
@@ -426,10 +428,15 @@ impl Scheduler {
     fn sample(&mut self, i: usize, row: &[f32]) -> Result<Option<FinishReason>, EngineError> {
         let s = &mut self.running[i];
         let (prompt, output) = s.tokens.split_at(s.n_prompt);
-        let (id, logprob) = self
-            .sampler
-            .sample(row, &s.req.params, prompt, output, &mut s.rng)
-            .map_err(|e| EngineError::BadRequest { field: "sampling", reason: e.to_string() })?;
+        let (id, logprob) =
+            self.sampler.sample(row, &s.req.params, prompt, output, &mut s.rng).map_err(|e| match e {
+                // Not the request's fault: the model's output is unusable (a corrupt
+                // checkpoint, say). Refuse to sample, and say so.
+                SampleError::BadLogit { .. } | SampleError::AllMasked | SampleError::EmptyLogits => {
+                    EngineError::Internal(format!("the model's logits are unusable, refusing to sample: {e}"))
+                }
+                e => EngineError::BadRequest { field: "sampling", reason: e.to_string() },
+            })?;
         if self.eos.contains(&id) {
             return Ok(Some(FinishReason::Stop));
         }
@@ -480,6 +487,14 @@ impl Scheduler {
         let text = s.text.finish();
         let _ = s.tx.send(Event::Done { finish, text, usage, timings });
         Ok(())
+    }
+
+    /// Show the pool and every block table to an observer that asked (tests).
+    pub(crate) fn observe_pool(&self) {
+        let Some(o) = self.observer.as_ref().filter(|o| o.wants_pool()) else { return };
+        let Ok(g) = lock(&self.pool) else { return };
+        let tables: Vec<&[u32]> = self.running.iter().chain(self.waiting.iter()).map(|s| s.blocks.as_slice()).collect();
+        o.pool(g.as_ref(), &tables);
     }
 
     /// Publish the gauges.

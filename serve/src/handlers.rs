@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use tl_core::Message;
 use tl_engine::{Event, FinishReason, TokenInfo, UnboundedReceiver, Usage};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::api::{self, ApiError, Plan};
 use crate::metrics::Status;
@@ -39,7 +40,17 @@ async fn read(st: &AppState, headers: &HeaderMap, body: Body) -> Result<api::Bod
     if declared.is_some_and(|n: usize| n > st.max_body) {
         return Err(too_big());
     }
-    let bytes = axum::body::to_bytes(body, st.max_body).await.map_err(|_| too_big())?;
+    let bytes = match tokio::time::timeout(st.limits.body_timeout, axum::body::to_bytes(body, st.max_body)).await {
+        Ok(r) => r.map_err(|_| too_big())?,
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                "request_timeout",
+                format!("the request body did not arrive within {} s", st.limits.body_timeout.as_secs_f64()),
+            ))
+        }
+    };
     serde_json::from_slice(&bytes).map_err(|e| ApiError {
         code: Some("invalid_json"),
         param: None,
@@ -83,6 +94,7 @@ pub(crate) async fn chat(State(st): St, headers: HeaderMap, body: Body) -> Respo
 }
 
 async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let deadline = Instant::now() + st.limits.request_timeout;
     let b = read(st, headers, body).await?;
     check_model(st, &b)?;
     let msgs = b.messages.as_deref().unwrap_or_default();
@@ -97,7 +109,7 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Resu
     // The template writes any BOS itself.
     let prompt = st.tok.encode(&text).map_err(tok_err("messages"))?;
     let plan = b.plan(prompt.clone(), true, st.engine.info().max_context, default_max(st, true, prompt.len()))?;
-    generate(st, plan, true).await
+    generate(st, plan, true, deadline).await
 }
 
 /// POST /v1/completions.
@@ -107,6 +119,7 @@ pub(crate) async fn completions(State(st): St, headers: HeaderMap, body: Body) -
 }
 
 async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let deadline = Instant::now() + st.limits.request_timeout;
     let b = read(st, headers, body).await?;
     check_model(st, &b)?;
     let bad = || ApiError::bad("prompt", "prompt must be a string, a list of one string, or a list of token ids");
@@ -126,7 +139,7 @@ async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) 
         prompt.extend(st.engine_bos());
     }
     let plan = b.plan(prompt.clone(), false, st.engine.info().max_context, default_max(st, false, prompt.len()))?;
-    generate(st, plan, false).await
+    generate(st, plan, false, deadline).await
 }
 
 impl AppState {
@@ -245,7 +258,17 @@ impl Ctx {
     }
 }
 
-async fn generate(st: &Arc<AppState>, plan: Plan, chat: bool) -> Result<Response, ApiError> {
+/// The answer to a request past `--request-timeout`.
+fn timed_out(st: &AppState) -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "server_error",
+        "timeout",
+        format!("the request took longer than {} s", st.limits.request_timeout.as_secs_f64()),
+    )
+}
+
+async fn generate(st: &Arc<AppState>, plan: Plan, chat: bool, deadline: Instant) -> Result<Response, ApiError> {
     let n = plan.reqs.len();
     let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.logprobs);
     let rxs = st.engine.submit_all(plan.reqs)?;
@@ -255,13 +278,18 @@ async fn generate(st: &Arc<AppState>, plan: Plan, chat: bool) -> Result<Response
     let ctx = Ctx { st: Arc::clone(st), chat, id, created, logprobs };
     let merged = merge(rxs);
     if stream {
-        return Ok(sse(ctx, merged, n, include_usage));
+        return Ok(sse(ctx, merged, n, include_usage, deadline));
     }
     let mut merged = merged;
     let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
     let mut open = n;
     while open > 0 {
-        let Some((i, ev)) = merged.recv().await else {
+        // Past the deadline `merged` is dropped on return, which cancels the sequences.
+        if Instant::now() >= deadline {
+            return Err(timed_out(st));
+        }
+        let Ok(ev) = tokio::time::timeout_at(deadline, merged.recv()).await else { return Err(timed_out(st)) };
+        let Some((i, ev)) = ev else {
             return Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",
@@ -309,7 +337,13 @@ fn data(v: &Value) -> Bytes {
 /// The SSE answer: a writer task turns events into `data:` lines; the body streams them.
 /// A client that leaves drops the body, the writer's send fails, and the sequences are
 /// cancelled through `merge`.
-fn sse(ctx: Ctx, mut merged: mpsc::UnboundedReceiver<(usize, Event)>, n: usize, include_usage: bool) -> Response {
+fn sse(
+    ctx: Ctx,
+    mut merged: mpsc::UnboundedReceiver<(usize, Event)>,
+    n: usize,
+    include_usage: bool,
+    deadline: Instant,
+) -> Response {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     tokio::spawn(async move {
         let object = if ctx.chat { "chat.completion.chunk" } else { "text_completion" };
@@ -343,9 +377,22 @@ fn sse(ctx: Ctx, mut merged: mpsc::UnboundedReceiver<(usize, Event)>, n: usize, 
         }
         let mut open = n;
         while open > 0 {
-            let ev = tokio::select! {
-                ev = merged.recv() => ev,
-                _ = tx.closed() => return,
+            // Past the deadline no further token goes out (checked by hand as well: the
+            // timer wheel ticks each millisecond, so a passed deadline may not fire yet).
+            let ev = if Instant::now() >= deadline {
+                None
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = tokio::time::sleep_until(deadline) => None,
+                    _ = tx.closed() => return,
+                    ev = merged.recv() => Some(ev),
+                }
+            };
+            let Some(ev) = ev else {
+                let _ = tx.send(data(&timed_out(&ctx.st).body()));
+                let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
+                return;
             };
             let Some((i, ev)) = ev else { break };
             let c = &mut choices[i];

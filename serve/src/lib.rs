@@ -7,12 +7,15 @@
 // Link every plugin crate so their inventory registrations exist.
 use tl_arch_bigram as _;
 use tl_arch_llama as _;
+use tl_arch_qwen2 as _;
 use tl_kv as _;
 use tl_sampling as _;
 
 pub mod api;
+mod auth;
 mod handlers;
 pub mod metrics;
+mod server;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -43,6 +46,9 @@ pub enum ServeError {
     /// The engine failed to start.
     #[error(transparent)]
     Engine(#[from] tl_engine::EngineError),
+    /// A setting is unusable.
+    #[error("{0}")]
+    Config(String),
     /// Binding or serving failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -63,6 +69,42 @@ pub struct Options {
     pub max_body: usize,
     /// How long in-flight requests may run on after a shutdown signal.
     pub shutdown_grace: Duration,
+    /// When set, every `/v1` route needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Limits against slow, stuck or oversized clients.
+    pub limits: Limits,
+}
+
+/// Limits against slow, stuck or oversized clients; all on by default
+/// (docs/reliability.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request head (request line and headers) in bytes; more get 431. At least
+    /// 8192 (hyper's floor).
+    pub max_header_bytes: usize,
+    /// Time to send a request head, and most idle time between requests on a kept-alive
+    /// connection; then the connection is closed.
+    pub header_timeout: Duration,
+    /// Time to send the request body after its head; then 408.
+    pub body_timeout: Duration,
+    /// Time one request may take in all, generation included; then 504, or an error
+    /// event that ends the stream, and its sequences are cancelled.
+    pub request_timeout: Duration,
+    /// How long a write to a client may stay blocked (it stopped reading) before the
+    /// connection is closed and its sequences cancelled.
+    pub write_stall: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_header_bytes: 32 << 10,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(600),
+            write_stall: Duration::from_secs(30),
+        }
+    }
 }
 
 /// What every handler shares.
@@ -81,11 +123,16 @@ pub struct AppState {
     created: u64,
     grace: Duration,
     bos: Option<u32>,
+    api_key: Option<Vec<u8>>,
+    limits: Limits,
 }
 
 impl AppState {
     /// Load the model, start the engine.
     pub fn load(opts: &Options) -> Result<Arc<AppState>, ServeError> {
+        if opts.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+            return Err(ServeError::Config("the API key is empty".into()));
+        }
         let fail = |e: &dyn std::fmt::Display| ServeError::Model { path: opts.model.clone(), reason: e.to_string() };
         let runner = ModelRunner::load(&opts.model, &opts.engine).map_err(|e| fail(&e))?;
         let tok = Arc::new(Tokenizer::load(runner.config()).map_err(|e| fail(&e))?);
@@ -118,11 +165,14 @@ impl AppState {
             created,
             grace: opts.shutdown_grace,
             bos,
+            api_key: opts.api_key.as_ref().map(|k| k.as_bytes().to_vec()),
+            limits: opts.limits,
         }))
     }
 }
 
-/// Every route.
+/// Every route. With an API key, every `/v1` path (unknown ones included) answers 401
+/// without `Authorization: Bearer <key>`; `/health` and `/metrics` stay open.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(handlers::chat))
@@ -131,25 +181,20 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), auth::require_key))
         .with_state(state)
 }
 
 /// Serve on `listener` until `signal` resolves; then stop accepting, let in-flight
 /// requests finish for the grace period (the engine drops what is left), and return
-/// once every connection is closed and the engine thread has exited.
+/// once every connection is closed and the engine thread has exited. The [`Limits`]
+/// apply to every connection.
 pub async fn run(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let st = Arc::clone(&state);
-    let app = router(Arc::clone(&state));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            signal.await;
-            st.engine.shutdown(st.grace);
-        })
-        .await?;
+    server::serve(listener, Arc::clone(&state), signal).await?;
     let st = Arc::clone(&state);
     // join blocks until the engine thread exits; keep it off the async workers.
     let _ = tokio::task::spawn_blocking(move || st.engine.join()).await;

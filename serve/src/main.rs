@@ -1,7 +1,9 @@
 //! serve: an OpenAI-compatible server for a tl model.
 //!
 //! `serve --model PATH [--host 127.0.0.1] [--port 8080] [--threads N] [--kv-blocks N |
-//! --kv-memory MIB] [--max-batch-tokens N] [--max-seqs N] [--max-queue N]`
+//! --kv-memory MIB] [--max-batch-tokens N] [--max-seqs N] [--max-queue N] [--api-key KEY]`
+//! The API key may come from the environment variable `TL_API_KEY` instead (kept out of
+//! the process list).
 //! Prints `listening on http://HOST:PORT` once it accepts; SIGTERM or Ctrl-C stops it
 //! (in-flight requests get `--shutdown-grace` seconds) with exit status 0.
 
@@ -59,6 +61,25 @@ struct Cli {
     /// Seconds in-flight requests may run on after SIGTERM / Ctrl-C.
     #[arg(long, default_value_t = 10)]
     shutdown_grace: u64,
+    /// Require `Authorization: Bearer KEY` on every /v1 route (or set TL_API_KEY).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Largest request head (request line and headers) in bytes; more get 431.
+    #[arg(long, default_value_t = 32 << 10)]
+    max_header_bytes: usize,
+    /// Seconds a client may take to send a request head, or idle between requests.
+    #[arg(long, default_value_t = 30)]
+    header_timeout: u64,
+    /// Seconds a client may take to send a request body; then 408.
+    #[arg(long, default_value_t = 30)]
+    body_timeout: u64,
+    /// Seconds one request may take, generation included; then 504 or a stream error.
+    #[arg(long, default_value_t = 600)]
+    request_timeout: u64,
+    /// Seconds a write may stay blocked on a client that stopped reading; then the
+    /// connection is closed and its sequences cancelled.
+    #[arg(long, default_value_t = 30)]
+    write_stall: u64,
     /// How weights are held: native, f32, int4 or int4:G.
     #[arg(long, default_value = "native")]
     weights: String,
@@ -126,6 +147,14 @@ fn run(cli: Cli) -> Result<(), String> {
         max_queue: cli.max_queue,
         max_body: cli.max_body,
         shutdown_grace: Duration::from_secs(cli.shutdown_grace),
+        api_key: cli.api_key.or_else(|| std::env::var("TL_API_KEY").ok()),
+        limits: tl_serve::Limits {
+            max_header_bytes: cli.max_header_bytes,
+            header_timeout: Duration::from_secs(cli.header_timeout),
+            body_timeout: Duration::from_secs(cli.body_timeout),
+            request_timeout: Duration::from_secs(cli.request_timeout),
+            write_stall: Duration::from_secs(cli.write_stall),
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

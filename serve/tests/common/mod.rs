@@ -32,6 +32,8 @@ pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize
         max_queue,
         max_body: 64 << 10,
         shutdown_grace: Duration::from_secs(5),
+        api_key: None,
+        limits: tl_serve::Limits::default(),
     }
 }
 
@@ -197,4 +199,82 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], extra: &
         let _ = r.read_to_end(&mut body);
     }
     Resp { status, headers, body }
+}
+
+/// The `serve` binary on an ephemeral loopback port, killed on drop; `rss_kib` reads its
+/// resident size.
+pub struct Proc {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl Proc {
+    pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_serve"));
+        cmd.args(["--model", &tiny().to_string_lossy(), "--port", "0", "--threads", "1"]).args(args);
+        cmd.env_remove("TL_API_KEY");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child =
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().expect("spawn");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        Proc { child, addr }
+    }
+
+    pub fn post(&self, path: &str, body: &Value, extra: &[(&str, &str)]) -> Resp {
+        request(self.addr, "POST", path, body.to_string().as_bytes(), extra)
+    }
+
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = String::from_utf8(request(self.addr, "GET", "/metrics", b"", &[]).body).expect("utf8");
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
+    }
+
+    /// Wait until no KV block is in use and nothing runs or waits.
+    pub fn assert_pool_clean(&self) {
+        for _ in 0..200 {
+            if self.metric("tl_kv_blocks{state=\"in_use\"}") == 0.0
+                && self.metric("tl_running_sequences") == 0.0
+                && self.metric("tl_queue_depth") == 0.0
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("pool not clean");
+    }
+
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Still running (not exited).
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_none()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Write the fuzz seed corpora (fuzz/corpus/<target>/seed-*) from the real fixtures and
+the SmolLM2 GGUF's header. Reproducible; run from the repository root:
+    python3 fuzz/seeds.py [path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
+"""
+import json, os, struct, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIX = os.path.join(ROOT, "arch-llama/tests/fixtures")
+CORPUS = os.path.join(ROOT, "fuzz/corpus")
+SMOL = sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser("~/.cache/tl/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def put(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def read(p, n=None):
+    with open(p, "rb") as f:
+        return f.read(n) if n else f.read()
+
+
+# safetensors: the two small fixtures whole, and a minimal one-tensor file.
+put("safetensors", "tiny-llama-int4", read(f"{FIX}/tiny-llama-int4/model.safetensors"))
+hdr = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "__metadata__": {"format": "pt"}}).encode()
+put("safetensors", "one", struct.pack("<Q", len(hdr)) + hdr + struct.pack("<2f", 1.0, -2.0))
+hdr = json.dumps({"b": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}}).encode()
+put("safetensors", "bf16", struct.pack("<Q", len(hdr)) + hdr + bytes(8))
+
+# config.json: the fixtures' configs and small variants the refusals look at.
+cfg = json.loads(read(f"{FIX}/tiny-llama/config.json"))
+put("config", "tiny-llama", json.dumps(cfg))
+put("config", "tiny-llama-int4", read(f"{FIX}/tiny-llama-int4/config.json"))
+for k, v in [("rope_scaling", {"rope_type": "linear", "factor": 2.0}), ("num_key_value_heads", 3), ("vocab_size", 1 << 40),
+             ("tl_arch", "qwen2"), ("eos_token_id", [257, 1 << 33]), ("hidden_act", "gelu")]:
+    put("config", f"variant-{k}", json.dumps({**cfg, k: v}))
+
+# GGUF: the SmolLM2 header's first 256 KiB, and a tiny complete llama GGUF.
+if os.path.isfile(SMOL):
+    put("gguf", "smollm2-head", read(SMOL, 256 << 10))
+
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gval(v):
+    if isinstance(v, bool):
+        return struct.pack("<I?", 7, v)
+    if isinstance(v, int):
+        return struct.pack("<II", 4, v)
+    if isinstance(v, float):
+        return struct.pack("<If", 6, v)
+    if isinstance(v, str):
+        return struct.pack("<I", 8) + gstr(v)
+    if all(isinstance(x, str) for x in v):
+        return struct.pack("<IIQ", 9, 8, len(v)) + b"".join(gstr(x) for x in v)
+    return struct.pack("<IIQ", 9, 5, len(v)) + b"".join(struct.pack("<i", x) for x in v)
+
+
+def gguf(meta, tensors):
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta))
+    for k, v in meta:
+        out += gstr(k) + gval(v)
+    off, infos, data = 0, b"", b""
+    for name, dims, t, raw in tensors:  # dims in GGUF order (columns first)
+        infos += gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", t, off)
+        pad = (-len(raw)) % 32
+        data += raw + bytes(pad)
+        off += len(raw) + pad
+    out += infos
+    out += bytes((-len(out)) % 32)
+    return out + data
+
+
+toks = ["<unk>", "<s>", "</s>"] + [chr(ord("a") + i) for i in range(13)]
+meta = [("general.architecture", "llama"), ("llama.embedding_length", 32), ("llama.feed_forward_length", 64),
+        ("llama.block_count", 1), ("llama.attention.head_count", 2), ("llama.attention.head_count_kv", 1),
+        ("llama.context_length", 64), ("llama.attention.layer_norm_rms_epsilon", 1e-5),
+        ("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.tokens", toks), ("tokenizer.ggml.token_type", [1] * len(toks)),
+        ("tokenizer.ggml.merges", ["a b", "c d"]), ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.eos_token_id", 2),
+        ("tokenizer.chat_template", "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}")]
+q4_0 = (struct.pack("<e", 0.5) + bytes(range(16))) * 2  # two Q4_0 blocks of 32
+q8_0 = (struct.pack("<e", 0.25) + bytes(range(32)))
+tensors = [("token_embd.weight", [32, 16], 0, struct.pack("<512f", *[i / 512 for i in range(512)])),
+           ("output_norm.weight", [32], 1, struct.pack("<32e", *[1.0] * 32)),
+           ("blk.0.attn_q.weight", [64, 1], 2, q4_0), ("blk.0.attn_k.weight", [32, 1], 8, q8_0)]
+put("gguf", "tiny-llama", gguf(meta, tensors))
+put("gguf", "qwen2-arch", gguf([("general.architecture", "qwen2")] + meta[1:], tensors[:2]))
+
+# KV envelope: a valid one-block export (geometry 1 layer, 1 head, head_dim 2, B 2), with
+# the selector byte first (bit 0: fix the checksum up).
+def fnv(b):
+    h = 0xCBF29CE484222325
+    for x in b:
+        h = ((h ^ x) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+env = b"TLKVBLK\0" + struct.pack("<IiIIIIII", 1, 1, 1, 1, 2, 2, 1, 0)
+env += struct.pack("<IIQ", 2, 1, 0x1234) + struct.pack("<8H", *range(8))
+put("kv_import", "one-block", b"\x00" + env + struct.pack("<Q", fnv(env)))
+put("kv_import", "one-block-fixup", b"\x01" + env + bytes(8))
+
+# Chat templates: the real ones the tests render, with a message after a NUL.
+for name, src in json.loads(read(os.path.join(ROOT, "core/tests/data/chat_templates.json")))["templates"].items():
+    if isinstance(src, str):
+        put("chat_template", f"real-{name}", src + "\0hello <|im_end|> {{ x }}")
+put("chat_template", "loop", "{% for i in range(10) %}{% for j in range(10) %}{{ i }}{% endfor %}{% endfor %}\0x")
+put("chat_template", "tojson", "{{ messages | tojson(indent=2) }}{{ bos_token }}\0x")
+
+# Request bodies.
+for name, body in [
+    ("chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0.7,
+              "top_p": 0.9, "seed": 1, "stop": ["\n"], "n": 2, "logprobs": True, "top_logprobs": 3, "stream": True,
+              "stream_options": {"include_usage": True}}),
+    ("completion", {"prompt": [1, 2, 3], "max_tokens": 4, "logprobs": 2, "top_k": 5, "min_p": 0.1,
+                    "repetition_penalty": 1.1, "presence_penalty": 0.5, "frequency_penalty": -0.5}),
+    ("parts", {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}], "max_completion_tokens": 2}),
+]:
+    put("request", name, json.dumps(body))

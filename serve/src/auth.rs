@@ -1,0 +1,46 @@
+//! `--api-key`: every `/v1` route needs `Authorization: Bearer <key>`, compared in
+//! constant time; otherwise 401 with OpenAI's error body.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::api::ApiError;
+use crate::AppState;
+
+/// Whether `given` equals `key`, in time that depends only on `key`'s length (every byte
+/// of the key is compared whatever `given` holds, and the result is folded without an
+/// early exit).
+pub(crate) fn same_key(given: &[u8], key: &[u8]) -> bool {
+    let mut diff = (given.len() != key.len()) as u8;
+    for (i, &k) in key.iter().enumerate() {
+        let g = given.get(i).copied().unwrap_or(!k);
+        diff |= std::hint::black_box(g ^ k);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+pub(crate) async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let Some(key) = &st.api_key else { return next.run(req).await };
+    if !req.uri().path().starts_with("/v1") {
+        return next.run(req).await;
+    }
+    let given = req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+    let token = given.and_then(|v| {
+        let (scheme, rest) = v.split_at(v.iter().position(|&b| b == b' ').unwrap_or(v.len()));
+        scheme.eq_ignore_ascii_case(b"bearer").then(|| rest.trim_ascii())
+    });
+    let message = match token {
+        Some(t) if same_key(t, key) => return next.run(req).await,
+        Some(_) => "Incorrect API key provided.",
+        None => "You didn't provide an API key. Send it as an HTTP header: Authorization: Bearer YOUR_KEY.",
+    };
+    let mut r =
+        ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", message).into_response();
+    r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    st.metrics.requests.get_or_create(&crate::metrics::Status { endpoint: "auth".into(), code: 401 }).inc();
+    r
+}

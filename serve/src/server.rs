@@ -1,0 +1,141 @@
+//! The accept loop: hyper's HTTP/1 server with the limits axum's `serve` does not set
+//! (a header read timeout, a header size bound, a write-stall timeout), and graceful
+//! shutdown.
+//!
+//! Everything here guards against clients, not against load: a connection that sends
+//! its head too slowly, a head larger than the bound (431), or a peer that stops reading
+//! so that a write stays blocked, is closed; closing it drops the response body, which
+//! cancels the sequences behind it (their KV blocks go back to the pool).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{sleep, Sleep};
+
+use crate::{AppState, ServeError};
+
+/// A stream whose writes fail once they have been blocked for `stall` in a row (the peer
+/// stopped reading).
+struct StallGuard<T> {
+    inner: T,
+    stall: Duration,
+    blocked: Option<Pin<Box<Sleep>>>,
+}
+
+impl<T> StallGuard<T> {
+    fn pending(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let stall = self.stall;
+        let timer = self.blocked.get_or_insert_with(|| Box::pin(sleep(stall)));
+        if timer.as_mut().poll(cx).is_ready() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "the peer stopped reading"));
+        }
+        Ok(())
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for StallGuard<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for StallGuard<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Pending => match self.pending(cx) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+            ready => {
+                self.blocked = None;
+                ready
+            }
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Pending => match self.pending(cx) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+            ready => {
+                self.blocked = None;
+                ready
+            }
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
+            Poll::Pending => match self.pending(cx) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+            ready => {
+                self.blocked = None;
+                ready
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Serve `listener` until `signal` resolves (see [`crate::run`]).
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let app = crate::router(Arc::clone(&state));
+    let limits = state.limits;
+    let graceful = GracefulShutdown::new();
+    let mut signal = std::pin::pin!(signal);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors, say: back off instead of spinning.
+                Err(_) => {
+                    sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut signal => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let io = TokioIo::new(StallGuard { inner: stream, stall: limits.write_stall, blocked: None });
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .max_buf_size(limits.max_header_bytes.max(8192));
+        let conn = http.serve_connection(io, TowerToHyperService::new(app.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    state.engine.shutdown(state.grace);
+    graceful.shutdown().await;
+    Ok(())
+}
