@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,14 +18,7 @@ fn spawn(grace: u64) -> (Child, SocketAddr) {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let addr = listening_addr(&mut child);
     (child, addr)
 }
 

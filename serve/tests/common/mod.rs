@@ -75,26 +75,12 @@ impl Server {
 
     /// A metric's value from /metrics (first line starting with `name`).
     pub fn metric(&self, name: &str) -> f64 {
-        let text = String::from_utf8(self.get("/metrics").body).expect("utf8");
-        text.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
+        metric(self.addr, name)
     }
 
     /// Wait until no KV block is in use and nothing runs or waits.
     pub fn assert_pool_clean(&self) {
-        for _ in 0..100 {
-            if self.metric("tl_kv_blocks{state=\"in_use\"}") == 0.0
-                && self.metric("tl_running_sequences") == 0.0
-                && self.metric("tl_queue_depth") == 0.0
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("pool not clean: {}", String::from_utf8_lossy(&self.get("/metrics").body));
+        assert_pool_clean(self.addr, 100)
     }
 }
 
@@ -218,14 +204,7 @@ impl Proc {
         }
         let mut child =
             cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().expect("spawn");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let addr = listening_addr(&mut child);
         Proc { child, addr }
     }
 
@@ -234,26 +213,12 @@ impl Proc {
     }
 
     pub fn metric(&self, name: &str) -> f64 {
-        let text = String::from_utf8(request(self.addr, "GET", "/metrics", b"", &[]).body).expect("utf8");
-        text.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
+        metric(self.addr, name)
     }
 
     /// Wait until no KV block is in use and nothing runs or waits.
     pub fn assert_pool_clean(&self) {
-        for _ in 0..200 {
-            if self.metric("tl_kv_blocks{state=\"in_use\"}") == 0.0
-                && self.metric("tl_running_sequences") == 0.0
-                && self.metric("tl_queue_depth") == 0.0
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("pool not clean");
+        assert_pool_clean(self.addr, 200)
     }
 
     pub fn rss_kib(&self) -> u64 {
@@ -277,4 +242,39 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The address a spawned `serve` prints on its first stdout line.
+pub fn listening_addr(child: &mut std::process::Child) -> SocketAddr {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
+    line.split("http://")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
+
+/// A metric's value from /metrics (first line starting with `name`).
+pub fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let text = String::from_utf8(request(addr, "GET", "/metrics", b"", &[]).body).expect("utf8");
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
+}
+
+/// Wait (up to `tries` x 50 ms) until no KV block is in use and nothing runs or waits.
+pub fn assert_pool_clean(addr: SocketAddr, tries: usize) {
+    for _ in 0..tries {
+        if metric(addr, "tl_kv_blocks{state=\"in_use\"}") == 0.0
+            && metric(addr, "tl_running_sequences") == 0.0
+            && metric(addr, "tl_queue_depth") == 0.0
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("pool not clean");
 }
