@@ -220,7 +220,16 @@ impl ChatTemplate {
         });
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(|state, value, method, args| {
+            // pycompat's str.count loops forever on an empty needle (fuzz finding): do it here.
+            if method == "count" && value.kind() == ValueKind::String {
+                let (what,): (&str,) = minijinja::value::from_args(args)?;
+                let s = value.as_str().unwrap_or_default();
+                let n = if what.is_empty() { s.chars().count() + 1 } else { s.matches(what).count() };
+                return Ok(JValue::from(n));
+            }
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        });
         env.add_function("raise_exception", |msg: String| -> Result<JValue, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });

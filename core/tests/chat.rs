@@ -58,3 +58,13 @@ fn a_namespace_that_holds_itself_is_an_error_not_a_stack_overflow() {
     let t = ChatTemplate::new("{{ messages | tojson }}{{ [[1, [2]], {'a': [3]}] }}", vec![]).expect("compiles");
     assert!(t.render(&msgs, true).expect("renders").contains(r#""content": "hi""#));
 }
+
+/// Fuzz finding: minijinja-contrib's `str.count("")` never returns (its loop finds the
+/// empty needle at the same place forever). It counts as Python does now.
+#[test]
+fn str_count_with_an_empty_needle_returns() {
+    use tl_core::{ChatTemplate, Message};
+    let t = ChatTemplate::new("{{ 'abc'.count('') }} {{ 'aaaa'.count('aa') }} {{ 'héé'.count('é') }}", vec![])
+        .expect("compiles");
+    assert_eq!(t.render(&[Message::new("user", "x")], false).expect("renders"), "4 2 2");
+}
