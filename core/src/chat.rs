@@ -11,7 +11,9 @@
 //! sandboxed: minijinja has no loader here (no file or network access; `include` and
 //! `import` find only the template itself), every render has [`FUEL`] instructions (a
 //! loop that runs longer fails), runtime recursion stops at [`RECURSION_LIMIT`] levels,
-//! and the output stops at [`MAX_OUTPUT_BYTES`]. minijinja itself caps `range()` at
+//! and the output stops at [`MAX_OUTPUT_BYTES`]. A value printed or passed to `tojson`
+//! must be finite: at most 64 levels deep and 2^20 values (a namespace that holds itself
+//! would otherwise recurse until the stack overflows). minijinja itself caps `range()` at
 //! 100 000 items and a repeated string (`"a" * n`) at 100 MB.
 
 use std::path::{Path, PathBuf};
@@ -113,6 +115,38 @@ fn template_error(e: Error) -> ChatError {
     ChatError::Template(msg)
 }
 
+/// Deepest value the template may print or `tojson` (real chat values are a few levels).
+const MAX_DEPTH: usize = 64;
+/// Most values one print or `tojson` may visit.
+const MAX_NODES: usize = 1 << 20;
+
+/// Refuse a value too deep or too large to write: minijinja lets a template store a
+/// namespace in itself (`{% set ns.x = ns %}`), and writing such a cycle would recurse
+/// until the stack overflows. Visits at most [`MAX_NODES`] values.
+fn check_writable(v: &JValue, depth: usize, nodes: &mut usize) -> Result<(), Error> {
+    *nodes += 1;
+    if depth > MAX_DEPTH || *nodes > MAX_NODES {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("a value nested deeper than {MAX_DEPTH} levels or holding over {MAX_NODES} values (a namespace that holds itself?)"),
+        ));
+    }
+    match v.kind() {
+        ValueKind::Seq => {
+            for item in v.try_iter()? {
+                check_writable(&item, depth + 1, nodes)?;
+            }
+        }
+        ValueKind::Map => {
+            for k in v.try_iter()? {
+                check_writable(&v.get_item(&k)?, depth + 1, nodes)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Python's `json.dumps(v, ensure_ascii=False, indent=indent)`, which transformers'
 /// `tojson` filter is: `", "` and `": "` separators without indent, `","` with it.
 fn py_json(v: &JValue, indent: Option<usize>, depth: usize, out: &mut String) -> Result<(), Error> {
@@ -178,9 +212,24 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_fuel(Some(FUEL));
         env.set_recursion_limit(RECURSION_LIMIT);
+        env.set_formatter(|out, state, value| {
+            if matches!(value.kind(), ValueKind::Seq | ValueKind::Map) {
+                check_writable(value, 0, &mut 0)?;
+            }
+            minijinja::escape_formatter(out, state, value)
+        });
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(|state, value, method, args| {
+            // pycompat's str.count loops forever on an empty needle (fuzz finding): do it here.
+            if method == "count" && value.kind() == ValueKind::String {
+                let (what,): (&str,) = minijinja::value::from_args(args)?;
+                let s = value.as_str().unwrap_or_default();
+                let n = if what.is_empty() { s.chars().count() + 1 } else { s.matches(what).count() };
+                return Ok(JValue::from(n));
+            }
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        });
         env.add_function("raise_exception", |msg: String| -> Result<JValue, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
@@ -190,6 +239,7 @@ impl ChatTemplate {
             if indent.is_some_and(|n| n > MAX_INDENT) {
                 return Err(Error::new(ErrorKind::InvalidOperation, format!("tojson: indent above {MAX_INDENT}")));
             }
+            check_writable(&v, 0, &mut 0)?;
             let mut out = String::new();
             py_json(&v, indent, 0, &mut out)?;
             Ok(out)

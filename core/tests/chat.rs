@@ -41,3 +41,30 @@ fn chat_template_syntax_errors_are_errors() {
     let e = ChatTemplate::new("{% for m in messages %}{{ m.content }}", Vec::new()).err().unwrap();
     assert!(e.to_string().contains("chat template"), "{e}");
 }
+
+/// Fuzz finding: a namespace stored in itself, then printed or passed to `tojson`,
+/// recursed until the stack overflowed (the process aborted). Now an error naming it.
+#[test]
+fn a_namespace_that_holds_itself_is_an_error_not_a_stack_overflow() {
+    use tl_core::{ChatTemplate, Message};
+    let msgs = [Message::new("user", "hi")];
+    for body in ["{{ ns.n }}", "{{ ns | tojson }}", "{{ [ns, ns] }}", "{% set ns.m = ns %}{{ ns.n }}"] {
+        let src = format!("{{% set ns = namespace(n=0) %}}{{% set ns.n = ns %}}{body}");
+        let t = ChatTemplate::new(&src, vec![]).expect("compiles");
+        let e = t.render(&msgs, true).expect_err(&src).to_string();
+        assert!(e.contains("namespace that holds itself"), "{src}: {e}");
+    }
+    // Ordinary nesting still prints.
+    let t = ChatTemplate::new("{{ messages | tojson }}{{ [[1, [2]], {'a': [3]}] }}", vec![]).expect("compiles");
+    assert!(t.render(&msgs, true).expect("renders").contains(r#""content": "hi""#));
+}
+
+/// Fuzz finding: minijinja-contrib's `str.count("")` never returns (its loop finds the
+/// empty needle at the same place forever). It counts as Python does now.
+#[test]
+fn str_count_with_an_empty_needle_returns() {
+    use tl_core::{ChatTemplate, Message};
+    let t = ChatTemplate::new("{{ 'abc'.count('') }} {{ 'aaaa'.count('aa') }} {{ 'héé'.count('é') }}", vec![])
+        .expect("compiles");
+    assert_eq!(t.render(&[Message::new("user", "x")], false).expect("renders"), "4 2 2");
+}
