@@ -39,6 +39,21 @@ impl<T> StallGuard<T> {
         }
         Ok(())
     }
+
+    /// The stall rule applied to one write-side poll: a pending write starts (or keeps
+    /// counting) the timer, and fails once it has run out; a finished one resets it.
+    fn guard<R>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        match poll {
+            Poll::Pending => match self.pending(cx) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+            ready => {
+                self.blocked = None;
+                ready
+            }
+        }
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for StallGuard<T> {
@@ -49,29 +64,13 @@ impl<T: AsyncRead + Unpin> AsyncRead for StallGuard<T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for StallGuard<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => match self.pending(cx) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-            ready => {
-                self.blocked = None;
-                ready
-            }
-        }
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.guard(cx, poll)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => match self.pending(cx) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-            ready => {
-                self.blocked = None;
-                ready
-            }
-        }
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.guard(cx, poll)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -83,16 +82,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for StallGuard<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => match self.pending(cx) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-            ready => {
-                self.blocked = None;
-                ready
-            }
-        }
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.guard(cx, poll)
     }
 
     fn is_write_vectored(&self) -> bool {
