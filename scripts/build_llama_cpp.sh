@@ -8,9 +8,14 @@
 #   Everything is cached under ${TL_CACHE:-~/.cache/tl}/llama.cpp/; a second run with the
 #   binaries present does nothing but print the path.
 #   LLAMA_CPP_PYTHON_VERSION pins the sdist (default below); JOBS sets the build's -j.
+# - `--source`: only fetch and unpack the source; print its directory (its
+#   models/templates/ holds real chat templates: scripts/check_chat_templates.sh).
 #
-# All progress goes to stderr; stdout is only the bin directory.
+# All progress goes to stderr; stdout is only the bin (or source) directory.
 set -euo pipefail
+
+SOURCE_ONLY=0
+[ "${1:-}" = --source ] && SOURCE_ONLY=1
 
 log() { echo "build_llama_cpp: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -18,6 +23,10 @@ die() { log "error: $*"; exit 1; }
 has_bins() { [ -x "$1/llama-bench" ] && [ -x "$1/llama-quantize" ]; }
 
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
+    if [ "$SOURCE_ONLY" = 1 ]; then
+        (cd "$LLAMA_CPP_DIR" && pwd)
+        exit 0
+    fi
     for d in "$LLAMA_CPP_DIR/build/bin" "$LLAMA_CPP_DIR/bin" "$LLAMA_CPP_DIR"; do
         if has_bins "$d"; then
             (cd "$d" && pwd)
@@ -37,7 +46,7 @@ BUILD="$ROOT/build-$VERSION"
 BIN="$BUILD/bin"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
-if has_bins "$BIN"; then
+if [ "$SOURCE_ONLY" = 0 ] && has_bins "$BIN"; then
     echo "$BIN"
     exit 0
 fi
@@ -60,6 +69,10 @@ if [ ! -f "$SRC/CMakeLists.txt" ]; then
     rm -rf "$SRC_PARENT/llama_cpp_python-$VERSION"
     tar -xzf "$SDIST" -C "$SRC_PARENT"
     [ -f "$SRC/CMakeLists.txt" ] || die "no vendor/llama.cpp in $SDIST"
+fi
+if [ "$SOURCE_ONLY" = 1 ]; then
+    echo "$SRC"
+    exit 0
 fi
 
 # 2. Tools: cmake and a C++ compiler.

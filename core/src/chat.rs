@@ -12,10 +12,14 @@
 //! `import` find only the template itself), every render has [`FUEL`] instructions (a
 //! loop that runs longer fails), runtime recursion stops at [`RECURSION_LIMIT`] levels,
 //! and the output stops at [`MAX_OUTPUT_BYTES`]. A value printed or passed to `tojson`
-//! must be finite: at most 64 levels deep and 2^20 values (a namespace that holds itself
-//! would otherwise recurse until the stack overflows). minijinja itself caps `range()` at
+//! must be finite: at most 64 levels deep and 2^20 values. A template that could store a
+//! namespace inside a namespace is refused when it is loaded ([`cycles`]): such a cycle
+//! makes minijinja recurse until the stack overflows. minijinja itself caps `range()` at
 //! 100 000 items and a repeated string (`"a" * n`) at 100 MB.
 
+mod cycles;
+
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use minijinja::value::{Kwargs, ValueKind};
@@ -206,6 +210,41 @@ fn py_json(v: &JValue, indent: Option<usize>, depth: usize, out: &mut String) ->
     Ok(())
 }
 
+/// transformers' `{% generation %}...{% endgeneration %}` marks the assistant's tokens
+/// for training masks and renders its body unchanged; minijinja has no such tag, so it
+/// becomes `{% if true %}...{% endif %}`, keeping the tags' whitespace control.
+fn generation_tags(source: &str) -> Cow<'_, str> {
+    if !source.contains("generation") {
+        return Cow::Borrowed(source);
+    }
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(i) = rest.find("{%") {
+        out.push_str(&rest[..i]);
+        let tag = &rest[i..];
+        let inner = tag[2..].strip_prefix(['-', '+']).unwrap_or(&tag[2..]);
+        let word_at = tag.len() - inner.trim_start().len();
+        let after = |w: &str| tag[word_at..].strip_prefix(w).map(|t| t.trim_start());
+        let closes = |t: &str| t.strip_prefix(['-', '+']).unwrap_or(t).starts_with("%}");
+        let found = [("endgeneration", "endif"), ("generation", "if true")]
+            .into_iter()
+            .find(|(w, _)| after(w).is_some_and(closes));
+        match found {
+            Some((word, with)) => {
+                out.push_str(&tag[..word_at]);
+                out.push_str(with);
+                rest = &tag[word_at + word.len()..];
+            }
+            None => {
+                out.push_str("{%");
+                rest = &tag[2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
 impl ChatTemplate {
     /// Compile `source` with the special tokens it may refer to (`bos_token`, ...).
     pub fn new(source: &str, tokens: Vec<(String, String)>) -> Result<ChatTemplate, ChatError> {
@@ -233,6 +272,22 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<JValue, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
+        // transformers' `strftime_now(format)`: the local time now (Llama 3.2 and others
+        // print today's date). An unknown `%` code is an error, not chrono's panic.
+        env.add_function("strftime_now", |format: &str| -> Result<String, Error> {
+            let items: Vec<_> = chrono::format::StrftimeItems::new(format).collect();
+            if items.iter().any(|i| matches!(i, chrono::format::Item::Error)) {
+                return Err(Error::new(ErrorKind::InvalidOperation, format!("strftime_now: bad format {format:?}")));
+            }
+            Ok(chrono::Local::now().format_with_items(items.into_iter()).to_string())
+        });
+        // jinja2: `none is iterable` is false (minijinja says true); undefined iterates as empty.
+        env.add_test("iterable", |v: JValue| {
+            matches!(
+                v.kind(),
+                ValueKind::Undefined | ValueKind::String | ValueKind::Bytes | ValueKind::Seq | ValueKind::Map | ValueKind::Iterable
+            )
+        });
         env.add_filter("tojson", |v: JValue, kwargs: Kwargs| -> Result<String, Error> {
             let indent: Option<usize> = kwargs.get("indent")?;
             kwargs.assert_all_used()?;
@@ -244,7 +299,9 @@ impl ChatTemplate {
             py_json(&v, indent, 0, &mut out)?;
             Ok(out)
         });
+        let source = generation_tags(source);
         env.add_template_owned("chat", source.to_string()).map_err(template_error)?;
+        cycles::check(&source).map_err(ChatError::Template)?;
         Ok(ChatTemplate { env, tokens })
     }
 
