@@ -111,6 +111,14 @@ put("kv_import", "one-block-fixup", b"\x01" + env + bytes(8))
 for name, src in json.loads(read(os.path.join(ROOT, "core/tests/data/chat_templates.json")))["templates"].items():
     if isinstance(src, str):
         put("chat_template", f"real-{name}", src + "\0hello <|im_end|> {{ x }}")
+# And the real templates llama.cpp collects, when its source is here
+# (scripts/build_llama_cpp.sh --source prints where); not named seed-*, so git ignores
+# these copies of other projects' files.
+LLAMA_TEMPLATES = os.path.expanduser("~/.cache/tl/llama.cpp/src/llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates")
+for name in sorted(os.listdir(LLAMA_TEMPLATES)) if os.path.isdir(LLAMA_TEMPLATES) else []:
+    if name.endswith(".jinja"):
+        with open(os.path.join(CORPUS, "chat_template", "llamacpp-" + name[:-6]), "wb") as f:
+            f.write(read(os.path.join(LLAMA_TEMPLATES, name)) + b"\0hi")
 put("chat_template", "loop", "{% for i in range(10) %}{% for j in range(10) %}{{ i }}{% endfor %}{% endfor %}\0x")
 put("chat_template", "tojson", "{{ messages | tojson(indent=2) }}{{ bos_token }}\0x")
 
