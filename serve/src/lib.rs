@@ -93,6 +93,10 @@ pub struct Limits {
     /// How long a write to a client may stay blocked (it stopped reading) before the
     /// connection is closed and its sequences cancelled.
     pub write_stall: Duration,
+    /// Connections open at once; past it the server stops accepting (new ones wait in
+    /// the kernel's backlog) until one closes, so a flood of idle connections cannot
+    /// exhaust file descriptors or memory.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -103,6 +107,7 @@ impl Default for Limits {
             body_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(600),
             write_stall: Duration::from_secs(30),
+            max_connections: 512,
         }
     }
 }

@@ -80,6 +80,9 @@ struct Cli {
     /// connection is closed and its sequences cancelled.
     #[arg(long, default_value_t = 30)]
     write_stall: u64,
+    /// Connections open at once; more wait in the backlog until one closes.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
     /// How weights are held: native, f32, int4 or int4:G.
     #[arg(long, default_value = "native")]
     weights: String,
@@ -154,6 +157,7 @@ fn run(cli: Cli) -> Result<(), String> {
             body_timeout: Duration::from_secs(cli.body_timeout),
             request_timeout: Duration::from_secs(cli.request_timeout),
             write_stall: Duration::from_secs(cli.write_stall),
+            max_connections: cli.max_connections as usize,
         },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

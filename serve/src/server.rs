@@ -5,7 +5,8 @@
 //! Everything here guards against clients, not against load: a connection that sends
 //! its head too slowly, a head larger than the bound (431), or a peer that stops reading
 //! so that a write stays blocked, is closed; closing it drops the response body, which
-//! cancels the sequences behind it (their KV blocks go back to the pool).
+//! cancels the sequences behind it (their KV blocks go back to the pool). At most
+//! `max_connections` are open at once: the loop takes a permit before it accepts.
 
 use std::future::Future;
 use std::io;
@@ -101,7 +102,15 @@ pub(crate) async fn serve(
     let limits = state.limits;
     let graceful = GracefulShutdown::new();
     let mut signal = std::pin::pin!(signal);
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&open).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break, // never closed
+            },
+            _ = &mut signal => break,
+        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -123,6 +132,7 @@ pub(crate) async fn serve(
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;
+            drop(permit);
         });
     }
     drop(listener);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -90,6 +90,80 @@ fn an_empty_key_is_refused_at_startup_in_one_line() {
     assert!(err.contains("API key is empty"), "{err}");
 }
 
+/// A kept-alive connection that has been served once (so the server has accepted it).
+fn served_keep_alive(addr: std::net::SocketAddr) -> BufReader<TcpStream> {
+    let mut c = TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+    let mut r = BufReader::new(c);
+    let (status, headers) = read_head(&mut r);
+    assert_eq!(status, 200);
+    let len: usize = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-length")).expect("length").1.parse().expect("n");
+    r.read_exact(&mut vec![0; len]).expect("body");
+    r
+}
+
+#[test]
+fn connections_past_the_cap_wait_until_one_closes() {
+    let mut o = options(tiny(), 64, 16, 4, 16);
+    o.limits.max_connections = 2;
+    let s = Server::start(o);
+    let a = served_keep_alive(s.addr);
+    let _b = served_keep_alive(s.addr);
+    // A third connection completes its handshake in the backlog, but nothing serves it...
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
+    c.set_read_timeout(Some(Duration::from_millis(700))).expect("timeout");
+    let mut buf = [0u8; 64];
+    match c.read(&mut buf) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+        other => panic!("a third connection was served past the cap of 2: {other:?}"),
+    }
+    // ...until one of the two closes.
+    drop(a);
+    let got = closed_within(c, Duration::from_secs(10));
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got));
+}
+
+#[test]
+fn a_client_that_stops_reading_is_cut_off_after_the_write_stall() {
+    let s = Server::start(short_limits());
+    // Pipelined requests whose responses add up to far more than the socket buffers on
+    // both sides (a few MiB on loopback): the server's writes block once they are full.
+    let one = s.get("/metrics").body.len() + 200;
+    let n = (64 << 20) / one + 1;
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    let writer = {
+        let mut w = c.try_clone().expect("clone");
+        std::thread::spawn(move || {
+            let req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(256);
+            for _ in 0..n.div_ceil(256) {
+                if w.write_all(&req).is_err() {
+                    break; // the server closed the connection
+                }
+            }
+        })
+    };
+    // Read nothing for well past the stall: the server must give up on this connection.
+    std::thread::sleep(Duration::from_secs(4));
+    c.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let closed = loop {
+        match c.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    let _ = writer.join();
+    assert!(closed, "the connection stayed open");
+    // Without the guard, every response arrives once the client reads again.
+    assert!(got < n * (one - 200), "all {n} responses arrived ({got} bytes): nothing was cut off");
+    assert_eq!(s.get("/health").status, 200);
+}
+
 #[test]
 fn limits_are_on_by_default() {
     let d = tl_serve::Limits::default();
@@ -97,6 +171,7 @@ fn limits_are_on_by_default() {
     for t in [d.header_timeout, d.body_timeout, d.request_timeout, d.write_stall] {
         assert!(t > Duration::ZERO && t <= Duration::from_secs(600), "{d:?}");
     }
+    assert!(d.max_connections > 0 && d.max_connections <= 4096, "{d:?}");
 }
 
 fn short_limits() -> tl_serve::Options {
@@ -107,6 +182,7 @@ fn short_limits() -> tl_serve::Options {
         body_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(2),
         write_stall: Duration::from_secs(1),
+        max_connections: 64,
     };
     o
 }
