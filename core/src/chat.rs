@@ -285,7 +285,12 @@ impl ChatTemplate {
         env.add_test("iterable", |v: JValue| {
             matches!(
                 v.kind(),
-                ValueKind::Undefined | ValueKind::String | ValueKind::Bytes | ValueKind::Seq | ValueKind::Map | ValueKind::Iterable
+                ValueKind::Undefined
+                    | ValueKind::String
+                    | ValueKind::Bytes
+                    | ValueKind::Seq
+                    | ValueKind::Map
+                    | ValueKind::Iterable
             )
         });
         env.add_filter("tojson", |v: JValue, kwargs: Kwargs| -> Result<String, Error> {

@@ -1,11 +1,12 @@
-//! config.json parsing with its refusals (core fields, then the llama architecture's own
-//! typed config).
+//! config.json parsing: see `checks::config` (fuzz/checks.rs), shared with the stable regression test.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use tl_arch_llama as _;
+use tl_arch_qwen2 as _;
+
+#[path = "../checks.rs"]
+mod checks;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = tl_core::ModelConfig::from_json(text);
-    }
+    checks::config(data);
 });

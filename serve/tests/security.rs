@@ -98,7 +98,8 @@ fn served_keep_alive(addr: std::net::SocketAddr) -> BufReader<TcpStream> {
     let mut r = BufReader::new(c);
     let (status, headers) = read_head(&mut r);
     assert_eq!(status, 200);
-    let len: usize = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-length")).expect("length").1.parse().expect("n");
+    let len: usize =
+        headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-length")).expect("length").1.parse().expect("n");
     r.read_exact(&mut vec![0; len]).expect("body");
     r
 }

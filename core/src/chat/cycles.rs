@@ -148,15 +148,17 @@ impl<'a> Flow<'a> {
                 }
                 _ => Kind::Plain, // comparisons, `in`, `~` and arithmetic on numbers
             },
-            Expr::IfExpr(i) => {
-                self.kind(&i.true_expr).max(i.false_expr.as_ref().map_or(Kind::Plain, |f| self.kind(f)))
-            }
+            Expr::IfExpr(i) => self.kind(&i.true_expr).max(i.false_expr.as_ref().map_or(Kind::Plain, |f| self.kind(f))),
             // A filter of plain data gives plain data; of a namespace, its keys, its plain
             // attributes, a string, or (`default`) the namespace itself.
             Expr::Filter(f) => {
                 let input = f.expr.as_ref().map_or(Kind::Plain, |x| self.kind(x));
                 let args = call_args(&f.args).fold(Kind::Plain, |k, x| k.max(self.kind(x)));
-                if args == Kind::Plain { input } else { Kind::Deep }
+                if args == Kind::Plain {
+                    input
+                } else {
+                    Kind::Deep
+                }
             }
             Expr::Slice(s) => inside(self.kind(&s.expr)),
             // The loop's counters and flags are numbers and booleans.
@@ -189,7 +191,8 @@ impl<'a> Flow<'a> {
         call_args(&c.args).for_each(|x| self.expr(x));
         if self.is_namespace_call(c) {
             if call_args(&c.args).any(|x| self.kind(x) != Kind::Plain) {
-                self.refusals.push((c.span().start_line, "`namespace(...)` is given a value that may hold a namespace"));
+                self.refusals
+                    .push((c.span().start_line, "`namespace(...)` is given a value that may hold a namespace"));
             }
             return;
         }

@@ -1,0 +1,98 @@
+//! Each fuzz target's property, written once: the targets in fuzz_targets/ call these on
+//! the fuzzer's input, and serve/tests/fuzz_regressions.rs calls them on the stable
+//! toolchain over the seeds and every input a fuzzer ever crashed on (both include this
+//! file by `#[path]`). Errors are fine; a panic, a hang, an allocation the input does not
+//! justify, or a failed assertion here is a finding.
+#![allow(dead_code)] // each target uses one function
+
+use std::path::Path;
+
+use tl_core::{ChatTemplate, Gguf, Message, SafeTensors, WeightStore};
+use tl_kv::{fnv1a64, KvGeometry, KvPool, TRAILER_BYTES};
+use tl_serve::api::{content_text, Body};
+
+/// The safetensors reader: open, then every listed tensor at its own shape (widened to
+/// f32, as stored bytes, raw) and at a wrong one.
+pub fn safetensors(path: &Path) {
+    let Ok(st) = SafeTensors::open(path) else { return };
+    for name in st.names() {
+        let Some(info) = st.info(&name) else { continue };
+        let _ = st.f32(&name, &info.shape);
+        let _ = st.stored(&name, &info.shape);
+        let _ = st.raw(&name, info.dtype.clone(), &info.shape);
+        let _ = st.f32(&name, &[1, 2, 3]);
+    }
+    let _ = st.metadata("format");
+}
+
+/// config.json parsing with its refusals (core fields, then the registered
+/// architecture's own typed config).
+pub fn config(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = tl_core::ModelConfig::from_json(text);
+    }
+}
+
+/// The GGUF reader and store: the container plus the registered architecture's
+/// translation (names, config), the tokenizer and chat template from the metadata, and
+/// every tensor's block data.
+pub fn gguf(path: &Path) {
+    let _ = tl_core::load::open_gguf(path);
+    let Ok(g) = Gguf::open(path) else { return };
+    let _ = tl_core::tokenizer::gguf_tokenizer_json(&g);
+    let _ = ChatTemplate::from_gguf(&g);
+    for name in g.names() {
+        let Some(info) = g.info(&name) else { continue };
+        let _ = g.f32(&name, &info.shape);
+        let _ = g.stored(&name, &info.shape);
+    }
+}
+
+/// The KV export envelope into a 4-block pool. The first byte picks whether the trailer
+/// checksum is fixed up (so mutations get past it), the geometry and prefix caching.
+/// After an error no block is taken; after a success exactly the returned ones are.
+pub fn kv_import(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else { return };
+    let mut buf = rest.to_vec();
+    if sel & 1 == 1 && buf.len() >= TRAILER_BYTES {
+        let n = buf.len() - TRAILER_BYTES;
+        let sum = fnv1a64(&buf[..n]);
+        buf[n..].copy_from_slice(&sum.to_le_bytes());
+    }
+    let geometry = KvGeometry { n_layers: 1 + (sel >> 1 & 1) as u32, n_kv_heads: 1, head_dim: 2, block_tokens: 2 };
+    let mut pool = KvPool::with_prefix_cache(geometry, 4, sel & 8 == 0).expect("pool");
+    match pool.import(&buf) {
+        Ok(ids) => assert_eq!(pool.n_in_use(), ids.len()),
+        Err(_) => assert_eq!(pool.n_free(), 4, "a failed import took a block"),
+    }
+    pool.check_invariants().expect("invariants");
+}
+
+/// A hostile chat template: the input is `template \0 content`; compile the template and
+/// render a conversation holding the content. The output stays within the bound.
+pub fn chat_template(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let (source, content) = text.split_once('\0').unwrap_or((&text, "hello"));
+    let tokens = vec![("bos_token".to_string(), "<s>".to_string()), ("eos_token".to_string(), "</s>".to_string())];
+    let Ok(t) = ChatTemplate::new(source, tokens) else { return };
+    let msgs = [Message::new("system", "be brief"), Message::new("user", content), Message::new("assistant", content)];
+    if let Ok(out) = t.render(&msgs, true) {
+        assert!(out.len() <= tl_core::chat::MAX_OUTPUT_BYTES, "output past the bound");
+    }
+}
+
+/// The server's request body: JSON into the request type, every field's checks (`plan`)
+/// for chat and completions, and message content. An accepted plan has 1..=16 choices
+/// and fits the context.
+pub fn request(data: &[u8]) {
+    let Ok(b) = serde_json::from_slice::<Body>(data) else { return };
+    for chat in [true, false] {
+        if let Ok(plan) = b.plan(vec![1, 2, 3], chat, Some(2048), 16) {
+            assert!(!plan.reqs.is_empty() && plan.reqs.len() <= 16);
+            assert!(plan.reqs.iter().all(|r| r.max_tokens >= 1 && r.max_tokens + 3 <= 2048));
+        }
+    }
+    for m in b.messages.iter().flatten() {
+        let _ = content_text(&m.content);
+    }
+}
