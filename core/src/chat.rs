@@ -272,7 +272,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<JValue, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
-        // transformers' `strftime_now(format)`: the local time now (Llama 3.2 and others
+        // transformers' `strftime_now(format)`: the local time now (some models' templates
         // print today's date). An unknown `%` code is an error, not chrono's panic.
         env.add_function("strftime_now", |format: &str| -> Result<String, Error> {
             let items: Vec<_> = chrono::format::StrftimeItems::new(format).collect();
