@@ -82,4 +82,14 @@ inventory::submit!(ArchRegistration { name: "qwen2", make: || Box::new(Qwen2Arch
 // A Hugging Face config.json without `tl_arch` selects this crate by its `model_type`.
 inventory::submit!(ModelTypeRegistration { model_type: "qwen2", arch: "qwen2" });
 inventory::submit!(GgufRegistration { architecture: "qwen2", make: || Box::new(Qwen2Gguf) });
-inventory::submit!(GgufPreTokenizer { name: "qwen2", pre_tokenizer: qwen2_pre_tokenizer });
+/// Qwen2's tokenizer.json composes its input first (NFC): a decomposed "é" (e + U+0301)
+/// tokenizes as the precomposed one.
+fn qwen2_normalizer() -> Value {
+    json!({"type": "NFC"})
+}
+
+inventory::submit!(GgufPreTokenizer {
+    name: "qwen2",
+    pre_tokenizer: qwen2_pre_tokenizer,
+    normalizer: Some(qwen2_normalizer)
+});

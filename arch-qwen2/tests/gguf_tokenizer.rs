@@ -61,3 +61,17 @@ fn the_qwen2_pre_tokenizer_isolates_digits_and_keeps_words_whole() {
     assert_eq!((ids[0], *ids.last().unwrap()), (1, 2));
     assert_eq!(tok.decode(&tok.encode("héllo wörld 2024").unwrap()).unwrap(), "héllo wörld 2024");
 }
+
+/// Qwen2's tokenizer.json normalizes with NFC, which GGUF metadata does not say: the
+/// registered normalizer restores it. "e" + U+0301 (combining acute) composes to U+00E9
+/// (Unicode's canonical composition), so both spellings give the bytes of "é".
+#[test]
+fn the_qwen2_vocabulary_composes_its_input_as_hugging_face_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tok = tokenizer(dir.path());
+    let bytes = |s: &str| s.bytes().map(byte_id).collect::<Vec<_>>();
+    assert_eq!(tok.encode("cafe\u{301}").unwrap(), bytes("caf\u{e9}"));
+    assert_eq!(tok.encode("caf\u{e9}").unwrap(), bytes("caf\u{e9}"));
+    // Compatibility forms are not NFC's business: the ligature "ﬁ" stays itself.
+    assert_eq!(tok.encode("\u{fb01}").unwrap(), bytes("\u{fb01}"));
+}

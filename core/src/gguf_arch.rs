@@ -31,12 +31,15 @@ inventory::collect!(GgufRegistration);
 
 /// A pre-tokenizer for a GGUF file's `tokenizer.ggml.pre` value beyond the ones core
 /// knows, registered by the crate whose models use it:
-/// `inventory::submit!(GgufPreTokenizer { name, pre_tokenizer })`.
+/// `inventory::submit!(GgufPreTokenizer { name, pre_tokenizer, normalizer })`.
 pub struct GgufPreTokenizer {
     /// The `tokenizer.ggml.pre` value.
     pub name: &'static str,
     /// The pre-tokenizer, in tokenizer.json form.
     pub pre_tokenizer: fn() -> Value,
+    /// The normalizer the family's own tokenizer.json has (GGUF metadata does not carry
+    /// it), in tokenizer.json form; `None` for none.
+    pub normalizer: Option<fn() -> Value>,
 }
 
 inventory::collect!(GgufPreTokenizer);

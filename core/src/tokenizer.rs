@@ -305,8 +305,9 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
         None => return Err(bad("tokenizer.ggml.model", "missing".into())),
     }
     let pre_name = g.string("tokenizer.ggml.pre").map_err(err)?.unwrap_or("default");
-    let registered = crate::registry::gguf_pre_tokenizer(pre_name).ok().map(|r| (r.pre_tokenizer)());
-    let pre = pre_tokenizer(pre_name).or(registered).ok_or_else(|| {
+    let registered = crate::registry::gguf_pre_tokenizer(pre_name).ok();
+    let normalizer = registered.and_then(|r| r.normalizer).map_or(Value::Null, |f| f());
+    let pre = pre_tokenizer(pre_name).or(registered.map(|r| (r.pre_tokenizer)())).ok_or_else(|| {
         bad(
             "tokenizer.ggml.pre",
             format!("{pre_name:?} is not supported (known: smollm, starcoder, refact, command-r, codeshell, exaone, minerva-7b, default, gpt2, mpt, olmo, jais, and those registered: {:?})", crate::registry::gguf_pre_tokenizer_names().unwrap_or_default()),
@@ -373,7 +374,7 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
         "truncation": null,
         "padding": null,
         "added_tokens": added,
-        "normalizer": null,
+        "normalizer": normalizer,
         "pre_tokenizer": pre,
         "post_processor": post,
         "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
