@@ -26,9 +26,9 @@
 
 use std::cell::RefCell;
 
+use rayon::prelude::*;
 use tl_core::{ForwardBatch, KvSlabs, ModelError};
 use tl_quant::f32_to_f16;
-use tl_quant::team;
 
 use crate::forward::Plan;
 use crate::lanes::{exp, ld_h_part, simd_entry, st_part, Lanes, Path, W};
@@ -280,26 +280,20 @@ pub(crate) fn attention(
         return Err(ModelError::Other("attention: q or out has the wrong size".into()));
     }
     // One task per (token, KV head): out rows `(t, g*group .. (g+1)*group, D)`.
-    let failed = std::sync::Mutex::new(None);
-    team::parallel_chunks(out, group * d, |i, o| {
+    out.par_chunks_mut(group * d).enumerate().try_for_each(|(i, o)| {
         let (t, g) = (i / kv_heads, i % kv_heads);
         let (ks, vs) = &slabs[plan.seq_of[t]];
         let kv = KvView { k: ks, v: vs, base: g * b * d, b };
         let q0 = t * q_stride + g * group * d;
         let qh = &q[q0..q0 + group * d];
         let n = plan.pos[t] + 1;
-        let r = SCRATCH.with(|s| match s.try_borrow_mut() {
-            Ok(mut s) => attend_group(path, qh, &kv, n, d, &mut s, o),
-            Err(_) => attend_group(path, qh, &kv, n, d, &mut Vec::new(), o),
-        });
-        if let Err(e) = r {
-            failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-        }
-    });
-    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(ModelError::Other(e)),
-        None => Ok(()),
-    }
+        SCRATCH
+            .with(|s| match s.try_borrow_mut() {
+                Ok(mut s) => attend_group(path, qh, &kv, n, d, &mut s, o),
+                Err(_) => attend_group(path, qh, &kv, n, d, &mut Vec::new(), o),
+            })
+            .map_err(ModelError::Other)
+    })
 }
 
 /// f32 to f16, nearest-even, 16 at a time, the tail one by one (the same rounding).

@@ -17,13 +17,12 @@
 //! or threads; the row-wise steps compute each row by one function of that row alone;
 //! attention of token t reads exactly keys `0..=pos(t)` of its own sequence, in ascending
 //! order. So nothing a token computes depends on the other tokens of the step, nor on
-//! how the work is split over threads, nor (`crate::lanes`) on the instruction set.
+//! how rayon splits the work, nor (`crate::lanes`) on the instruction set.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use candle_core::{Device, Tensor};
 use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, KvSlabs, Logits, Model, ModelError};
-use tl_quant::team::Team;
 use tl_quant::Linear;
 
 use crate::attention::{attention, write_kv};
@@ -157,10 +156,6 @@ pub struct Decoder {
     /// The step's buffers; a lock because `forward` takes `&self` (steps do not overlap
     /// in practice; a second concurrent step would wait).
     bufs: Mutex<Buffers>,
-    /// The worker team the step's parallel regions run on, made at the first step with
-    /// as many threads as the runner's pool (none with one thread, or `TL_TEAM=0`: then
-    /// the regions run on the rayon pool).
-    team: OnceLock<Option<Team>>,
 }
 
 fn norm_vec(t: &Tensor) -> Result<Vec<f32>, ModelError> {
@@ -189,7 +184,7 @@ impl Decoder {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let norm = norm_vec(&w.norm)?;
-        Ok(Decoder { cfg, w, layers, norm, inv_freq, bufs: Mutex::new(Buffers::default()), team: OnceLock::new() })
+        Ok(Decoder { cfg, w, layers, norm, inv_freq, bufs: Mutex::new(Buffers::default()) })
     }
 }
 
@@ -280,20 +275,6 @@ impl Model for Decoder {
     }
 
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
-        let team = self.team.get_or_init(|| {
-            let threads = rayon::current_num_threads();
-            (threads > 1 && std::env::var("TL_TEAM").as_deref() != Ok("0")).then(|| Team::new(threads))
-        });
-        match team {
-            Some(t) => t.enter(|| self.step(batch, ctx)),
-            None => self.step(batch, ctx),
-        }
-    }
-}
-
-impl Decoder {
-    /// One forward step (see [`Model::forward`]).
-    fn step(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
         let cfg = &self.cfg;
         let plan = Plan::new(batch, cfg, &*ctx.kv)?;
         let path = Path::best();

@@ -4,13 +4,13 @@
 //! Why not Candle ops: each Candle op allocates its result, zeroes it, and (above 64K
 //! elements) runs on its own thread pool; at SmolLM2's size that bookkeeping and the
 //! scalar `exp` of `silu` cost more than the work. Here each step writes into buffers the
-//! forward keeps between steps, on the step's worker team (`tl_quant::team`).
+//! forward keeps between steps, on the runner's rayon pool.
 //!
 //! Batch invariance: every output row is computed by one function of that input row
-//! alone (and its token's position), by one thread; the scheduler only decides which thread. The
+//! alone (and its token's position), by one thread; rayon only decides which thread. The
 //! vector loops use [`crate::lanes`], so every instruction set gives the same bits.
 
-use tl_quant::team;
+use rayon::prelude::*;
 
 use crate::lanes::{exp, ld_part, simd_entry, st_part, Lanes, Path, W};
 
@@ -27,15 +27,11 @@ where
     if w == 0 {
         return;
     }
-    let whole = out.len() / w * w;
-    let out = &mut out[..whole];
     if out.len() < PAR_MIN_ELEMS {
         out.chunks_exact_mut(w).enumerate().for_each(|(i, o)| f(i, o));
     } else {
-        let per_task = (PAR_MIN_ELEMS / 4 / w).max(1); // rows
-        team::parallel_chunks(out, per_task * w, |t, piece| {
-            piece.chunks_exact_mut(w).enumerate().for_each(|(i, o)| f(t * per_task + i, o))
-        });
+        let min = (PAR_MIN_ELEMS / 4 / w).max(1);
+        out.par_chunks_exact_mut(w).enumerate().with_min_len(min).for_each(|(i, o)| f(i, o));
     }
 }
 

@@ -10,6 +10,8 @@
 //! never which operations a chain performs. Work is split over output panels, never over
 //! k, so no reduction is ever cut in pieces.
 
+use rayon::prelude::*;
+
 use crate::pack::{q4_block, Kind, Q8_BLOCK, QK};
 use crate::simd::{Isa, Portable, NR};
 
@@ -278,8 +280,7 @@ unsafe fn run_portable(j: &Job, m: usize, pa: usize, pe: usize) {
     run::<Portable, 4, 1, 2>(j, m, pa, pe)
 }
 
-/// Run `j` for `m` rows on `path`, output panels split over the current team or rayon
-/// pool ([`crate::team::parallel`]).
+/// Run `j` for `m` rows on `path`, output panels split over the current rayon pool.
 ///
 /// # Safety
 ///
@@ -297,10 +298,15 @@ pub(crate) unsafe fn matmul(j: Job, m: usize, path: Path) {
         Path::Avx2 => run_avx2(&j, m, pa, pe),
         _ => run_portable(&j, m, pa, pe),
     };
-    // At least two panels per task (a 16-column panel of a 576-wide matrix is ~37 KB of
-    // f32), and about four tasks per thread, so a thread that is held up takes fewer.
-    let threads = crate::team::threads();
-    let nt = if threads <= 1 { 1 } else { (4 * threads).min(panels / 2).max(1) };
-    // Tasks get disjoint panel ranges, so disjoint output columns.
-    crate::team::parallel(nt, |t| one(panels * t / nt, panels * (t + 1) / nt));
+    // Enough panels per thread to be worth a hand-off (a 16-column panel of a 576-wide
+    // matrix is ~37 KB of f32).
+    let nt = rayon::current_num_threads().min(panels.div_ceil(2)).max(1);
+    if nt == 1 {
+        one(0, panels);
+    } else {
+        (0..nt).into_par_iter().for_each(|t| {
+            // Threads get disjoint panel ranges, so disjoint output columns.
+            one(panels * t / nt, panels * (t + 1) / nt)
+        });
+    }
 }

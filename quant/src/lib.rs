@@ -17,7 +17,6 @@ mod kernel;
 mod linear;
 mod pack;
 mod simd;
-pub mod team;
 
 pub use error::QuantError;
 pub use half_conv::{bf16_to_f32, f16_to_f32, f32_to_f16};
