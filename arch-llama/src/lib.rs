@@ -14,9 +14,10 @@ pub mod gguf;
 use std::any::Any;
 use std::sync::Arc;
 
+use serde_json::{json, Value};
 use tl_core::{
-    ArchRegistration, Architecture, BuildCtx, ConfigError, GgufRegistration, KvGeometry, Model, ModelConfig,
-    ModelError, ModelTypeRegistration,
+    ArchRegistration, Architecture, BuildCtx, ConfigError, GgufPreTokenizer, GgufRegistration, KvGeometry, Model,
+    ModelConfig, ModelError, ModelTypeRegistration,
 };
 use tl_decoder::{DecoderConfig, Variant};
 
@@ -55,3 +56,31 @@ inventory::submit!(ArchRegistration { name: "llama", make });
 // A Hugging Face config.json without `tl_arch` selects this crate by its `model_type`.
 inventory::submit!(ModelTypeRegistration { model_type: "llama", arch: "llama" });
 inventory::submit!(GgufRegistration { architecture: "llama", make: || Box::new(gguf::LlamaGguf) });
+
+/// Llama 3's byte-level BPE (`tokenizer.ggml.pre = "llama-bpe"`, also written "llama3"
+/// and "llama-v3"), as its tokenizer.json has it: a regex split (contractions, letters
+/// with an optional leading non-letter, digits in runs of at most three, punctuation
+/// runs, newlines) then GPT-2's byte mapping; and `ignore_merges`: a pre-token that is in
+/// the vocabulary is one token.
+fn llama3_pre_tokenizer() -> Value {
+    let pattern = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    json!({
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
+        ],
+    })
+}
+
+macro_rules! llama3_vocab {
+    ($($name:literal),*) => {$(
+        inventory::submit!(GgufPreTokenizer {
+            name: $name,
+            pre_tokenizer: llama3_pre_tokenizer,
+            normalizer: None,
+            ignore_merges: true,
+        });
+    )*};
+}
+llama3_vocab!("llama-bpe", "llama3", "llama-v3");

@@ -91,5 +91,6 @@ fn qwen2_normalizer() -> Value {
 inventory::submit!(GgufPreTokenizer {
     name: "qwen2",
     pre_tokenizer: qwen2_pre_tokenizer,
-    normalizer: Some(qwen2_normalizer)
+    normalizer: Some(qwen2_normalizer),
+    ignore_merges: false,
 });

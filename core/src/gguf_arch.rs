@@ -31,7 +31,7 @@ inventory::collect!(GgufRegistration);
 
 /// A pre-tokenizer for a GGUF file's `tokenizer.ggml.pre` value beyond the ones core
 /// knows, registered by the crate whose models use it:
-/// `inventory::submit!(GgufPreTokenizer { name, pre_tokenizer, normalizer })`.
+/// `inventory::submit!(GgufPreTokenizer { name, pre_tokenizer, normalizer, ignore_merges })`.
 pub struct GgufPreTokenizer {
     /// The `tokenizer.ggml.pre` value.
     pub name: &'static str,
@@ -40,6 +40,9 @@ pub struct GgufPreTokenizer {
     /// The normalizer the family's own tokenizer.json has (GGUF metadata does not carry
     /// it), in tokenizer.json form; `None` for none.
     pub normalizer: Option<fn() -> Value>,
+    /// The BPE model's `ignore_merges`: a pre-token that is itself in the vocabulary is
+    /// one token, whatever the merges would make of it (Llama 3's tokenizer.json).
+    pub ignore_merges: bool,
 }
 
 inventory::collect!(GgufPreTokenizer);

@@ -307,6 +307,7 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
     let pre_name = g.string("tokenizer.ggml.pre").map_err(err)?.unwrap_or("default");
     let registered = crate::registry::gguf_pre_tokenizer(pre_name).ok();
     let normalizer = registered.and_then(|r| r.normalizer).map_or(Value::Null, |f| f());
+    let ignore_merges = registered.is_some_and(|r| r.ignore_merges) && pre_tokenizer(pre_name).is_none();
     let pre = pre_tokenizer(pre_name).or(registered.map(|r| (r.pre_tokenizer)())).ok_or_else(|| {
         bad(
             "tokenizer.ggml.pre",
@@ -380,7 +381,7 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
         "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
         "model": {
             "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": ignore_merges,
             "vocab": vocab, "merges": pairs,
         },
     }))
