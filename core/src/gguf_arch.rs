@@ -41,7 +41,7 @@ pub struct GgufPreTokenizer {
     /// it), in tokenizer.json form; `None` for none.
     pub normalizer: Option<fn() -> Value>,
     /// The BPE model's `ignore_merges`: a pre-token that is itself in the vocabulary is
-    /// one token, whatever the merges would make of it (Llama 3's tokenizer.json).
+    /// one token, whatever the merges would make of it (as some families' tokenizer.json asks).
     pub ignore_merges: bool,
 }
 
