@@ -59,6 +59,8 @@ def gval(v):
         return struct.pack("<I", 8) + gstr(v)
     if all(isinstance(x, str) for x in v):
         return struct.pack("<IIQ", 9, 8, len(v)) + b"".join(gstr(x) for x in v)
+    if any(isinstance(x, float) for x in v):
+        return struct.pack("<IIQ", 9, 6, len(v)) + b"".join(struct.pack("<f", x) for x in v)
     return struct.pack("<IIQ", 9, 5, len(v)) + b"".join(struct.pack("<i", x) for x in v)
 
 
@@ -92,6 +94,15 @@ tensors = [("token_embd.weight", [32, 16], 0, struct.pack("<512f", *[i / 512 for
            ("blk.0.attn_q.weight", [64, 1], 2, q4_0), ("blk.0.attn_k.weight", [32, 1], 8, q8_0)]
 put("gguf", "tiny-llama", gguf(meta, tensors))
 put("gguf", "qwen2-arch", gguf([("general.architecture", "qwen2")] + meta[1:], tensors[:2]))
+# The Llama 3 vocabulary's pre-tokenizer, and a SentencePiece vocabulary (scores, no merges).
+put("gguf", "llama-bpe", gguf(meta + [("tokenizer.ggml.pre", "llama-bpe")], tensors[:2]))
+spm_toks = ["<unk>", "<s>", "</s>", "<0x41>", "\u2581", "a", "b", "ab", "\u2581ab"]
+spm = [m for m in meta if not m[0].startswith("tokenizer.ggml.")] + [
+    ("tokenizer.ggml.model", "llama"), ("tokenizer.ggml.tokens", spm_toks),
+    ("tokenizer.ggml.scores", [0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0]),
+    ("tokenizer.ggml.token_type", [2, 3, 3, 6, 1, 1, 1, 1, 1]), ("tokenizer.ggml.bos_token_id", 1),
+    ("tokenizer.ggml.add_bos_token", True)]
+put("gguf", "sentencepiece", gguf(spm, tensors[:2]))
 
 # KV envelope: a valid one-block export (geometry 1 layer, 1 head, head_dim 2, B 2), with
 # the selector byte first (bit 0: fix the checksum up).

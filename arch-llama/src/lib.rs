@@ -84,3 +84,10 @@ macro_rules! llama3_vocab {
     )*};
 }
 llama3_vocab!("llama-bpe", "llama3", "llama-v3");
+
+// SentencePiece vocabularies (`tokenizer.ggml.model = "llama"`: Llama 2, Mistral,
+// TinyLlama, ...), translated as transformers' converter does.
+inventory::submit!(tl_core::GgufVocab {
+    model: "llama",
+    tokenizer_json: tl_core::gguf_vocab::sentencepiece_tokenizer_json
+});

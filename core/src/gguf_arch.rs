@@ -46,3 +46,16 @@ pub struct GgufPreTokenizer {
 }
 
 inventory::collect!(GgufPreTokenizer);
+
+/// A GGUF vocabulary model (`tokenizer.ggml.model`) beyond core's byte-level BPE
+/// (`"gpt2"`), registered by the crate whose models use it:
+/// `inventory::submit!(GgufVocab { model, tokenizer_json })`.
+pub struct GgufVocab {
+    /// The `tokenizer.ggml.model` value.
+    pub model: &'static str,
+    /// The tokenizer.json Hugging Face would use for the file's vocabulary; `Err` says
+    /// what is missing or wrong (the caller adds the file's name).
+    pub tokenizer_json: fn(&Gguf) -> Result<Value, String>,
+}
+
+inventory::collect!(GgufVocab);

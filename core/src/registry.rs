@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use crate::arch::{ArchRegistration, ModelTypeRegistration};
 pub use crate::error::RegistryError;
-use crate::gguf_arch::{GgufPreTokenizer, GgufRegistration};
+use crate::gguf_arch::{GgufPreTokenizer, GgufRegistration, GgufVocab};
 use crate::kv::KvRegistration;
 use crate::sampler::SamplerRegistration;
 
@@ -55,6 +55,11 @@ fn pre_tokenizers() -> &'static Map<GgufPreTokenizer> {
     MAP.get_or_init(|| build("GGUF pre-tokenizer", inventory::iter::<GgufPreTokenizer>.into_iter(), |r| r.name))
 }
 
+fn vocabs() -> &'static Map<GgufVocab> {
+    static MAP: OnceLock<Map<GgufVocab>> = OnceLock::new();
+    MAP.get_or_init(|| build("GGUF vocabulary model", inventory::iter::<GgufVocab>.into_iter(), |r| r.model))
+}
+
 fn kvs() -> &'static Map<KvRegistration> {
     static MAP: OnceLock<Map<KvRegistration>> = OnceLock::new();
     MAP.get_or_init(|| build("KV backend", inventory::iter::<KvRegistration>.into_iter(), |r| r.name))
@@ -85,6 +90,11 @@ pub fn gguf_pre_tokenizer(name: &str) -> Result<&'static GgufPreTokenizer, Regis
     find("GGUF pre-tokenizer", pre_tokenizers(), name)
 }
 
+/// The GGUF vocabulary model registered under `name` (`tokenizer.ggml.model`).
+pub fn gguf_vocab(name: &str) -> Result<&'static GgufVocab, RegistryError> {
+    find("GGUF vocabulary model", vocabs(), name)
+}
+
 /// The KV backend registered under `name`.
 pub fn kv_backend(name: &str) -> Result<&'static KvRegistration, RegistryError> {
     find("KV backend", kvs(), name)
@@ -113,6 +123,11 @@ pub fn sampler_names() -> Result<Vec<&'static str>, RegistryError> {
 /// Registered GGUF architecture names, sorted.
 pub fn gguf_arch_names() -> Result<Vec<&'static str>, RegistryError> {
     names(gguf_archs())
+}
+
+/// Registered GGUF vocabulary models, sorted.
+pub fn gguf_vocab_names() -> Result<Vec<&'static str>, RegistryError> {
+    names(vocabs())
 }
 
 /// Registered GGUF pre-tokenizer names, sorted.

@@ -299,8 +299,18 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
     let bad = |key: &str, why: String| TokenizerError::Unsupported(format!("{path}: metadata {key}: {why}"));
     match g.string("tokenizer.ggml.model").map_err(err)? {
         Some("gpt2") => {}
+        // Another vocabulary model, translated by the crate that registered it.
         Some(m) => {
-            return Err(bad("tokenizer.ggml.model", format!("{m:?}: only \"gpt2\" (byte-level BPE) is supported")))
+            return match crate::registry::gguf_vocab(m) {
+                Ok(r) => (r.tokenizer_json)(g).map_err(|why| TokenizerError::Unsupported(format!("{path}: {why}"))),
+                Err(_) => Err(bad(
+                    "tokenizer.ggml.model",
+                    format!(
+                        "{m:?} is not supported (known: \"gpt2\" (byte-level BPE) and those registered: {:?})",
+                        crate::registry::gguf_vocab_names().unwrap_or_default()
+                    ),
+                )),
+            }
         }
         None => return Err(bad("tokenizer.ggml.model", "missing".into())),
     }
@@ -348,28 +358,11 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
         let Some(cut) = cut else { return Err(bad("tokenizer.ggml.merges", format!("{m:?} is not a pair"))) };
         pairs.push(json!([&m[..cut], &m[cut + 1..]]));
     }
-    let id_of = |key: &str| -> Result<Option<(u64, &str)>, TokenizerError> {
-        match g.uint(key).map_err(err)? {
-            None => Ok(None),
-            Some(id) => match tokens.get(id as usize) {
-                Some(t) => Ok(Some((id, *t))),
-                None => Err(bad(key, format!("id {id} is past the {} tokens", tokens.len()))),
-            },
-        }
-    };
-    let bos = id_of("tokenizer.ggml.bos_token_id")?;
-    let add_bos = matches!(g.value("tokenizer.ggml.add_bos_token"), Some(v) if v.to_bool().unwrap_or(false));
-    let post = match (add_bos, bos) {
-        (true, Some((id, tok))) => json!({
-            "type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": tok, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": tok, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": tok, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {tok: {"id": tok, "ids": [id], "tokens": [tok]}},
-        }),
-        (true, None) => return Err(bad("tokenizer.ggml.add_bos_token", "true, but no bos_token_id".into())),
-        _ => json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true}),
-    };
+    let post = crate::gguf_vocab::bos_post_processor(g, &tokens, false)
+        .map_err(|why| TokenizerError::Unsupported(format!("{path}: metadata {why}")))?
+        .unwrap_or_else(
+            || json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true}),
+        );
     Ok(json!({
         "version": "1.0",
         "truncation": null,

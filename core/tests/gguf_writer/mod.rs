@@ -14,6 +14,7 @@ pub enum Meta {
     Bool(bool),
     Strs(Vec<String>),
     I32s(Vec<i32>),
+    F32s(Vec<f32>),
 }
 
 /// A tensor: GGUF name, shape outermost first (HF order), GGML type id, raw data.
@@ -70,6 +71,14 @@ fn value(out: &mut Vec<u8>, v: &Meta) {
         Meta::I32s(items) => {
             ty(out, 9);
             ty(out, 5);
+            out.extend((items.len() as u64).to_le_bytes());
+            for x in items {
+                out.extend(x.to_le_bytes());
+            }
+        }
+        Meta::F32s(items) => {
+            ty(out, 9);
+            ty(out, 6);
             out.extend((items.len() as u64).to_le_bytes());
             for x in items {
                 out.extend(x.to_le_bytes());

@@ -1,0 +1,139 @@
+//! SentencePiece vocabularies in GGUF files, as the tokenizer.json Hugging Face writes for
+//! them, and the BOS rule every GGUF vocabulary shares.
+//!
+//! A SentencePiece BPE vocabulary (`tokenizer.ggml.model` of the families that use one;
+//! their crates register [`sentencepiece_tokenizer_json`] for it) stores pieces, scores
+//! and token types, but no merges. transformers' converter (`SpmConverter`, legacy
+//! mode) turns such a model into a byte-fallback BPE: "▁" for spaces (and one prepended),
+//! merges derived from the vocabulary, `<0xNN>` pieces for bytes no piece covers. This
+//! module builds the same: every split of a piece into two pieces that are both in the
+//! vocabulary is a merge, ranked by the whole piece's score, highest first (ties: the
+//! longer left part first, then the longer right part, then vocabulary order, as
+//! transformers' `generate_merges` sorts them).
+
+use serde_json::{json, Map, Value};
+
+use crate::gguf::Gguf;
+use crate::weights::WeightError;
+
+/// Longest piece whose splits become merges.
+const MAX_MERGED_PIECE_BYTES: usize = 256;
+
+/// The `TemplateProcessing` that adds the BOS token, when the file asks for one
+/// (`tokenizer.ggml.add_bos_token`, else `add_bos_default`); `None` when it does not.
+pub(crate) fn bos_post_processor(g: &Gguf, tokens: &[&str], add_bos_default: bool) -> Result<Option<Value>, String> {
+    let add_bos = match g.value("tokenizer.ggml.add_bos_token") {
+        Some(v) => v.to_bool().unwrap_or(false),
+        None => add_bos_default,
+    };
+    if !add_bos {
+        return Ok(None);
+    }
+    let key = "tokenizer.ggml.bos_token_id";
+    let id =
+        g.uint(key).map_err(|e| e.to_string())?.ok_or("tokenizer.ggml.add_bos_token: true, but no bos_token_id")?;
+    let tok = tokens.get(id as usize).ok_or_else(|| format!("{key}: id {id} is past the {} tokens", tokens.len()))?;
+    Ok(Some(json!({
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": tok, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": tok, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": tok, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {*tok: {"id": tok, "ids": [id], "tokens": [tok]}},
+    })))
+}
+
+fn floats(g: &Gguf, key: &str) -> Result<Option<Vec<f32>>, WeightError> {
+    let Some(v) = g.value(key) else { return Ok(None) };
+    let candle_core::quantized::gguf_file::Value::Array(items) = v else {
+        return Err(g.meta_err(key, "expected an array of numbers"));
+    };
+    items
+        .iter()
+        .map(|v| v.to_f32().map_err(|_| g.meta_err(key, "expected an array of f32")))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// The tokenizer.json of a SentencePiece BPE vocabulary (see the module docs).
+pub fn sentencepiece_tokenizer_json(g: &Gguf) -> Result<Value, String> {
+    let e = |e: WeightError| e.to_string();
+    let tokens = g.strings("tokenizer.ggml.tokens").map_err(e)?.ok_or("metadata tokenizer.ggml.tokens: missing")?;
+    let scores = floats(g, "tokenizer.ggml.scores").map_err(e)?.ok_or("metadata tokenizer.ggml.scores: missing")?;
+    let types = g.ints("tokenizer.ggml.token_type").map_err(e)?.unwrap_or_default();
+    if scores.len() != tokens.len() || (!types.is_empty() && types.len() != tokens.len()) {
+        return Err(format!("metadata: {} tokens, {} scores, {} token types", tokens.len(), scores.len(), types.len()));
+    }
+    let mut ids = std::collections::HashMap::with_capacity(tokens.len());
+    let mut vocab = Map::with_capacity(tokens.len());
+    let mut added = Vec::new();
+    for (id, &tok) in tokens.iter().enumerate() {
+        if ids.insert(tok, id).is_some() {
+            return Err(format!("metadata tokenizer.ggml.tokens: token {tok:?} appears twice"));
+        }
+        vocab.insert(tok.to_string(), json!(id));
+        // llama.cpp's token types: 2 = unknown and 3 = control (special), 4 = user-defined.
+        let ty = types.get(id).copied().unwrap_or(1);
+        if matches!(ty, 2..=4) {
+            added.push(json!({
+                "id": id, "content": tok, "single_word": false, "lstrip": false, "rstrip": false,
+                "normalized": false, "special": ty != 4,
+            }));
+        }
+    }
+    // Every split of every piece into two pieces of the vocabulary, ranked as
+    // transformers ranks them: by score (highest first), then the longer left and right
+    // parts, then vocabulary order (id of the piece, then of its parts).
+    let mut merges: Vec<(f32, usize, usize, usize, usize, usize)> = Vec::new(); // (score, len l, len r, piece, id l, id r)
+    for (id, &piece) in tokens.iter().enumerate() {
+        // Splitting costs the square of a piece's length: a hostile file's megabyte-long
+        // "piece" gets no merges (real pieces are a few dozen bytes at most).
+        if piece.len() > MAX_MERGED_PIECE_BYTES {
+            continue;
+        }
+        for (cut, _) in piece.char_indices().skip(1) {
+            if let (Some(&l), Some(&r)) = (ids.get(&piece[..cut]), ids.get(&piece[cut..])) {
+                let (nl, nr) = (piece[..cut].chars().count(), piece[cut..].chars().count());
+                merges.push((scores[id], nl, nr, id, l, r));
+            }
+        }
+    }
+    merges.sort_by(|a, b| {
+        let key = |m: &(f32, usize, usize, usize, usize, usize)| (m.0, m.1, m.2);
+        let (ka, kb) = (key(a), key(b));
+        kb.0.total_cmp(&ka.0).then(kb.1.cmp(&ka.1)).then(kb.2.cmp(&ka.2)).then((a.3, a.4, a.5).cmp(&(b.3, b.4, b.5)))
+    });
+    let pairs: Vec<Value> = merges.iter().map(|m| json!([tokens[m.4], tokens[m.5]])).collect();
+    let unk = match g.uint("tokenizer.ggml.unknown_token_id").map_err(e)? {
+        Some(id) => Some(*tokens.get(id as usize).ok_or_else(|| format!("unknown_token_id {id} is past the tokens"))?),
+        None => tokens.iter().position(|&t| t == "<unk>").map(|i| tokens[i]),
+    };
+    let prefix = g.value("tokenizer.ggml.add_space_prefix").map_or(true, |v| v.to_bool().unwrap_or(true));
+    let mut normalizers = Vec::new();
+    if prefix {
+        normalizers.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));
+    }
+    normalizers.push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}));
+    let mut decoders = vec![
+        json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
+        json!({"type": "ByteFallback"}),
+        json!({"type": "Fuse"}),
+    ];
+    if prefix {
+        decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+    }
+    Ok(json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": null,
+        "post_processor": bos_post_processor(g, &tokens, true)?,
+        "decoder": {"type": "Sequence", "decoders": decoders},
+        "model": {
+            "type": "BPE", "dropout": null, "unk_token": unk, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+            "vocab": vocab, "merges": pairs,
+        },
+    }))
+}
