@@ -14,7 +14,7 @@ pub mod gguf;
 use std::any::Any;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tl_core::{
     ArchRegistration, Architecture, BuildCtx, ConfigError, GgufPreTokenizer, GgufRegistration, KvGeometry, Model,
     ModelConfig, ModelError, ModelTypeRegistration,
@@ -64,13 +64,7 @@ inventory::submit!(GgufRegistration { architecture: "llama", make: || Box::new(g
 /// the vocabulary is one token.
 fn llama3_pre_tokenizer() -> Value {
     let pattern = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-    json!({
-        "type": "Sequence",
-        "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
-            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
-        ],
-    })
+    tl_core::gguf_vocab::regex_byte_level(pattern, true)
 }
 
 macro_rules! llama3_vocab {

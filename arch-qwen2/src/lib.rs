@@ -69,13 +69,7 @@ impl GgufArch for Qwen2Gguf {
 /// optional leading non-letter, punctuation runs, newlines) then GPT-2's byte mapping.
 fn qwen2_pre_tokenizer() -> Value {
     let pattern = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-    json!({
-        "type": "Sequence",
-        "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
-            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
-        ],
-    })
+    tl_core::gguf_vocab::regex_byte_level(pattern, false)
 }
 
 inventory::submit!(ArchRegistration { name: "qwen2", make: || Box::new(Qwen2Arch) });

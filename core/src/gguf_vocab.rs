@@ -16,6 +16,18 @@ use serde_json::{json, Map, Value};
 use crate::gguf::Gguf;
 use crate::weights::WeightError;
 
+/// The pre-tokenizer most byte-level vocabularies' tokenizer.json has: split by `pattern`
+/// (each match its own piece), then GPT-2's byte-to-character mapping.
+pub fn regex_byte_level(pattern: &str, trim_offsets: bool) -> Value {
+    json!({
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": trim_offsets, "use_regex": false},
+        ],
+    })
+}
+
 /// Longest piece whose splits become merges.
 const MAX_MERGED_PIECE_BYTES: usize = 256;
 
