@@ -27,10 +27,6 @@ pub type LlamaConfig = DecoderConfig;
 /// What Llama adds to the shared decoder: nothing (no biased projections).
 pub const LLAMA: Variant = Variant { qkv_bias: false };
 
-/// The forward's vector kernels (tl-decoder's), for the kernel tests; not an API.
-#[doc(hidden)]
-pub use tl_decoder::kernels;
-
 /// The Llama family.
 struct LlamaArch;
 

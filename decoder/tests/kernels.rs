@@ -3,7 +3,7 @@
 //! follows the documented arithmetic (a reference written here from attention.rs's
 //! definition), and the comparison is sharp enough to catch a reordered sum.
 
-use tl_arch_llama::kernels::{attend_one, exp16, narrow_f16, rms_norm_row, swiglu_row, Path};
+use tl_decoder::kernels::{attend_one, exp16, narrow_f16, rms_norm_row, swiglu_row, Path};
 use tl_quant::{f16_to_f32, f32_to_f16};
 
 /// xorshift64*: deterministic inputs without a dependency.

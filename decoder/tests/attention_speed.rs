@@ -1,9 +1,9 @@
 //! Attention kernel timing, one (token, KV head) task at SmolLM2's shape (D = 64, 3 query
-//! heads per KV head, 150 keys): `cargo test --release -p tl-arch-llama --test
+//! heads per KV head, 150 keys): `cargo test --release -p tl-decoder --test
 //! attention_speed -- --ignored --nocapture`. Ignored by default: a timing, not a check.
 //! On a busy machine take the minimum of several runs.
 
-use tl_arch_llama::kernels::{attend_one, Path};
+use tl_decoder::kernels::{attend_one, Path};
 
 #[test]
 #[ignore]
