@@ -119,7 +119,7 @@ pub fn sentencepiece_tokenizer_json(g: &Gguf) -> Result<Value, String> {
         Some(id) => Some(*tokens.get(id as usize).ok_or_else(|| format!("unknown_token_id {id} is past the tokens"))?),
         None => tokens.iter().position(|&t| t == "<unk>").map(|i| tokens[i]),
     };
-    let prefix = g.value("tokenizer.ggml.add_space_prefix").map_or(true, |v| v.to_bool().unwrap_or(true));
+    let prefix = g.value("tokenizer.ggml.add_space_prefix").is_none_or(|v| v.to_bool().unwrap_or(true));
     let mut normalizers = Vec::new();
     if prefix {
         normalizers.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));

@@ -42,8 +42,7 @@ fn the_fingerprint_follows_the_model_bytes_and_the_weight_mode() {
     assert_ne!(fa, fa2, "a template was added");
 
     // Another weight mode of the same files.
-    let mut int4 = EngineConfig::default();
-    int4.weights = "int4".parse().expect("int4");
+    let int4 = EngineConfig { weights: "int4".parse().expect("int4"), ..EngineConfig::default() };
     assert_ne!(fa2, fingerprint(&a, &int4).expect("fingerprint"), "int4 weights");
 
     // A missing model is an error naming nothing to hash, not a panic.
