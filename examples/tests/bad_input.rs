@@ -6,6 +6,9 @@
 #[path = "../../core/tests/gguf_writer/mod.rs"]
 mod gguf_writer;
 
+#[path = "../../engine/tests/support/nan_checkpoint.rs"]
+mod nan_checkpoint;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -165,15 +168,6 @@ fn sampling_parameters_out_of_range() {
 fn nan_in_the_logits_is_refused() {
     // A corrupted checkpoint: the final norm's weights are NaN, so every logit is.
     let d = copy();
-    let path = d.path().join("model.safetensors");
-    let mut bytes = std::fs::read(&path).expect("read");
-    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header");
-    let off = &header["model.norm.weight"]["data_offsets"];
-    let (b, e) = (off[0].as_u64().expect("begin") as usize, off[1].as_u64().expect("end") as usize);
-    for c in bytes[8 + n + b..8 + n + e].chunks_exact_mut(2) {
-        c.copy_from_slice(&0x7FC0u16.to_le_bytes()); // BF16 NaN
-    }
-    std::fs::write(&path, &bytes).expect("write");
+    nan_checkpoint::nan_final_norm(&d.path().join("model.safetensors"));
     run(d.path(), &[], &["NaN"]);
 }

@@ -5,6 +5,9 @@
 
 mod common;
 
+#[path = "../../engine/tests/support/nan_checkpoint.rs"]
+mod nan_checkpoint;
+
 use common::*;
 use serde_json::json;
 
@@ -50,15 +53,8 @@ fn nan_logits_are_refused_not_sampled() {
     // A corrupted checkpoint: the final norm's weights are NaN, so every logit is.
     let d = tempfile::tempdir().expect("tempdir");
     std::fs::copy(tiny().join("config.json"), d.path().join("config.json")).expect("copy");
-    let mut bytes = std::fs::read(tiny().join("model.safetensors")).expect("read");
-    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header");
-    let off = &header["model.norm.weight"]["data_offsets"];
-    let (b, e) = (off[0].as_u64().expect("begin") as usize, off[1].as_u64().expect("end") as usize);
-    for c in bytes[8 + n + b..8 + n + e].chunks_exact_mut(2) {
-        c.copy_from_slice(&0x7FC0u16.to_le_bytes()); // BF16 NaN
-    }
-    std::fs::write(d.path().join("model.safetensors"), &bytes).expect("write");
+    std::fs::copy(tiny().join("model.safetensors"), d.path().join("model.safetensors")).expect("copy");
+    nan_checkpoint::nan_final_norm(&d.path().join("model.safetensors"));
     let s = Server::start(options(d.path().to_path_buf(), 64, 16, 4, 16));
     let r = s.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 4}));
     assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
