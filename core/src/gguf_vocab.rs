@@ -110,9 +110,7 @@ pub fn sentencepiece_tokenizer_json(g: &Gguf) -> Result<Value, String> {
         }
     }
     merges.sort_by(|a, b| {
-        let key = |m: &(f32, usize, usize, usize, usize, usize)| (m.0, m.1, m.2);
-        let (ka, kb) = (key(a), key(b));
-        kb.0.total_cmp(&ka.0).then(kb.1.cmp(&ka.1)).then(kb.2.cmp(&ka.2)).then((a.3, a.4, a.5).cmp(&(b.3, b.4, b.5)))
+        (b.0.total_cmp(&a.0)).then((b.1, b.2).cmp(&(a.1, a.2))).then((a.3, a.4, a.5).cmp(&(b.3, b.4, b.5)))
     });
     let pairs: Vec<Value> = merges.iter().map(|m| json!([tokens[m.4], tokens[m.5]])).collect();
     let unk = match g.uint("tokenizer.ggml.unknown_token_id").map_err(e)? {

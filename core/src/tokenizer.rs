@@ -315,10 +315,12 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
         None => return Err(bad("tokenizer.ggml.model", "missing".into())),
     }
     let pre_name = g.string("tokenizer.ggml.pre").map_err(err)?.unwrap_or("default");
-    let registered = crate::registry::gguf_pre_tokenizer(pre_name).ok();
+    // Core's own table first; a registration serves the names core does not know.
+    let core_pre = pre_tokenizer(pre_name);
+    let registered = if core_pre.is_none() { crate::registry::gguf_pre_tokenizer(pre_name).ok() } else { None };
     let normalizer = registered.and_then(|r| r.normalizer).map_or(Value::Null, |f| f());
-    let ignore_merges = registered.is_some_and(|r| r.ignore_merges) && pre_tokenizer(pre_name).is_none();
-    let pre = pre_tokenizer(pre_name).or(registered.map(|r| (r.pre_tokenizer)())).ok_or_else(|| {
+    let ignore_merges = registered.is_some_and(|r| r.ignore_merges);
+    let pre = core_pre.or(registered.map(|r| (r.pre_tokenizer)())).ok_or_else(|| {
         bad(
             "tokenizer.ggml.pre",
             format!("{pre_name:?} is not supported (known: smollm, starcoder, refact, command-r, codeshell, exaone, minerva-7b, default, gpt2, mpt, olmo, jais, and those registered: {:?})", crate::registry::gguf_pre_tokenizer_names().unwrap_or_default()),
