@@ -61,7 +61,7 @@ if [ ! -f "$SRC/CMakeLists.txt" ]; then
         log "fetching llama-cpp-python==$VERSION sdist from PyPI (about 75 MB)..."
         TMP="$(mktemp -d "$SRC_PARENT/.fetch.XXXXXX")"
         trap 'rm -rf "$TMP"' EXIT
-        python3 -m pip download --quiet --no-deps --no-binary :all: \
+        python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
             "llama-cpp-python==$VERSION" -d "$TMP" >&2
         mv "$TMP/llama_cpp_python-$VERSION.tar.gz" "$SDIST"
     fi
