@@ -6,6 +6,7 @@
 use tl_arch_bigram as _;
 use tl_arch_llama as _;
 use tl_arch_qwen2 as _;
+use tl_arch_qwen3 as _;
 use tl_kv as _;
 use tl_sampling as _;
 

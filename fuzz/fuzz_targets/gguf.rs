@@ -3,6 +3,7 @@
 use libfuzzer_sys::fuzz_target;
 use tl_arch_llama as _;
 use tl_arch_qwen2 as _;
+use tl_arch_qwen3 as _;
 
 #[path = "../checks.rs"]
 mod checks;

@@ -110,3 +110,9 @@ fn smollm2_http_answers_do_not_depend_on_traffic() {
     let Some(model) = smollm2() else { return };
     promise(model, "SmolLM2-135M-Instruct.Q4_1", 8, 40);
 }
+
+#[test]
+fn qwen3_http_answers_do_not_depend_on_traffic() {
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3/tests/fixtures/tiny-qwen3");
+    promise(model, "tiny-qwen3", 40, 90);
+}
