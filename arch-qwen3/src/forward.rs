@@ -19,8 +19,8 @@ use std::sync::Mutex;
 
 use tl_core::{BuildCtx, ForwardBatch, ForwardCtx, ForwardOutput, Model, ModelError};
 use tl_decoder::{
-    add, attention, embed, f32_bytes, grow, head_rms_norm, inv_freq_default, linear, rms_norm, swiglu, write_kv, Attn,
-    DecoderConfig, LmHead, Loader, Path, Plan, Proj, RopeTables, Step, StepShape,
+    add, attention, embed, f32_bytes, grow, head_rms_norm, linear, rms_norm, swiglu, write_kv, Attn, DecoderConfig,
+    LmHead, Loader, Path, Plan, Proj, RopeTables, Step, StepShape,
 };
 use tl_quant::Linear;
 
@@ -77,7 +77,7 @@ struct Qwen3 {
     norm: Vec<f32>,
     /// `[V, d]`.
     lm_head: Linear,
-    /// `(D/2,)` RoPE inverse frequencies of `rope_theta`.
+    /// `(D/2,)` RoPE inverse frequencies (`rope_theta`, and the config's scaling if any).
     inv_freq: Vec<f32>,
     /// Every layer's attention: global, scale `1 / sqrt(D)`.
     attn: Attn,
@@ -120,7 +120,7 @@ pub fn build(ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
     let (embed, lm_head) =
         if cfg.tie_word_embeddings { (None, table) } else { (Some(table), w.matrix("lm_head.weight", v, d)?) };
     Ok(Box::new(Qwen3 {
-        inv_freq: inv_freq_default(cfg.rope_theta, hd),
+        inv_freq: cfg.inv_freq(), // rope_type default, or llama3 as the config says
         attn: Attn::new(cfg.num_attention_heads, cfg.num_key_value_heads, hd),
         cfg,
         embed,

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use tl_arch_llama as _;
+use tl_arch_mistral as _;
 use tl_arch_qwen2 as _;
 use tl_arch_qwen3 as _;
 
