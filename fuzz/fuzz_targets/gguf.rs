@@ -2,7 +2,9 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use tl_arch_llama as _;
+use tl_arch_mistral as _;
 use tl_arch_qwen2 as _;
+use tl_arch_qwen3 as _;
 
 #[path = "../checks.rs"]
 mod checks;

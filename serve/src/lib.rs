@@ -7,7 +7,9 @@
 // Link every plugin crate so their inventory registrations exist.
 use tl_arch_bigram as _;
 use tl_arch_llama as _;
+use tl_arch_mistral as _;
 use tl_arch_qwen2 as _;
+use tl_arch_qwen3 as _;
 use tl_kv as _;
 use tl_sampling as _;
 

@@ -110,3 +110,17 @@ fn smollm2_http_answers_do_not_depend_on_traffic() {
     let Some(model) = smollm2() else { return };
     promise(model, "SmolLM2-135M-Instruct.Q4_1", 8, 40);
 }
+
+#[test]
+fn qwen3_http_answers_do_not_depend_on_traffic() {
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3/tests/fixtures/tiny-qwen3");
+    promise(model, "tiny-qwen3", 40, 90);
+}
+
+#[test]
+fn mistral_http_answers_do_not_depend_on_traffic() {
+    // Window 16 on every layer, prompts of ~90 tokens: prefix hits and preemption resume
+    // past the window.
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-mistral/tests/fixtures/tiny-mistral");
+    promise(model, "tiny-mistral", 40, 90);
+}

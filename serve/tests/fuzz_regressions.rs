@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use tl_arch_llama as _;
+use tl_arch_mistral as _;
 use tl_arch_qwen2 as _;
+use tl_arch_qwen3 as _;
 
 #[path = "../../fuzz/checks.rs"]
 mod checks;
