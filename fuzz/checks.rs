@@ -96,3 +96,20 @@ pub fn request(data: &[u8]) {
         let _ = content_text(&m.content);
     }
 }
+
+/// A JSON schema from a stranger, the way `response_format` brings it: through the
+/// server's parsing into a grammar, compiled by the engine's llguidance compiler over a
+/// byte vocabulary, then walked for up to 64 tokens. Errors are fine (a bad schema is a
+/// 400); a panic or a hang is not.
+pub fn json_schema(data: &[u8]) {
+    use std::sync::{Arc, OnceLock};
+    static COMPILER: OnceLock<tl_engine::GrammarCompiler> = OnceLock::new();
+    let Ok(schema) = serde_json::from_slice::<serde_json::Value>(data) else { return };
+    let rf = serde_json::json!({"type": "json_schema", "json_schema": {"name": "fuzz", "schema": schema}});
+    let Ok(Some(g)) = tl_serve::structured::response_format(Some(&rf)) else { return };
+    let c =
+        COMPILER.get_or_init(|| tl_engine::GrammarCompiler::new(Arc::new(tl_core::Tokenizer::Byte), 258, Some(257)));
+    if let Ok(n) = c.check(&g, 64) {
+        assert!(n <= 64);
+    }
+}

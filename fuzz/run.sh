@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors config gguf kv_import chat_template request)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors config gguf kv_import chat_template request json_schema)
 mkdir -p fuzz/logs
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
 nice -n 19 cargo +nightly fuzz build -O >fuzz/logs/build.log 2>&1 || { echo "build failed: fuzz/logs/build.log"; exit 1; }

@@ -143,3 +143,28 @@ for name, body in [
     ("parts", {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}], "max_completion_tokens": 2}),
 ]:
     put("request", name, json.dumps(body))
+
+# JSON schemas as response_format brings them (the Pydantic shapes of
+# serve/tests/openai_parse.py, and ones llguidance must refuse).
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
+          "age": {"type": "integer", "minimum": 0, "maximum": 130}}, "required": ["name", "age"],
+          "additionalProperties": False}
+for name, schema in [
+    ("object", {"type": "object"}),
+    ("empty", {}),
+    ("person", PERSON),
+    ("nested_defs", {"$defs": {"Person": PERSON}, "type": "object",
+                     "properties": {"members": {"type": "array", "items": {"$ref": "#/$defs/Person"}, "maxItems": 3}},
+                     "required": ["members"], "additionalProperties": False}),
+    ("enum_number", {"type": "object", "properties": {"colour": {"enum": ["red", "green"]},
+                     "litres": {"type": "number", "minimum": 0.5, "maximum": 20}}, "required": ["colour", "litres"]}),
+    ("optional_anyof", {"type": "object", "properties": {"comment": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+                        "required": ["comment"]}),
+    ("pattern_format", {"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-z]{2,5}[0-9]+$"},
+                        "when": {"type": "string", "format": "date-time"}}}),
+    ("bad_bounds", {"type": "integer", "minimum": 5, "maximum": 1}),
+    ("bad_ref", {"$ref": "#/$defs/absent"}),
+    ("recursive", {"$defs": {"T": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/T"}}}}},
+                   "$ref": "#/$defs/T"}),
+]:
+    put("json_schema", name, json.dumps(schema))

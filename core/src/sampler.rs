@@ -70,6 +70,10 @@ pub enum SampleError {
     /// Every logit is -inf.
     #[error("sampler: every logit is -inf")]
     AllMasked,
+    /// A constraint (step 3a: a grammar's allowed set, `logit_bias` of -100) left no id
+    /// with a finite logit.
+    #[error("sampler: the constraint allows no token here (every allowed id has logit -inf)")]
+    NothingAllowed,
     /// A prompt or output id past the vocabulary.
     #[error("sampler: {which} history id {id} >= vocabulary size {vocab}")]
     BadHistoryId {

@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 mod fingerprint;
+mod grammar;
 mod request;
 mod scheduler;
 mod text;
@@ -25,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use fingerprint::fingerprint;
+pub use grammar::{token_bytes, Grammar, GrammarCompiler, GrammarSpec};
 pub use request::{EngineError, Event, FinishReason, Request, Timings, TokenInfo, Usage};
 pub use text::top_logprobs;
 use tl_core::{ModelRunner, Tokenizer};
@@ -148,6 +150,7 @@ pub struct Engine {
     thread: Mutex<Option<JoinHandle<()>>>,
     next: AtomicU64,
     info: EngineInfo,
+    grammars: GrammarCompiler,
 }
 
 impl Engine {
@@ -165,6 +168,8 @@ impl Engine {
             max_queue,
         };
         let shared = Arc::new(Shared { accepting: AtomicBool::new(true), ..Shared::default() });
+        let eos = runner.config().eos_token_ids.first().copied();
+        let grammars = GrammarCompiler::new(Arc::clone(&tok), info.vocab_size, eos);
         let sched = Scheduler::new(runner, tok, Arc::clone(&shared), opts.observer, n_blocks);
         sched.publish()?;
         let (tx, rx) = mpsc::channel();
@@ -172,7 +177,14 @@ impl Engine {
             .name("tl-engine".into())
             .spawn(move || run(sched, rx))
             .map_err(|e| EngineError::Internal(format!("engine thread: {e}")))?;
-        Ok(Engine { tx: Mutex::new(Some(tx)), shared, thread: Mutex::new(Some(thread)), next: AtomicU64::new(0), info })
+        Ok(Engine {
+            tx: Mutex::new(Some(tx)),
+            shared,
+            thread: Mutex::new(Some(thread)),
+            next: AtomicU64::new(0),
+            info,
+            grammars,
+        })
     }
 
     /// Facts about the engine.
@@ -187,10 +199,25 @@ impl Engine {
         v.pop().ok_or_else(|| EngineError::Internal("no receiver".into()))
     }
 
-    /// Submit several sequences (the choices of one request) all or nothing.
+    /// Submit several sequences (the choices of one request) all or nothing. A grammar is
+    /// compiled here, on the caller's thread, once per distinct grammar: a bad one is a
+    /// [`EngineError::BadRequest`] before anything is queued.
     pub fn submit_all(&self, reqs: Vec<Request>) -> Result<Vec<UnboundedReceiver<Event>>, EngineError> {
         for r in &reqs {
             self.check(r)?;
+        }
+        let mut matchers = Vec::with_capacity(reqs.len());
+        let mut i = 0;
+        while i < reqs.len() {
+            let Some(g) = &reqs[i].grammar else {
+                matchers.push(None);
+                i += 1;
+                continue;
+            };
+            // The choices of one request share their grammar: compile it once.
+            let same = reqs[i..].iter().take_while(|r| r.grammar.as_ref() == Some(g)).count();
+            matchers.extend(self.grammars.compile(g, same)?.into_iter().map(Some));
+            i += same;
         }
         if !self.shared.accepting.load(Ordering::SeqCst) {
             return Err(EngineError::ShuttingDown);
@@ -203,9 +230,9 @@ impl Engine {
             .map_err(|_| EngineError::QueueFull { max_queue: max })?;
         let guard = self.tx.lock().map_err(|_| EngineError::Internal("engine lock poisoned".into()))?;
         let mut out = Vec::with_capacity(n);
-        for (k, req) in reqs.into_iter().enumerate() {
+        for (k, (req, matcher)) in reqs.into_iter().zip(matchers).enumerate() {
             let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
-            let seq = Seq::new(self.next.fetch_add(1, Ordering::SeqCst), req, etx);
+            let seq = Seq::new(self.next.fetch_add(1, Ordering::SeqCst), req, matcher, etx);
             let sent = guard.as_ref().is_some_and(|tx| tx.send(Cmd::Submit(Box::new(seq))).is_ok());
             if !sent {
                 // The ones already sent are counted down by the thread as it drops them.
@@ -227,6 +254,18 @@ impl Engine {
         }
         if r.max_tokens == 0 {
             return bad("max_tokens", "must be at least 1".into());
+        }
+        let mut biased = std::collections::HashSet::new();
+        for &(id, b) in &r.logit_bias {
+            if id as usize >= self.info.vocab_size {
+                return bad("logit_bias", format!("token id {id} >= vocab_size {}", self.info.vocab_size));
+            }
+            if !(-100.0..=100.0).contains(&b) {
+                return bad("logit_bias", format!("bias {b} for token {id} is outside [-100, 100]"));
+            }
+            if !biased.insert(id) {
+                return bad("logit_bias", format!("token id {id} appears twice"));
+            }
         }
         if let Some(ctx) = self.info.max_context {
             if r.prompt.len() + r.max_tokens > ctx {

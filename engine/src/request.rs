@@ -5,6 +5,8 @@ use std::time::Duration;
 use thiserror::Error;
 use tl_core::SamplingParams;
 
+use crate::grammar::Grammar;
+
 /// One sequence to generate: a prompt, how to sample, and when to stop.
 ///
 /// A request with `n > 1` choices is `n` of these with the same seed and choices `0..n`.
@@ -24,6 +26,11 @@ pub struct Request {
     pub stop: Vec<String>,
     /// `None`: no logprobs; `Some(k)`: the chosen token's logprob and the `k` best.
     pub logprobs: Option<usize>,
+    /// A grammar the output must match (sampling.md step 3a), compiled at submit.
+    pub grammar: Option<Grammar>,
+    /// OpenAI's `logit_bias` (step 3a): `(id, bias)`, each id once, bias in [-100, 100];
+    /// -100 bans the id.
+    pub logit_bias: Vec<(u32, f64)>,
 }
 
 /// Why a sequence ended (OpenAI's `finish_reason`).

@@ -11,15 +11,15 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
+use llguidance::Matcher;
 use tl_core::{
-    ForwardBatch, ForwardSeq, KvBackend, ModelRunner, PrefixCache, SampleError, Sampler, SchedPolicy, SharedPool,
-    Tokenizer,
+    ForwardBatch, ForwardSeq, KvBackend, ModelRunner, PrefixCache, SampleError, SchedPolicy, SharedPool, Tokenizer,
 };
-use tl_sampling::{Pcg32, SpecSampler};
+use tl_sampling::{Constraint, Pcg32, SpecSampler};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::request::{EngineError, Event, FinishReason, Request, TokenInfo, Usage};
-use crate::text::{top_logprobs, TextOut};
+use crate::text::TextOut;
 use crate::{Observer, Shared, StepFigures};
 
 /// One sequence, from submit to finish.
@@ -40,6 +40,8 @@ pub(crate) struct Seq {
     /// function of the tokens, so it survives preemption.
     chain: Vec<u64>,
     rng: Pcg32,
+    /// The grammar's state over this sequence's output (constrained requests only).
+    matcher: Option<Matcher>,
     pub(crate) tx: UnboundedSender<Event>,
     text: TextOut,
     cached_tokens: Option<usize>,
@@ -54,7 +56,7 @@ pub(crate) struct Seq {
 }
 
 impl Seq {
-    pub(crate) fn new(order: u64, req: Request, tx: UnboundedSender<Event>) -> Seq {
+    pub(crate) fn new(order: u64, req: Request, matcher: Option<Matcher>, tx: UnboundedSender<Event>) -> Seq {
         let rng = tl_sampling::choice_stream(req.seed, req.choice);
         Seq {
             order,
@@ -66,6 +68,7 @@ impl Seq {
             registered: 0,
             chain: Vec::new(),
             rng,
+            matcher,
             tx,
             text: TextOut::default(),
             cached_tokens: None,
@@ -428,23 +431,43 @@ impl Scheduler {
     fn sample(&mut self, i: usize, row: &[f32]) -> Result<Option<FinishReason>, EngineError> {
         let s = &mut self.running[i];
         let (prompt, output) = s.tokens.split_at(s.n_prompt);
-        let (id, logprob) =
-            self.sampler.sample(row, &s.req.params, prompt, output, &mut s.rng).map_err(|e| match e {
+        let field = s.req.grammar.as_ref().map_or("logit_bias", |g| g.field);
+        let grammar_err = |e: String| EngineError::BadRequest { field, reason: format!("grammar: {e}") };
+        // Step 3a's allowed set: a function of this sequence's own output only.
+        let mask = match s.matcher.as_mut() {
+            Some(m) => Some(m.compute_mask().map_err(|e| grammar_err(e.to_string()))?),
+            None => None,
+        };
+        let constraint = Constraint { allowed: mask.as_ref().map(|m| m.as_slice()), bias: &s.req.logit_bias };
+        let (id, logprob) = self
+            .sampler
+            .sample_constrained(row, &s.req.params, prompt, output, &constraint, &mut s.rng)
+            .map_err(|e| match e {
                 // Not the request's fault: the model's output is unusable (a corrupt
                 // checkpoint, say). Refuse to sample, and say so.
                 SampleError::BadLogit { .. } | SampleError::AllMasked | SampleError::EmptyLogits => {
                     EngineError::Internal(format!("the model's logits are unusable, refusing to sample: {e}"))
                 }
+                SampleError::NothingAllowed => EngineError::BadRequest {
+                    field,
+                    reason: "the constraint leaves no token the model can produce here".into(),
+                },
                 e => EngineError::BadRequest { field: "sampling", reason: e.to_string() },
             })?;
         if self.eos.contains(&id) {
             return Ok(Some(FinishReason::Stop));
         }
         let top = match s.req.logprobs {
-            Some(k) if k > 0 => top_logprobs(row, &s.req.params, prompt, output, k),
+            Some(k) if k > 0 => self.sampler.top_logprobs(k),
             _ => Vec::new(),
         };
         s.tokens.push(id);
+        // The grammar advances with the token; a grammar that is complete ends the output.
+        let mut grammar_done = false;
+        if let Some(m) = s.matcher.as_mut() {
+            m.consume_token(id).map_err(|e| grammar_err(e.to_string()))?;
+            grammar_done = m.is_stopped();
+        }
         let bytes = self.tok.decode_bytes(&[id]).unwrap_or_default();
         let (text, stopped) = s.text.push(&bytes, &s.req.stop);
         let now = Instant::now();
@@ -465,7 +488,7 @@ impl Scheduler {
         s.last_token = Some(now);
         self.shared.generated.fetch_add(1, Ordering::Relaxed);
         let _ = s.tx.send(Event::Token { token: TokenInfo { id, logprob, top }, text });
-        if stopped {
+        if stopped || grammar_done {
             return Ok(Some(FinishReason::Stop));
         }
         let full = self.lim.max_ctx.is_some_and(|m| s.tokens.len() >= m);

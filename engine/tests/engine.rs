@@ -69,6 +69,8 @@ fn req(prompt: Vec<u32>, seed: u64, max_tokens: usize, temperature: f64) -> Requ
         max_tokens,
         stop: vec![],
         logprobs: Some(3),
+        grammar: None,
+        logit_bias: vec![],
     }
 }
 

@@ -147,6 +147,8 @@ fn requests(rng: &mut Rng, n: usize) -> Vec<Request> {
                 max_tokens: 1 + rng.below(48) as usize,
                 stop: vec![],
                 logprobs: (rng.below(2) == 0).then_some(2),
+                grammar: None,
+                logit_bias: vec![],
             }
         })
         .collect()

@@ -6,13 +6,14 @@
 //!   (choice 0 is `stream(seed, PURPOSE_SAMPLE)`).
 //! - [`sample`]: one token and its f64 logprob; [`SpecSampler`] is the same algorithm with
 //!   buffers kept across calls, registered with tl-core as `"spec"`.
+//! - [`sample_constrained`] / [`Constraint`]: step 3a, a grammar's allowed ids and `logit_bias`.
 #![deny(missing_docs)]
 
 mod pcg;
 mod sample;
 
 pub use pcg::{child_seed, choice_stream, stream, Pcg32, PURPOSE_SAMPLE};
-pub use sample::{sample, SpecSampler};
+pub use sample::{sample, sample_constrained, Constraint, SpecSampler, BAN};
 pub use tl_core::{SampleError, SamplingParams};
 
 tl_core::inventory::submit!(tl_core::SamplerRegistration { name: "spec", make: || Box::new(SpecSampler::new()) });

@@ -11,6 +11,40 @@ use crate::pcg::Pcg32;
 /// First chunk of the lazily sorted nucleus walk; each further chunk doubles.
 const FIRST_CHUNK: usize = 64;
 
+/// Step 3a of sampling.md for one position: the ids a constraint allows and the request's
+/// `logit_bias`. [`Constraint::default`] constrains nothing (and skips the step).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Constraint<'a> {
+    /// The allowed ids as a bitset: id `i` is allowed when bit `i % 32` of word `i / 32`
+    /// is set (llguidance's mask layout); ids past the last word are not allowed. `None`
+    /// allows every id.
+    pub allowed: Option<&'a [u32]>,
+    /// `(id, bias)` pairs, each id at most once: a bias of exactly -100 excludes the id, any
+    /// other (in [-100, 100]) is added to its logit.
+    pub bias: &'a [(u32, f64)],
+}
+
+impl Constraint<'_> {
+    fn is_none(&self) -> bool {
+        self.allowed.is_none() && self.bias.is_empty()
+    }
+}
+
+/// The bias that excludes an id (OpenAI: "-100 should result in a ban").
+pub const BAN: f64 = -100.0;
+
+fn check_constraint(c: &Constraint, v: usize) -> Result<(), SampleError> {
+    for &(id, b) in c.bias {
+        if id as usize >= v {
+            return Err(bad("logit_bias token id", id as f64, "below the vocabulary size"));
+        }
+        if !(-100.0..=100.0).contains(&b) {
+            return Err(bad("logit_bias", b, "[-100, 100]"));
+        }
+    }
+    Ok(())
+}
+
 /// The spec sampler with its buffers kept across calls (one allocation per vocabulary size).
 #[derive(Default, Debug)]
 pub struct SpecSampler {
@@ -192,6 +226,22 @@ impl SpecSampler {
         Ok(())
     }
 
+    /// Step 3a: disallowed and banned ids to -inf, the other biases added.
+    fn constrain(&mut self, c: &Constraint) {
+        if let Some(words) = c.allowed {
+            for (i, x) in self.l.iter_mut().enumerate() {
+                let allowed = words.get(i / 32).is_some_and(|w| (w >> (i % 32)) & 1 == 1);
+                if !allowed {
+                    *x = f64::NEG_INFINITY;
+                }
+            }
+        }
+        for &(id, b) in c.bias {
+            let x = &mut self.l[id as usize];
+            *x = if b == BAN { f64::NEG_INFINITY } else { *x + b };
+        }
+    }
+
     /// [`sample`] with this sampler's buffers and any [`Rng`].
     pub fn sample_with(
         &mut self,
@@ -201,16 +251,33 @@ impl SpecSampler {
         output: &[u32],
         rng: &mut dyn Rng,
     ) -> Result<(u32, f64), SampleError> {
+        self.sample_constrained(logits, p, prompt, output, &Constraint::default(), rng)
+    }
+
+    /// [`sample_constrained`] with this sampler's buffers and any [`Rng`].
+    pub fn sample_constrained(
+        &mut self,
+        logits: &[f32],
+        p: &SamplingParams,
+        prompt: &[u32],
+        output: &[u32],
+        constraint: &Constraint,
+        rng: &mut dyn Rng,
+    ) -> Result<(u32, f64), SampleError> {
         check_params(p)?;
         check_input(logits, prompt, output)?;
+        check_constraint(constraint, logits.len())?;
         self.penalise(logits, p, prompt, output)?;
+        if !constraint.is_none() {
+            self.constrain(constraint);
+        }
         let v = logits.len();
         let l = &self.l;
 
-        // Step 4: logprobs from the penalised logits, ascending-id sum.
+        // Step 4: logprobs from the penalised, constrained logits, ascending-id sum.
         let big_m = max_of(l.iter().copied());
         if big_m == f64::NEG_INFINITY {
-            return Err(SampleError::AllMasked);
+            return Err(if constraint.is_none() { SampleError::AllMasked } else { SampleError::NothingAllowed });
         }
         let mut z = 0.0f64;
         for &x in l {
@@ -315,6 +382,31 @@ impl SpecSampler {
     }
 }
 
+impl SpecSampler {
+    /// The `k` most likely ids of the last call's row with their step-4 logprobs (after
+    /// step 3a), best first, ties by id; the same arithmetic as the sampled logprob, so
+    /// the chosen token's entry has its bits. Empty before any call.
+    pub fn top_logprobs(&self, k: usize) -> Vec<(u32, f64)> {
+        let l = &self.l;
+        let big_m = max_of(l.iter().copied());
+        let mut z = 0.0f64;
+        for &x in l {
+            z += (x - big_m).exp();
+        }
+        let ln_z = z.ln();
+        let v = l.len();
+        let k = k.min(v);
+        let mut ids: Vec<u32> = (0..v as u32).collect();
+        let cmp = by_score(l);
+        if k > 0 && k < v {
+            ids.select_nth_unstable_by(k - 1, &cmp);
+        }
+        ids.truncate(k);
+        ids.sort_unstable_by(&cmp);
+        ids.into_iter().map(|i| (i, (l[i as usize] - big_m) - ln_z)).collect()
+    }
+}
+
 impl Sampler for SpecSampler {
     fn sample(
         &mut self,
@@ -339,4 +431,19 @@ pub fn sample(
     rng: &mut Pcg32,
 ) -> Result<(u32, f64), SampleError> {
     SpecSampler::new().sample_with(logits, p, prompt, output, rng)
+}
+
+/// [`sample`] with step 3a: the ids `constraint` does not allow (and those banned by a
+/// `logit_bias` of -100) get logit -inf, the other biases are added, and the rest of the
+/// algorithm is unchanged (still exactly one uniform per sampled token). A constraint that
+/// leaves nothing is [`SampleError::NothingAllowed`].
+pub fn sample_constrained(
+    logits: &[f32],
+    p: &SamplingParams,
+    prompt: &[u32],
+    output: &[u32],
+    constraint: &Constraint,
+    rng: &mut Pcg32,
+) -> Result<(u32, f64), SampleError> {
+    SpecSampler::new().sample_constrained(logits, p, prompt, output, constraint, rng)
 }

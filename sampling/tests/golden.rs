@@ -2,7 +2,9 @@
 
 use serde_json::Value;
 use tl_core::Sampler;
-use tl_sampling::{choice_stream, sample, stream, Pcg32, SamplingParams, SpecSampler, PURPOSE_SAMPLE};
+use tl_sampling::{
+    choice_stream, sample, sample_constrained, stream, Constraint, Pcg32, SamplingParams, SpecSampler, PURPOSE_SAMPLE,
+};
 
 fn hex(v: &Value) -> u64 {
     let s = v.as_str().expect("a hex string");
@@ -43,6 +45,23 @@ fn gen_row(g: &Value, t: u64) -> Vec<f32> {
         .collect()
 }
 
+/// The case's step-3a allowed set at step `t` as a bitset (make_sampler_golden.py's
+/// `allowed_at`: ids with (i + t) % mod < keep), or None.
+fn allowed_at(case: &Value, v: usize, t: usize) -> Option<Vec<u32>> {
+    let a = case.get("allow")?;
+    let (m, keep) = (a["mod"].as_u64().unwrap() as usize, a["keep"].as_u64().unwrap() as usize);
+    let mut words = vec![0u32; v.div_ceil(32)];
+    for i in (0..v).filter(|i| (i + t) % m < keep) {
+        words[i / 32] |= 1 << (i % 32);
+    }
+    Some(words)
+}
+
+fn bias(case: &Value) -> Vec<(u32, f64)> {
+    let Some(b) = case.get("bias").and_then(Value::as_array) else { return Vec::new() };
+    b.iter().map(|e| (e[0].as_u64().unwrap() as u32, e[1].as_f64().unwrap())).collect()
+}
+
 fn row(case: &Value, t: usize) -> Vec<f32> {
     if let Some(rows) = case["rows"].as_array() {
         let r = rows[t % rows.len()].as_array().unwrap();
@@ -73,19 +92,36 @@ fn sampler_matches_golden() {
         };
         let mut rng2 = rng.clone();
         let tokens = case["tokens"].as_array().unwrap();
+        let bias = bias(case);
         assert!(tokens.len() >= 12, "{name}");
         for (t, tok) in tokens.iter().enumerate() {
             let logits = row(case, t);
             if t == 0 {
                 vocabs.push(logits.len());
             }
-            let (id, lp) = sample(&logits, &p, &prompt, &output, &mut rng).unwrap();
+            let allowed = allowed_at(case, logits.len(), t);
+            let constrained = allowed.is_some() || !bias.is_empty();
+            let c = Constraint { allowed: allowed.as_deref(), bias: &bias };
+            let (id, lp) = if constrained {
+                sample_constrained(&logits, &p, &prompt, &output, &c, &mut rng).unwrap()
+            } else {
+                sample(&logits, &p, &prompt, &output, &mut rng).unwrap()
+            };
             let want_id = tok["id"].as_u64().unwrap() as u32;
             let want_lp = hex(&tok["logprob"]);
             assert_eq!(id, want_id, "{name} token {t}");
             assert_eq!(lp.to_bits(), want_lp, "{name} token {t}: logprob {lp} vs {}", f64::from_bits(want_lp));
-            let again = Sampler::sample(&mut reused, &logits, &p, &prompt, &output, &mut rng2).unwrap();
+            let again = if constrained {
+                reused.sample_constrained(&logits, &p, &prompt, &output, &c, &mut rng2).unwrap()
+            } else {
+                Sampler::sample(&mut reused, &logits, &p, &prompt, &output, &mut rng2).unwrap()
+            };
             assert_eq!((again.0, again.1.to_bits()), (id, lp.to_bits()), "{name} token {t}, reused sampler");
+            // The reported top logprobs come from the same step-3a row: the chosen id's
+            // entry has the sampled bits.
+            let top = reused.top_logprobs(logits.len());
+            let mine = top.iter().find(|e| e.0 == id).expect("the chosen id is among the logprobs");
+            assert_eq!(mine.1.to_bits(), lp.to_bits(), "{name} token {t}: top_logprobs entry");
             output.push(id);
         }
         assert_eq!(rng, rng2, "{name}: both paths drew the same numbers");
@@ -94,7 +130,14 @@ fn sampler_matches_golden() {
     assert_eq!(vocabs.iter().max(), Some(&49152));
     // The cases that pin step 10's fallback and the choice streams are there.
     let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    for want in ["fallback_skips_masked_tail", "fallback_skips_underflowed_tail", "hand_example_choice_1"] {
+    for want in [
+        "fallback_skips_masked_tail",
+        "fallback_skips_underflowed_tail",
+        "hand_example_choice_1",
+        "constraint_sampled",
+        "logit_bias_add_and_ban",
+        "constraint_bias_penalties_filters",
+    ] {
         assert!(names.contains(&want), "{want} missing from the golden file");
     }
     assert!(cases.iter().filter(|c| c["choice"].as_u64().is_some_and(|c| c > 0)).count() >= 3);

@@ -16,6 +16,10 @@ output = output_prefix + the tokens sampled so far. The generator is stream(seed
 PURPOSE_SAMPLE), or choice_stream(seed, choice) when the case has a "choice" (choice c of
 a request with n > 1 choices, docs/spec/pcg32.md).
 
+A case may carry step 3a of docs/spec/sampling.md: "allow": {mod, keep} allows, at step
+t, exactly the ids i with (i + t) % mod < keep (so the allowed set moves every step, as a
+grammar's does), and "bias": [[id, value], ...] is the request's logit_bias (-100 bans).
+
 Two seeds below were constructed (by inverting mix64 and the PCG step) so that the first
 uniform_f64() of stream(seed, PURPOSE_SAMPLE) is 1 - 2^-53, the largest value it can
 take: with them, step 10's loop of docs/spec/sampling.md ends without returning and its
@@ -124,10 +128,32 @@ CASES = [
     ("choice_5_filters_and_penalties", ("gen", gen(30, 300)),
      params(temperature=0.9, top_p=0.95, min_p=0.01, presence_penalty=0.3), [1, 2], [3], 77, 5),
     ("choice_max_seed_max", ("gen", gen(31, 1000)), params(top_k=20), [], [], 2 ** 64 - 1, 2 ** 32 - 1),
+    # Step 3a: a moving allowed set (a grammar's mask), logit_bias, and both with filters.
+    ("constraint_greedy", ("gen", gen(32, 300)), params(temperature=0.0), [], [], 19, None,
+     dict(mod=7, keep=2)),
+    ("constraint_sampled", ("gen", gen(33, 500)), params(temperature=0.8), [], [], 20, None,
+     dict(mod=5, keep=1)),
+    ("constraint_single_allowed_id", ("gen", gen(34, 64)), params(temperature=1.0, top_p=0.9), [], [], 21, None,
+     dict(mod=64, keep=1)),
+    ("logit_bias_add_and_ban", ("gen", gen(35, 40, bits=8, frac=5)), params(temperature=0.9), [], [], 22, None,
+     None, [[0, 100.0], [1, -100.0], [2, 2.5], [3, -0.375], [39, 7.0]]),
+    ("logit_bias_greedy_ban_the_best", ("rows", [[1.0, 3.0, 2.0, 3.0, -1.0]]), params(temperature=0.0), [], [], 23,
+     None, None, [[1, -100.0], [3, -100.0]]),
+    ("constraint_bias_penalties_filters", ("gen", gen(36, 1000, bits=10, frac=7)),
+     params(temperature=0.7, top_k=30, top_p=0.9, min_p=0.02, repetition_penalty=1.2, presence_penalty=0.3,
+            frequency_penalty=0.1), [5, 6, 7], [8], 24, None, dict(mod=3, keep=2), [[5, 1.5], [6, -100.0], [11, -2.0]]),
+    ("constraint_v49152_masked_rows", ("gen", gen(37, 49152, bits=12, frac=8, mask_every=13, mask_offset=2)),
+     params(temperature=1.1, top_p=0.95), [], [], 25, 3, dict(mod=11, keep=3), [[100, 4.0]]),
 ]
 
 
-def run_case(name, logits, p, prompt, prefix, seed, choice=None):
+def allowed_at(allow, v, t):
+    if allow is None:
+        return None
+    return {i for i in range(v) if (i + t) % allow["mod"] < allow["keep"]}
+
+
+def run_case(name, logits, p, prompt, prefix, seed, choice=None, allow=None, bias=None):
     kind, val = logits
     rng = ref.stream(seed, ref.PURPOSE_SAMPLE) if choice is None else ref.choice_stream(seed, choice)
     output = list(prefix)
@@ -137,12 +163,17 @@ def run_case(name, logits, p, prompt, prefix, seed, choice=None):
             row = [as_f32(x) for x in val[t % len(val)]]
         else:
             row = gen_row(val, t)
-        tid, lp = ref.sample(row, p, prompt, output, rng)
+        tid, lp = ref.sample(row, p, prompt, output, rng, allowed_at(allow, len(row), t),
+                             {i: b for i, b in bias} if bias else None)
         tokens.append({"id": tid, "logprob": f64_hex(lp), "logprob_repr": repr(lp)})
         output.append(tid)
     case = {"name": name, "params": p, "prompt": prompt, "output_prefix": prefix, "seed": seed, "tokens": tokens}
     if choice is not None:
         case["choice"] = choice
+    if allow is not None:
+        case["allow"] = allow
+    if bias is not None:
+        case["bias"] = bias
     if kind == "rows":
         case["rows"] = [[f32_hex(as_f32(x)) for x in r] for r in val]
     else:

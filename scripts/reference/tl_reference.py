@@ -85,9 +85,15 @@ def check(logits, p, prompt, output):
         raise BadInput("repetition_penalty")
 
 
-def sample(logits, p, prompt, output, rng):
-    """Return (id, logprob) for one row of logits (Python floats holding f32 values)."""
+def sample(logits, p, prompt, output, rng, allowed=None, bias=None):
+    """Return (id, logprob) for one row of logits (Python floats holding f32 values).
+
+    Step 3a: `allowed` is None (no constraint) or the set of ids the constraint allows at
+    this position; `bias` is None or a dict id -> logit_bias (-100 bans the id)."""
     check(logits, p, prompt, output)
+    for i, b in (bias or {}).items():
+        if i >= len(logits) or not (-100.0 <= b <= 100.0):
+            raise BadInput("logit_bias %r: %r" % (i, b))
     v = len(logits)
     # 1. Widen (the values are already exact doubles of f32s).
     l = [float(x) for x in logits]
@@ -114,6 +120,18 @@ def sample(logits, p, prompt, output, rng):
             raise BadInput("a penalised logit is %r" % x)
     if all(x == -math.inf for x in l):
         raise BadInput("every penalised logit is -inf")
+    # 3a. The constraint: disallowed ids and banned ones to -inf, other biases added.
+    if allowed is not None:
+        for i in range(v):
+            if i not in allowed:
+                l[i] = -math.inf
+    for i, b in (bias or {}).items():
+        if b == -100.0:
+            l[i] = -math.inf
+        else:
+            l[i] = l[i] + b
+    if all(x == -math.inf for x in l):
+        raise BadInput("the constraint allows no token with a finite logit")
     # 4. Logprobs.
     big_m = -math.inf
     for x in l:

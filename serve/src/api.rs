@@ -158,6 +158,10 @@ pub struct Body {
     pub logprobs: Option<Value>,
     /// Chat: top logprobs per token (0 to 20).
     pub top_logprobs: Option<i64>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}` (structured.rs).
+    pub response_format: Option<Value>,
+    /// `{"<token id>": bias}`, bias in [-100, 100].
+    pub logit_bias: Option<Value>,
 }
 
 /// A checked request: the engine requests (one per choice) and how to answer.
@@ -279,6 +283,8 @@ impl Body {
             presence_penalty,
             frequency_penalty,
         };
+        let grammar = crate::structured::response_format(self.response_format.as_ref())?;
+        let logit_bias = crate::structured::logit_bias(self.logit_bias.as_ref())?;
         // OpenAI's seed is a signed 64-bit integer; its bits are the stream's seed.
         let seed = self.seed.map_or_else(random_seed, |s| s as u64);
         let reqs = (0..n)
@@ -290,6 +296,8 @@ impl Body {
                 max_tokens,
                 stop: stop.clone(),
                 logprobs,
+                grammar: grammar.clone(),
+                logit_bias: logit_bias.clone(),
             })
             .collect();
         Ok(Plan {

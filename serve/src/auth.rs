@@ -1,4 +1,4 @@
-//! `--api-key`: every `/v1` route needs `Authorization: Bearer <key>`, compared in
+//! `--api-key`: every `/v1` route (and `/tokenize`, `/detokenize`) needs `Authorization: Bearer <key>`, compared in
 //! constant time; otherwise 401 with OpenAI's error body.
 
 use std::sync::Arc;
@@ -25,7 +25,8 @@ pub(crate) fn same_key(given: &[u8], key: &[u8]) -> bool {
 
 pub(crate) async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let Some(key) = &st.api_key else { return next.run(req).await };
-    if !req.uri().path().starts_with("/v1") {
+    let path = req.uri().path();
+    if !(path.starts_with("/v1") || path == "/tokenize" || path == "/detokenize") {
         return next.run(req).await;
     }
     let given = req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);

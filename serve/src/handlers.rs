@@ -20,7 +20,7 @@ use crate::AppState;
 type St = State<Arc<AppState>>;
 
 /// Count the answer in the metrics.
-fn counted(st: &AppState, endpoint: &str, r: Result<Response, ApiError>) -> Response {
+pub(crate) fn counted(st: &AppState, endpoint: &str, r: Result<Response, ApiError>) -> Response {
     let r = r.unwrap_or_else(IntoResponse::into_response);
     let code = r.status().as_u16();
     st.metrics.requests.get_or_create(&Status { endpoint: endpoint.into(), code }).inc();
@@ -28,6 +28,15 @@ fn counted(st: &AppState, endpoint: &str, r: Result<Response, ApiError>) -> Resp
 }
 
 async fn read(st: &AppState, headers: &HeaderMap, body: Body) -> Result<api::Body, ApiError> {
+    read_json(st, headers, body).await
+}
+
+/// The body as JSON of type `T`, within the size and time limits.
+pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
     let too_big = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -73,7 +82,7 @@ fn check_model(st: &AppState, b: &api::Body) -> Result<(), ApiError> {
     }
 }
 
-fn tok_err(param: &str) -> impl Fn(tl_core::TokenizerError) -> ApiError + '_ {
+pub(crate) fn tok_err(param: &str) -> impl Fn(tl_core::TokenizerError) -> ApiError + '_ {
     move |e| ApiError::bad(param, e.to_string())
 }
 
@@ -147,7 +156,7 @@ impl AppState {
         self.bos
     }
 
-    fn token_text(&self, id: u32) -> (String, Vec<u8>) {
+    pub(crate) fn token_text(&self, id: u32) -> (String, Vec<u8>) {
         let bytes = self.tok.decode_bytes(&[id]).unwrap_or_default();
         (String::from_utf8_lossy(&bytes).into_owned(), bytes)
     }
@@ -247,6 +256,10 @@ impl Ctx {
         json!({
             "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached},
+            // tl has no reasoning split and no predicted outputs: these are 0 by definition.
+            "completion_tokens_details": {
+                "reasoning_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0,
+            },
         })
     }
 
@@ -319,7 +332,7 @@ async fn generate(st: &Arc<AppState>, plan: Plan, chat: bool, deadline: Instant)
             let finish = c.finish.map(FinishReason::as_str);
             let lp = ctx.logprobs(&c.tokens, 0);
             if chat {
-                json!({"index": i, "message": {"role": "assistant", "content": c.text}, "logprobs": lp, "finish_reason": finish})
+                json!({"index": i, "message": {"role": "assistant", "content": c.text, "refusal": null}, "logprobs": lp, "finish_reason": finish})
             } else {
                 json!({"index": i, "text": c.text, "logprobs": lp, "finish_reason": finish})
             }
@@ -353,6 +366,7 @@ fn sse(
                 let mut delta = Map::new();
                 if role {
                     delta.insert("role".into(), json!("assistant"));
+                    delta.insert("refusal".into(), Value::Null);
                 }
                 if let Some(c) = content {
                     delta.insert("content".into(), json!(c));

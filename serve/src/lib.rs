@@ -15,9 +15,11 @@ use tl_sampling as _;
 
 pub mod api;
 mod auth;
+mod extra;
 mod handlers;
 pub mod metrics;
 mod server;
+pub mod structured;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -178,13 +180,17 @@ impl AppState {
     }
 }
 
-/// Every route. With an API key, every `/v1` path (unknown ones included) answers 401
-/// without `Authorization: Bearer <key>`; `/health` and `/metrics` stay open.
+/// Every route. With an API key, every `/v1` path (unknown ones included), `/tokenize` and
+/// `/detokenize` answer 401 without `Authorization: Bearer <key>`; `/health` and
+/// `/metrics` stay open.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/models", get(handlers::models))
+        .route("/v1/models/{id}", get(extra::model))
+        .route("/tokenize", post(extra::tokenize))
+        .route("/detokenize", post(extra::detokenize))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)

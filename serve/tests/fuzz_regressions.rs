@@ -77,3 +77,8 @@ fn chat_template_inputs() {
 fn request_inputs() {
     each("request", checks::request);
 }
+
+#[test]
+fn json_schema_inputs() {
+    each("json_schema", checks::json_schema);
+}

@@ -51,3 +51,27 @@ fn the_official_openai_client_works() {
     }
     s.assert_pool_clean();
 }
+
+/// Structured outputs through the official client (serve/tests/openai_parse.py):
+/// `chat.completions.parse(response_format=Model)` with ten Pydantic models on SmolLM2,
+/// streaming, `finish_reason: "length"`, and a bad schema's 400.
+#[test]
+fn the_official_client_parses_structured_outputs() {
+    let Some(model) = smollm2() else { return };
+    let Some(py) = python() else { return };
+    let s = Server::start(options(model, 2048, 16, 8, 64));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_parse.py");
+    let out = Command::new(py)
+        .arg(script)
+        .arg(format!("http://{}/v1", s.addr))
+        .arg("SmolLM2-135M-Instruct.Q4_1")
+        .output()
+        .expect("run python");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "openai client failed:\n{text}");
+    assert_eq!(text.matches("parsed ok:").count(), 10, "{text}");
+    for check in ["streamed parse ok", "length ok", "bad schema ok"] {
+        assert!(text.contains(check), "{check} missing:\n{text}");
+    }
+    s.assert_pool_clean();
+}
