@@ -9,18 +9,20 @@
 //! together (up to [`MAX_G`] per pass, their accumulators in registers), so each key and
 //! value is read and widened once for all of them, not once per query head.
 //!
-//! The arithmetic, the same on every path ([`crate::lanes`]), for query head `h`, keys
-//! `j = 0 .. n` (`n = pos + 1`) in ascending position:
+//! The arithmetic, the same on every path ([`crate::lanes`]), for query head `h`, its
+//! visible keys `j = lo .. n` (`n = pos + 1`; `lo = 0`, or `max(0, n - window)` on a
+//! windowed layer: key j is visible to query i iff `0 <= i - j < window`) in ascending
+//! position (the lane and tree indices below count from `lo`):
 //!
 //! - `s_j = hsum(acc) * scale` (16 keys' trees at once on AVX-512), where lane `l` of `acc` is the FMA chain over
 //!   `i = l, l + 16, ...` of `q[i] * k_j[i]` from +0.0 (a `D` that is not a multiple of 16
 //!   is padded with zeros, which leave the chains unchanged), and `hsum` is the fixed
-//!   pairwise tree; `scale = 1 / sqrt(D)`.
+//!   pairwise tree; `scale` is [`Attn::scale`], `1 / sqrt(D)` unless the family says.
 //! - `m = max_j s_j`; `e_j = exp(s_j - m)` with [`crate::lanes::exp`];
 //!   `sum = hsum` of 16 lane sums, lane `l` adding `e_j` for `j = l, l + 16, ...`.
 //! - `out[i] = (FMA chain over j ascending of e_j * v_j[i], from +0.0) / sum`.
 //!
-//! Token `t` reads exactly keys `0 ..= pos(t)` of its own sequence and nothing is split
+//! Token `t` reads exactly its visible keys of its own sequence and nothing is split
 //! across threads, so its result does not depend on the batch, the chunking or the
 //! thread count.
 
@@ -30,8 +32,75 @@ use rayon::prelude::*;
 use tl_core::{ForwardBatch, KvSlabs, ModelError};
 use tl_quant::f32_to_f16;
 
-use crate::forward::Plan;
 use crate::lanes::{exp, ld_h_part, simd_entry, st_part, Lanes, Path, W};
+use crate::plan::Plan;
+
+/// One layer's attention: the head counts, the score scale and the window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Attn {
+    /// Query heads H.
+    pub heads: usize,
+    /// KV heads H_kv (divides H); query head `h` reads KV head `h / (H / H_kv)`.
+    pub kv_heads: usize,
+    /// Head size D.
+    pub head_dim: usize,
+    /// Scores are `q . k * scale`: `1 / sqrt(D)` by default ([`Attn::new`]); Gemma 3
+    /// uses `query_pre_attn_scalar^-0.5`.
+    pub scale: f32,
+    /// `Some(w)`: a sliding window, key j visible to query i iff `0 <= i - j < w`;
+    /// `None`: every earlier key (`0 <= i - j`).
+    pub window: Option<usize>,
+}
+
+impl Attn {
+    /// Global attention with the default scale `1 / sqrt(D)`.
+    pub fn new(heads: usize, kv_heads: usize, head_dim: usize) -> Attn {
+        Attn { heads, kv_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt(), window: None }
+    }
+
+    /// Width of a `(N, H*D + 2*H_kv*D)` q/k/v row: q at column 0, k at `H*D`, v at
+    /// `H*D + H_kv*D`.
+    pub fn qkv_width(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
+
+    /// The keys a query at position `pos` sees: `lo .. pos + 1`.
+    pub fn visible(&self, pos: usize) -> std::ops::Range<usize> {
+        let n = pos + 1;
+        match self.window {
+            Some(w) => n.saturating_sub(w)..n,
+            None => 0..n,
+        }
+    }
+
+    /// Whether this layer shape is valid and fits the pool's geometry `g`.
+    fn check(&self, g: &tl_core::KvGeometry) -> Result<(), ModelError> {
+        let ok = g.n_kv_heads as usize == self.kv_heads
+            && g.head_dim as usize == self.head_dim
+            && self.heads > 0
+            && self.kv_heads > 0
+            && self.heads.is_multiple_of(self.kv_heads)
+            && self.head_dim > 0
+            && self.scale.is_finite()
+            && self.window != Some(0);
+        if ok {
+            Ok(())
+        } else {
+            Err(ModelError::Other(format!("attention: {self:?} is not a valid layer shape for the KV pool {g:?}")))
+        }
+    }
+}
+
+/// What every block of a step shares: the instruction set, the batch and its plan.
+#[derive(Clone, Copy)]
+pub struct Step<'a> {
+    /// The vector path ([`Path::best`] in production).
+    pub path: Path,
+    /// The step's sequences.
+    pub batch: &'a ForwardBatch<'a>,
+    /// Where each token sits.
+    pub plan: &'a Plan,
+}
 
 /// Query heads per kernel pass: their accumulators (and the score rows) stay in registers.
 /// A larger group runs in passes of up to this many heads.
@@ -64,40 +133,43 @@ impl KvView<'_> {
     }
 }
 
-/// What a group of query heads attends over: keys `0 .. n` of `d` values in `kv`, scores
-/// scaled by `scale`.
+/// What a group of query heads attends over: keys `lo .. n` of `d` values in `kv`,
+/// scores scaled by `scale`.
 #[derive(Clone, Copy)]
 struct Keys<'a> {
     kv: KvView<'a>,
+    lo: usize,
     n: usize,
     d: usize,
     scale: f32,
 }
 
-/// Calls `f(j, key row, value row)` for keys `0 .. n` in ascending position.
+/// Calls `f(j - lo, key row, value row)` for keys `lo .. n` in ascending position.
 #[inline(always)]
-unsafe fn for_keys(kv: &KvView<'_>, n: usize, d: usize, mut f: impl FnMut(usize, *const u16, *const u16)) {
-    let mut j = 0;
-    for (ks, vs) in kv.k.iter().zip(kv.v) {
+unsafe fn for_keys(kv: &KvView<'_>, lo: usize, n: usize, d: usize, mut f: impl FnMut(usize, *const u16, *const u16)) {
+    let first = lo / kv.b;
+    let mut j = first * kv.b;
+    for (ks, vs) in kv.k[first..].iter().zip(&kv.v[first..]) {
         if j >= n {
             break;
         }
         let (kp, vp) = (ks.as_ptr().add(kv.base), vs.as_ptr().add(kv.base));
-        for slot in 0..kv.b.min(n - j) {
-            f(j + slot, kp.add(slot * d), vp.add(slot * d));
+        for slot in lo.saturating_sub(j)..kv.b.min(n - j) {
+            f(j + slot - lo, kp.add(slot * d), vp.add(slot * d));
         }
         j += kv.b;
     }
 }
 
-/// `G` query heads `q` `(G, D)` over keys `0 .. n`, into `out` `(G, D)`.
+/// `G` query heads `q` `(G, D)` over keys `lo .. n`, into `out` `(G, D)`.
 /// `scratch` holds `(G, Dp)` zero-padded queries then `(G, Np)` scores (`Dp`, `Np`: `D`
-/// and `n` rounded up to 16).
+/// and `m = n - lo` rounded up to 16). Below, `j` counts keys from `lo`.
 #[inline(always)]
 unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
-    let Keys { kv, n, d, scale } = *keys;
+    let Keys { kv, lo, n, d, scale } = *keys;
     let kv = &kv;
-    let (dp, np) = (d.div_ceil(W) * W, n.div_ceil(W) * W);
+    let m = n - lo;
+    let (dp, np) = (d.div_ceil(W) * W, m.div_ceil(W) * W);
     let (full, tail) = (d / W, d % W);
     if scratch.len() < G * (dp + np) {
         scratch.resize(G * (dp + np), 0.0);
@@ -114,7 +186,7 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
     // score row at `j0 .. j0 + 16` (inside the padded row: j0 is a multiple of 16).
     let mut tile = [[L::zero(); W]; G];
     let sv = L::splat(scale);
-    for_keys(kv, n, d, |j, kr, _| {
+    for_keys(kv, lo, n, d, |j, kr, _| {
         let mut acc = [L::zero(); G];
         for c in 0..full {
             let kx = L::ld_h(kr.add(c * W));
@@ -132,7 +204,7 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
         for (t, a) in tile.iter_mut().zip(acc) {
             t[k] = a;
         }
-        if k == W - 1 || j + 1 == n {
+        if k == W - 1 || j + 1 == m {
             for (h, t) in tile.iter().enumerate() {
                 L::st(sc.add(h * np + j - k), L::mul(L::hsum16(t), sv));
             }
@@ -143,12 +215,12 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
     let mut sums = [0.0f32; G];
     for (h, sum) in sums.iter_mut().enumerate() {
         let row = std::slice::from_raw_parts_mut(sc.add(h * np), np);
-        let m = row[..n].iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-        let mv = L::splat(m);
+        let mx = row[..m].iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+        let mv = L::splat(mx);
         for c in row.chunks_exact_mut(W) {
             L::st(c.as_mut_ptr(), exp::<L>(L::sub(L::ld(c.as_ptr()), mv)));
         }
-        row[n..].fill(0.0); // padding adds +0.0 to its lane
+        row[m..].fill(0.0); // padding adds +0.0 to its lane
         let mut acc = L::zero();
         for c in row.chunks_exact(W) {
             acc = L::add(acc, L::ld(c.as_ptr()));
@@ -160,7 +232,7 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
     for c in 0..dp / W {
         let len = W.min(d - c * W);
         let mut acc = [L::zero(); G];
-        for_keys(kv, n, d, |j, _, vr| {
+        for_keys(kv, lo, n, d, |j, _, vr| {
             let vx = if len == W { L::ld_h(vr.add(c * W)) } else { ld_h_part::<L>(vr.add(c * W), len) };
             for (h, a) in acc.iter_mut().enumerate() {
                 *a = L::fma(L::splat(*sc.add(h * np + j)), vx, *a);
@@ -174,7 +246,7 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
 }
 
 /// Every query head of one KV head: `q` and `out` are `(group, D)`; passes of up to
-/// [`MAX_G`] heads. Caller: `kv.holds(n, d)`, `n >= 1`, `q` and `out` `group * d` long.
+/// [`MAX_G`] heads. Caller: `kv.holds(n, d)`, `lo < n`, `q` and `out` `group * d` long.
 #[inline(always)]
 unsafe fn group_impl<L: Lanes>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
     let d = keys.d;
@@ -192,22 +264,51 @@ simd_entry!(fn attend_group_unchecked => group_impl(
     q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]
 ));
 
+/// Keys `lo .. n` of `d` values, scores scaled by `scale`: one task's span, for the tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    /// First visible key.
+    pub lo: usize,
+    /// One past the last (the query's position + 1).
+    pub n: usize,
+    /// Head size.
+    pub d: usize,
+    /// Score scale.
+    pub scale: f32,
+}
+
 /// Checks what the kernel's raw reads and writes rely on, then runs it.
 fn attend_group(
     path: Path,
     q: &[f32],
     kv: &KvView<'_>,
-    n: usize,
-    d: usize,
+    span: Span,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) -> Result<(), String> {
-    if d == 0 || n == 0 || q.len() != out.len() || !q.len().is_multiple_of(d) || !kv.holds(n, d) {
-        return Err(format!("attention: {n} keys of {d} values do not fit the slabs or q/out ({})", q.len()));
+    let Span { lo, n, d, scale } = span;
+    if d == 0 || lo >= n || q.len() != out.len() || !q.len().is_multiple_of(d) || !kv.holds(n, d) {
+        return Err(format!("attention: keys {lo}..{n} of {d} values do not fit the slabs or q/out ({})", q.len()));
     }
-    let keys = Keys { kv: *kv, n, d, scale: 1.0 / (d as f32).sqrt() };
+    let keys = Keys { kv: *kv, lo, n, d, scale };
     attend_group_unchecked(path, q, &keys, scratch, out);
     Ok(())
+}
+
+/// One KV head's attention for tests over the keys of `span`, otherwise as
+/// [`attend_one`].
+#[doc(hidden)]
+pub fn attend_span(
+    path: Path,
+    q: &[f32],
+    (k_blocks, v_blocks): (&[&[u16]], &[&[u16]]),
+    block_tokens: usize,
+    span: Span,
+    out: &mut [f32],
+) -> Result<(), String> {
+    let kv = KvView { k: k_blocks, v: v_blocks, base: 0, b: block_tokens };
+    attend_group(path, q, &kv, span, &mut Vec::new(), out)
 }
 
 /// One KV head's attention for tests: `q` `(G, D)` over keys `0 .. n` held in blocks of
@@ -225,8 +326,8 @@ pub fn attend_one(
     d: usize,
     out: &mut [f32],
 ) -> Result<(), String> {
-    let kv = KvView { k: k_blocks, v: v_blocks, base: 0, b: block_tokens };
-    attend_group(path, q, &kv, n, d, &mut Vec::new(), out)
+    let span = Span { lo: 0, n, d, scale: 1.0 / (d as f32).sqrt() };
+    attend_span(path, q, (k_blocks, v_blocks), block_tokens, span, out)
 }
 
 /// One sequence's K slabs and V slabs of one layer, in block-table order.
@@ -238,21 +339,22 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Attention of every new token over exactly its visible keys, read from the pool.
-/// `q` is `(N, q_stride)` with the `H * D` queries (after RoPE) at its start;
-/// `out` is `(N, H * D)`. Query head `h` reads KV head `h / (H / H_kv)`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn attention(
-    path: Path,
+/// Attention of every new token over exactly its visible keys ([`Attn::visible`]) of
+/// `layer`, read from the pool. `qkv` is `(N, H*D + 2*H_kv*D)` with the `H * D` queries
+/// (after RoPE) at its start; `out` is `(N, H * D)`. Query head `h` reads KV head
+/// `h / (H / H_kv)`.
+pub fn attention(
+    step: &Step<'_>,
     kv: &dyn KvSlabs,
     layer: u32,
-    batch: &ForwardBatch,
-    plan: &Plan,
-    (heads, kv_heads, d): (usize, usize, usize),
-    q: &[f32],
-    q_stride: usize,
+    attn: &Attn,
+    qkv: &[f32],
     out: &mut [f32],
 ) -> Result<(), ModelError> {
+    attn.check(&kv.geometry())?;
+    let Step { path, batch, plan } = *step;
+    let (heads, kv_heads, d) = (attn.heads, attn.kv_heads, attn.head_dim);
+    let (q, q_stride) = (qkv, attn.qkv_width());
     let g = kv.geometry();
     let b = g.block_tokens as usize;
     let slab_len = g.slab_elems().unwrap_or(0);
@@ -286,11 +388,12 @@ pub(crate) fn attention(
         let kv = KvView { k: ks, v: vs, base: g * b * d, b };
         let q0 = t * q_stride + g * group * d;
         let qh = &q[q0..q0 + group * d];
-        let n = plan.pos[t] + 1;
+        let keys = attn.visible(plan.pos[t]);
+        let span = Span { lo: keys.start, n: keys.end, d, scale: attn.scale };
         SCRATCH
             .with(|s| match s.try_borrow_mut() {
-                Ok(mut s) => attend_group(path, qh, &kv, n, d, &mut s, o),
-                Err(_) => attend_group(path, qh, &kv, n, d, &mut Vec::new(), o),
+                Ok(mut s) => attend_group(path, qh, &kv, span, &mut s, o),
+                Err(_) => attend_group(path, qh, &kv, span, &mut Vec::new(), o),
             })
             .map_err(ModelError::Other)
     })
@@ -316,20 +419,15 @@ simd_entry!(
     pub fn narrow_f16 => narrow_impl(src: &[f32], dst: &mut [u16])
 );
 
-/// Write each token's K and V into its sequence's blocks as f16: position j goes to block
-/// `blocks[j / B]`, slot `j % B`, head g at `(g * B + slot) * D`. `qkv` is `(N, stride)`
-/// with the keys at column `k_col` and the values at `v_col`, `H_kv * D` each.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn write_kv(
-    path: Path,
-    kv: &mut dyn KvSlabs,
-    layer: u32,
-    batch: &ForwardBatch,
-    plan: &Plan,
-    qkv: &[f32],
-    stride: usize,
-    (k_col, v_col): (usize, usize),
-) -> Result<(), ModelError> {
+/// Write each token's K and V of `layer` into its sequence's blocks as f16: position j
+/// goes to block `blocks[j / B]`, slot `j % B`, head g at `(g * B + slot) * D`. `qkv` is
+/// `(N, H*D + 2*H_kv*D)`: the keys at column `H*D`, the values at `H*D + H_kv*D`
+/// (after RoPE and any k norm).
+pub fn write_kv(step: &Step<'_>, kv: &mut dyn KvSlabs, layer: u32, attn: &Attn, qkv: &[f32]) -> Result<(), ModelError> {
+    attn.check(&kv.geometry())?;
+    let Step { path, batch, plan } = *step;
+    let (stride, k_col) = (attn.qkv_width(), attn.heads * attn.head_dim);
+    let v_col = k_col + attn.kv_heads * attn.head_dim;
     let g = kv.geometry();
     let (b, d) = (g.block_tokens as usize, g.head_dim as usize);
     let width = g.n_kv_heads as usize * d;

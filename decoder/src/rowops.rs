@@ -1,5 +1,6 @@
-//! The forward's row-wise steps as plain loops over the step's buffers: RMSNorm, RoPE,
-//! SwiGLU and the residual add.
+//! The forward's row-wise blocks as plain loops over the step's buffers: RMSNorm (over
+//! rows, and per head on q and k), the gated activations (SwiGLU, GELU-tanh) and the
+//! residual add.
 //!
 //! Why not Candle ops: each Candle op allocates its result, zeroes it, and (above 64K
 //! elements) runs on its own thread pool; at SmolLM2's size that bookkeeping and the
@@ -20,7 +21,7 @@ const PAR_MIN_ELEMS: usize = 1 << 15;
 
 /// Runs `f(row index, row)` over the rows of `out` `(rows, w)`, in parallel when there is
 /// enough work.
-fn rows<F>(out: &mut [f32], w: usize, f: F)
+pub(crate) fn rows<F>(out: &mut [f32], w: usize, f: F)
 where
     F: Fn(usize, &mut [f32]) + Sync,
 {
@@ -69,7 +70,9 @@ simd_entry!(
 );
 
 /// RMSNorm of every row of `x` `(rows, d)` into `y` (the same shape), weight `w` `(d,)`.
-pub(crate) fn rms_norm(path: Path, x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+/// A family whose norm is `x * (1 + w)` (Gemma) passes `1 + w`, added once at load in f32
+/// (Hugging Face adds it in f32 too, so the bits are the same).
+pub fn rms_norm(path: Path, x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     let d = w.len();
     rows(y, d, |i, y| rms_norm_row(path, &x[i * d..(i + 1) * d], w, eps, y));
 }
@@ -104,48 +107,92 @@ simd_entry!(
 
 /// `act = silu(gate) * up` per row: `gu` `(rows, 2I)` holds gate then up side by side
 /// (the fused projection's output); `act` is `(rows, I)`.
-pub(crate) fn swiglu(path: Path, gu: &[f32], act: &mut [f32], inter: usize) {
+pub fn swiglu(path: Path, gu: &[f32], act: &mut [f32], inter: usize) {
     rows(act, inter, |i, a| {
         let (g, u) = gu[i * 2 * inter..(i + 1) * 2 * inter].split_at(inter);
         swiglu_row(path, g, u, a)
     });
 }
 
-/// `x += y`, both `(rows, d)`.
-pub(crate) fn add(x: &mut [f32], y: &[f32], d: usize) {
+/// The residual add `x += y`, both `(rows, d)`.
+pub fn add(x: &mut [f32], y: &[f32], d: usize) {
     rows(x, d, |i, x| x.iter_mut().zip(&y[i * d..(i + 1) * d]).for_each(|(x, &y)| *x += y));
 }
 
-/// RoPE in place on the heads of each row of `x` `(rows, stride)`: `heads` heads of `D` from
-/// column `col`. Token `t` uses `cos`/`sin` row `t` `(D/2,)`. Half-split pairs:
-/// `x[i] <- x[i] cos - x[i+D/2] sin`, `x[i+D/2] <- x[i+D/2] cos + x[i] sin` (Hugging Face's
-/// `x * cos + rotate_half(x) * sin`: products rounded, then summed).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn rope(x: &mut [f32], stride: usize, col: usize, heads: usize, d: usize, cos: &[f32], sin: &[f32]) {
-    let half = d / 2;
-    rows(x, stride, |t, row| {
-        let (c, s) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
-        for head in row[col..col + heads * d].chunks_exact_mut(d) {
-            let (a, b) = head.split_at_mut(half);
-            for i in 0..half {
-                let (x1, x2) = (a[i], b[i]);
-                a[i] = x1 * c[i] - x2 * s[i];
-                b[i] = x2 * c[i] + x1 * s[i];
-            }
+/// Per-head RMSNorm in place (Qwen3's and Gemma 3's q/k norms, over `head_dim` before
+/// RoPE): in each row of `x` `(rows, stride)`, the `q_heads` heads of `D = q_w.len()`
+/// from column 0 are normed with weight `q_w`, the `k_heads` heads after them with `k_w`
+/// (`(N, H*D + 2*H_kv*D)` rows: q heads, then k heads, then v untouched). Each head is
+/// [`rms_norm_row`] of its own `D` values.
+pub fn head_rms_norm(
+    path: Path,
+    x: &mut [f32],
+    stride: usize,
+    (q_heads, q_w): (usize, &[f32]),
+    (k_heads, k_w): (usize, &[f32]),
+    eps: f32,
+) {
+    let d = q_w.len();
+    if d == 0 || k_w.len() != d || (q_heads + k_heads) * d > stride {
+        return;
+    }
+    rows(x, stride, |_, row| {
+        let mut tmp = [0.0f32; 256];
+        let mut heap = Vec::new();
+        let src: &mut [f32] = if d <= tmp.len() {
+            &mut tmp[..d]
+        } else {
+            heap.resize(d, 0.0);
+            &mut heap
+        };
+        for (h, head) in row[..(q_heads + k_heads) * d].chunks_exact_mut(d).enumerate() {
+            src.copy_from_slice(head);
+            rms_norm_row(path, src, if h < q_heads { q_w } else { k_w }, eps, head);
         }
     });
 }
 
-/// RoPE tables: `cos`, `sin` `(N, D/2)` for angles `f32(pos) * inv_freq[i]` in f32, as
-/// Hugging Face computes them.
-pub(crate) fn rope_tables(pos: &[usize], inv_freq: &[f32], cos: &mut Vec<f32>, sin: &mut Vec<f32>) {
-    cos.clear();
-    sin.clear();
-    for &p in pos {
-        for &f in inv_freq {
-            let a = p as f32 * f;
-            cos.push(a.cos());
-            sin.push(a.sin());
-        }
+/// `gelu_tanh(g) * u` on 16 lanes, with `gelu_tanh(g) = g * sigmoid(2 * inner) =
+/// g / (1 + exp(-2 * inner))`, `inner = sqrt(2/pi) * (g + 0.044715 * g^3)`: torch's
+/// `0.5 * g * (1 + tanh(inner))` rewritten (`1 + tanh(y) = 2 / (1 + exp(-2y))`) so no
+/// `1 + tanh` cancels for negative `g`.
+#[inline(always)]
+unsafe fn gelu_tanh16<L: Lanes>(g: L::V, u: L::V) -> L::V {
+    let g3 = L::mul(L::mul(g, g), g);
+    let inner = L::mul(L::splat(SQRT_2_OVER_PI), L::fma(L::splat(0.044715), g3, g));
+    let e = exp::<L>(L::mul(L::splat(-2.0), inner));
+    L::mul(L::div(g, L::add(L::splat(1.0), e)), u)
+}
+
+/// `sqrt(2 / pi)` in f32.
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+/// One row of the GELU-tanh gated activation (see `gelu_tanh16`).
+#[inline(always)]
+unsafe fn gelu_tanh_row_impl<L: Lanes>(g: &[f32], u: &[f32], act: &mut [f32]) {
+    let n = g.len().min(u.len()).min(act.len());
+    let full = n / W * W;
+    for c in (0..full).step_by(W) {
+        L::st(act.as_mut_ptr().add(c), gelu_tanh16::<L>(L::ld(g.as_ptr().add(c)), L::ld(u.as_ptr().add(c))));
     }
+    if n > full {
+        let (gv, uv) = (ld_part::<L>(g.as_ptr().add(full), n - full), ld_part::<L>(u.as_ptr().add(full), n - full));
+        st_part::<L>(act.as_mut_ptr().add(full), gelu_tanh16::<L>(gv, uv), n - full);
+    }
+}
+
+simd_entry!(
+    /// One row of `gelu_tanh(gate) * up` on `path` (torch's `gelu(approximate="tanh")`);
+    /// `n = min(len)`.
+    #[doc(hidden)]
+    pub fn gelu_tanh_row => gelu_tanh_row_impl(g: &[f32], u: &[f32], act: &mut [f32])
+);
+
+/// `act = gelu_tanh(gate) * up` per row (Gemma's MLP): `gu` `(rows, 2I)` holds gate then
+/// up side by side; `act` is `(rows, I)`.
+pub fn gelu_tanh_gated(path: Path, gu: &[f32], act: &mut [f32], inter: usize) {
+    rows(act, inter, |i, a| {
+        let (g, u) = gu[i * 2 * inter..(i + 1) * 2 * inter].split_at(inter);
+        gelu_tanh_row(path, g, u, a)
+    });
 }

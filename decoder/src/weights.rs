@@ -4,7 +4,6 @@
 //! with the projections quantized to int4 at load (`int4`). An int4 checkpoint's
 //! projections stay int4. Native and f32 give the same logits bit for bit.
 
-use candle_core::{Device, Tensor};
 use tl_core::{BuildCtx, DType, ModelError, WeightError, WeightStore, Weights};
 use tl_quant::{Format, Linear, QLinear, QuantError};
 
@@ -13,7 +12,7 @@ use crate::config::DecoderConfig;
 /// One transformer layer's weights.
 pub struct Layer {
     /// `(d,)` RMSNorm weight before attention.
-    pub input_norm: Tensor,
+    pub input_norm: Vec<f32>,
     /// `(H*D + 2*H_kv*D,)` the q, k and v biases side by side, when the family has them.
     pub qkv_bias: Option<Vec<f32>>,
     /// `[H * D, d]`.
@@ -25,7 +24,7 @@ pub struct Layer {
     /// `[d, H * D]`.
     pub o: Linear,
     /// `(d,)` RMSNorm weight before the MLP.
-    pub post_norm: Tensor,
+    pub post_norm: Vec<f32>,
     /// `[I, d]`.
     pub gate: Linear,
     /// `[I, d]`.
@@ -50,7 +49,7 @@ pub struct DecoderWeights {
     /// The layers, in order.
     pub layers: Vec<Layer>,
     /// `(d,)` final RMSNorm weight.
-    pub norm: Tensor,
+    pub norm: Vec<f32>,
     /// `[V, d]`, never int4 (numbers.md keeps the LM head as stored: floating point, or
     /// a GGUF file's own blocks).
     pub lm_head: Linear,
@@ -166,58 +165,94 @@ fn matrix(store: &dyn WeightStore, name: &str, out: usize, inp: usize, native: b
     lin.map_err(|e| quant_err(store, name, e))
 }
 
-/// A `(d,)` norm weight as a tensor on `device`.
-fn norm(store: &dyn WeightStore, name: &str, d: usize, device: &Device) -> Result<Tensor, ModelError> {
-    Ok(Tensor::from_vec(store.f32(name, &[d])?, d, device)?)
+/// A family's view of its checkpoint under the engine's weight mode
+/// (`EngineConfig.weights`): projections native, widened to f32 or int4 (an int4
+/// checkpoint's own group wins), the embedding and LM head never int4, vectors (norms,
+/// biases) as f32. A family's loader fetches its own tensors with it (Gemma's four norms
+/// per layer, Qwen3's q/k norms) exactly as [`load`] fetches Llama's.
+pub struct Loader<'a> {
+    store: &'a dyn WeightStore,
+    fmt: ProjFormat,
+    /// Embedding and LM head kept as stored (everything but `--weights f32`).
+    native: bool,
+}
+
+impl<'a> Loader<'a> {
+    /// The loader for `ctx`'s checkpoint and engine settings; an int4 checkpoint whose
+    /// `quant` metadata is not `"int4-g<group>-sym"` is an error.
+    pub fn new(ctx: &BuildCtx<'a>) -> Result<Loader<'a>, ModelError> {
+        let store = ctx.weights;
+        let fmt = match (store.metadata("quant"), ctx.engine.weights) {
+            // An int4 file cannot be requantized without loss; its own group wins.
+            (Some(tag), _) => ProjFormat::Int4File(parse_quant_tag(store, &tag)?),
+            (None, Weights::Int4 { group }) => ProjFormat::QuantizeAtLoad(group),
+            (None, Weights::F32) => ProjFormat::Float,
+            (None, Weights::Native) => ProjFormat::Native,
+        };
+        Ok(Loader { store, fmt, native: ctx.engine.weights != Weights::F32 })
+    }
+
+    /// The checkpoint.
+    pub fn store(&self) -> &'a dyn WeightStore {
+        self.store
+    }
+
+    /// The `[out, inp]` projection `<base>.weight` (or an int4 checkpoint's
+    /// `<base>.qweight` and `<base>.scales`) under the weight mode.
+    pub fn proj(&self, base: &str, out: usize, inp: usize) -> Result<Linear, ModelError> {
+        projection(self.store, base, out, inp, self.fmt)
+    }
+
+    /// The `[out, inp]` matrix `name` that is never int4 (embedding, LM head): as stored
+    /// unless everything is widened to f32.
+    pub fn matrix(&self, name: &str, out: usize, inp: usize) -> Result<Linear, ModelError> {
+        matrix(self.store, name, out, inp, self.native)
+    }
+
+    /// The `(len,)` vector `name` (a norm weight, a bias), widened to f32.
+    pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        Ok(self.store.f32(name, &[len])?)
+    }
 }
 
 /// Load every tensor of the model `ctx` describes.
 pub fn load(cfg: &DecoderConfig, ctx: &BuildCtx<'_>) -> Result<DecoderWeights, ModelError> {
-    let store = ctx.weights;
-    let fmt = match (store.metadata("quant"), ctx.engine.weights) {
-        // An int4 file cannot be requantized without loss; its own group wins.
-        (Some(tag), _) => ProjFormat::Int4File(parse_quant_tag(store, &tag)?),
-        (None, Weights::Int4 { group }) => ProjFormat::QuantizeAtLoad(group),
-        (None, Weights::F32) => ProjFormat::Float,
-        (None, Weights::Native) => ProjFormat::Native,
-    };
-    // Embedding and LM head: never int4; native unless everything is widened.
-    let native = ctx.engine.weights != Weights::F32;
+    let w = Loader::new(ctx)?;
     let (d, v, inter) = (cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size);
     let (qw, kvw) = (cfg.q_width(), cfg.kv_width());
     let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
     for i in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{i}");
-        let proj = |name: &str, out, inp| projection(store, &format!("{p}.{name}"), out, inp, fmt);
+        let proj = |name: &str, out, inp| w.proj(&format!("{p}.{name}"), out, inp);
         let qkv_bias = if cfg.qkv_bias {
-            let mut b = store.f32(&format!("{p}.self_attn.q_proj.bias"), &[qw])?;
-            b.extend(store.f32(&format!("{p}.self_attn.k_proj.bias"), &[kvw])?);
-            b.extend(store.f32(&format!("{p}.self_attn.v_proj.bias"), &[kvw])?);
+            let mut b = w.vector(&format!("{p}.self_attn.q_proj.bias"), qw)?;
+            b.extend(w.vector(&format!("{p}.self_attn.k_proj.bias"), kvw)?);
+            b.extend(w.vector(&format!("{p}.self_attn.v_proj.bias"), kvw)?);
             Some(b)
         } else {
             None
         };
         layers.push(Layer {
             qkv_bias,
-            input_norm: norm(store, &format!("{p}.input_layernorm.weight"), d, ctx.device)?,
+            input_norm: w.vector(&format!("{p}.input_layernorm.weight"), d)?,
             q: proj("self_attn.q_proj", qw, d)?,
             k: proj("self_attn.k_proj", kvw, d)?,
             v: proj("self_attn.v_proj", kvw, d)?,
             o: proj("self_attn.o_proj", d, qw)?,
-            post_norm: norm(store, &format!("{p}.post_attention_layernorm.weight"), d, ctx.device)?,
+            post_norm: w.vector(&format!("{p}.post_attention_layernorm.weight"), d)?,
             gate: proj("mlp.gate_proj", inter, d)?,
             up: proj("mlp.up_proj", inter, d)?,
             down: proj("mlp.down_proj", d, inter)?,
         });
     }
-    let norm = norm(store, "model.norm.weight", d, ctx.device)?;
-    let table = matrix(store, "model.embed_tokens.weight", v, d, native)?;
+    let norm = w.vector("model.norm.weight", d)?;
+    let table = w.matrix("model.embed_tokens.weight", v, d)?;
     // Tied: the embedding table is the LM head (Hugging Face ignores a stored
     // lm_head.weight then); untied, a missing lm_head.weight is an error naming it.
     let (embed, lm_head) = if cfg.tie_word_embeddings {
         (Embedding::Tied, table)
     } else {
-        (Embedding::Own(table), matrix(store, "lm_head.weight", v, d, native)?)
+        (Embedding::Own(table), w.matrix("lm_head.weight", v, d)?)
     };
     Ok(DecoderWeights { embed, layers, norm, lm_head })
 }

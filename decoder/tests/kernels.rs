@@ -3,7 +3,9 @@
 //! follows the documented arithmetic (a reference written here from attention.rs's
 //! definition), and the comparison is sharp enough to catch a reordered sum.
 
-use tl_decoder::kernels::{attend_one, exp16, narrow_f16, rms_norm_row, swiglu_row, Path};
+use tl_decoder::kernels::{
+    attend_one, attend_span, exp16, gelu_tanh_row, narrow_f16, rms_norm_row, swiglu_row, Path, Span,
+};
 use tl_quant::{f16_to_f32, f32_to_f16};
 
 /// xorshift64*: deterministic inputs without a dependency.
@@ -73,12 +75,16 @@ impl Case {
     /// attention.rs's arithmetic, one value at a time; `reversed` sums the weighted values
     /// over the keys in descending order instead (the negative control).
     fn reference(&self, reversed: bool) -> Vec<f32> {
-        let (n, d) = (self.n, self.d);
-        let scale = 1.0 / (d as f32).sqrt();
+        self.reference_span(0, 1.0 / (self.d as f32).sqrt(), reversed)
+    }
+
+    /// The same over keys `lo .. n` only, scores scaled by `scale`.
+    fn reference_span(&self, lo: usize, scale: f32, reversed: bool) -> Vec<f32> {
+        let d = self.d;
         let exp = |x: f32| exp16(Path::Portable, &[x; 16])[0];
         let mut out = Vec::new();
         for q in self.q.chunks_exact(d) {
-            let s: Vec<f32> = (0..n)
+            let s: Vec<f32> = (lo..self.n)
                 .map(|j| {
                     let k = self.row(&self.k, j);
                     let mut lanes = [0.0f32; 16];
@@ -96,9 +102,10 @@ impl Case {
             }
             let sum = tree(lanes);
             let mut acc = vec![0.0f32; d];
-            let order: Vec<usize> = if reversed { (0..n).rev().collect() } else { (0..n).collect() };
+            let m = e.len();
+            let order: Vec<usize> = if reversed { (0..m).rev().collect() } else { (0..m).collect() };
             for j in order {
-                for (a, v) in acc.iter_mut().zip(self.row(&self.v, j)) {
+                for (a, v) in acc.iter_mut().zip(self.row(&self.v, lo + j)) {
                     *a = e[j].mul_add(v, *a);
                 }
             }
@@ -113,6 +120,18 @@ fn tree(v: [f32; 16]) -> f32 {
     let s8: Vec<f32> = (0..8).map(|l| v[l] + v[l + 8]).collect();
     let s4: Vec<f32> = (0..4).map(|l| s8[l] + s8[l + 4]).collect();
     (s4[0] + s4[2]) + (s4[1] + s4[3])
+}
+
+impl Case {
+    /// The kernel over keys `lo .. n` with score scale `scale`.
+    fn run_span(&self, path: Path, lo: usize, scale: f32) -> Vec<f32> {
+        let k: Vec<&[u16]> = self.k.iter().map(Vec::as_slice).collect();
+        let v: Vec<&[u16]> = self.v.iter().map(Vec::as_slice).collect();
+        let mut out = vec![f32::NAN; self.q.len()];
+        let span = Span { lo, n: self.n, d: self.d, scale };
+        attend_span(path, &self.q, (&k, &v), self.b, span, &mut out).expect("attention runs");
+        out
+    }
 }
 
 const KEYS: [usize; 7] = [1, 2, 3, 16, 17, 33, 70];
@@ -174,6 +193,67 @@ fn a_reordered_sum_is_caught() {
     assert!(close, "the reordered sum should differ only by rounding");
 }
 
+/// A windowed span equals the reference over exactly its keys on every path, with a
+/// scale other than `1/sqrt(D)`; keys before the window (and their values) do not matter:
+/// change them, the output bits stay; change the first visible key, they move.
+#[test]
+fn a_window_reads_only_its_keys() {
+    let paths = simd_paths();
+    let mut rng = Rng(0x5eed);
+    let mut cases = 0;
+    for d in [64, 16, 24] {
+        for group in [1, 3, 5] {
+            for (n, b) in [(70, 16), (33, 7), (17, 4), (40, 16)] {
+                for lo in [1, 5, 16, n / 2, n - 1] {
+                    let mut c = Case::new(&mut rng, group, n, d, b);
+                    let scale = 0.0625; // Gemma 3's query_pre_attn_scalar 256, ^-0.5
+                    let out = c.run_span(Path::Portable, lo, scale);
+                    assert!(out.iter().all(|x| x.is_finite()));
+                    assert_eq!(bits(&out), bits(&c.reference_span(lo, scale, false)), "d {d} g {group} n {n} lo {lo}");
+                    for &p in &paths {
+                        assert_eq!(bits(&c.run_span(p, lo, scale)), bits(&out), "{p:?}: d {d} n {n} lo {lo}");
+                    }
+                    // Keys 0 .. lo: new values, very different scores; the output stays.
+                    for j in 0..lo {
+                        let at = (j % b) * d;
+                        for x in &mut c.k[j / b][at..at + d] {
+                            *x = f32_to_f16(rng.f32(30.0));
+                        }
+                        for x in &mut c.v[j / b][at..at + d] {
+                            *x = f32_to_f16(rng.f32(30.0));
+                        }
+                    }
+                    for p in Path::all_available() {
+                        assert_eq!(bits(&c.run_span(p, lo, scale)), bits(&out), "{p:?}: a hidden key mattered");
+                    }
+                    let at = (lo % b) * d;
+                    c.v[lo / b][at] = f32_to_f16(f16_to_f32(c.v[lo / b][at]) + 1.0);
+                    assert_ne!(
+                        bits(&c.run_span(Path::Portable, lo, scale)),
+                        bits(&out),
+                        "the first visible key did not matter"
+                    );
+                    cases += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{cases} windowed cases");
+}
+
+/// `lo = 0` with the default scale is the full attention, bit for bit (the kernel's
+/// window and scale are no change to a global layer).
+#[test]
+fn an_open_span_is_full_attention() {
+    let mut rng = Rng(21);
+    for (n, b) in [(1, 4), (33, 7), (70, 16)] {
+        let c = Case::new(&mut rng, 3, n, 64, b);
+        for p in Path::all_available() {
+            assert_eq!(bits(&c.run_span(p, 0, 0.125)), bits(&c.run(p)), "{p:?} n {n}");
+        }
+    }
+}
+
 #[test]
 fn attention_refuses_bad_shapes() {
     let mut rng = Rng(3);
@@ -188,6 +268,9 @@ fn attention_refuses_bad_shapes() {
     assert!(attend_one(Path::Portable, &c.q, &k, &v, 0, 17, 16, &mut out).is_err());
     assert!(attend_one(Path::Portable, &c.q, &k, &v, 8, 17, 16, &mut out[..8]).is_err());
     assert!(attend_one(Path::Portable, &c.q, &k, &v, 8, 17, 16, &mut out).is_ok());
+    // An empty window (lo = n) is refused.
+    let span = Span { lo: 17, n: 17, d: 16, scale: 0.25 };
+    assert!(attend_span(Path::Portable, &c.q, (&k, &v), 8, span, &mut out).is_err());
 }
 
 #[test]
@@ -285,4 +368,45 @@ fn exp_is_accurate_and_the_same_on_every_path() {
     assert!(edge[3].is_finite() && edge[3] > 1e38, "{edge:?}");
     assert_eq!(edge[4], 1.0);
     assert_eq!(edge[5], 1.0);
+}
+
+/// torch's `gelu(g, approximate="tanh") * u`, in f64.
+fn gelu_tanh_ref(g: f64, u: f64) -> f64 {
+    0.5 * g * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g)).tanh()) * u
+}
+
+#[test]
+fn gelu_tanh_is_accurate_and_the_same_on_every_path() {
+    let paths = simd_paths();
+    let mut rng = Rng(17);
+    for len in [1, 15, 16, 17, 64, 100, 640, 2048] {
+        let (g, u) = (rng.vec(len, 8.0), rng.vec(len, 3.0));
+        let mut want = vec![0.0; len];
+        gelu_tanh_row(Path::Portable, &g, &u, &mut want);
+        for i in 0..len {
+            let exact = gelu_tanh_ref(g[i] as f64, u[i] as f64);
+            // Relative to |u| too: for very negative g the product is tiny and only its
+            // absolute error is meaningful.
+            let tol = 4e-6 * exact.abs().max(1e-3 * (u[i] as f64).abs()).max(1e-30);
+            assert!(
+                (want[i] as f64 - exact).abs() <= tol,
+                "gelu_tanh {len}: {i}: g {} got {} want {exact}",
+                g[i],
+                want[i]
+            );
+        }
+        for &p in &paths {
+            let mut got = vec![0.0; len];
+            gelu_tanh_row(p, &g, &u, &mut got);
+            assert_eq!(bits(&got), bits(&want), "gelu_tanh {p:?} {len}");
+        }
+    }
+    // Large |g|: the identity far above, zero far below, never NaN.
+    let g = [100.0f32, -100.0, 30.0, -30.0, 0.0, -0.0];
+    let mut out = [0.0f32; 6];
+    gelu_tanh_row(Path::Portable, &g, &[1.0; 6], &mut out);
+    assert_eq!(out[0], 100.0);
+    assert_eq!(out[2], 30.0);
+    assert!(out[1].abs() < 1e-30 && out[3].abs() < 1e-30, "{out:?}");
+    assert_eq!(out[4], 0.0);
 }
