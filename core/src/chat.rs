@@ -332,7 +332,7 @@ impl ChatTemplate {
         let fail = |e: crate::weights::WeightError| ChatError::Format { path: path.clone(), reason: e.to_string() };
         let source = match g.string("tokenizer.chat_template").map_err(fail)? {
             Some(s) => s,
-            None => match crate::gguf_arch::registered(g).and_then(|a| a.default_chat_template(g)) {
+            None => match crate::registry::gguf_arch_of(g).and_then(|a| a.default_chat_template(g)) {
                 Some(s) => s,
                 None => return Ok(None),
             },

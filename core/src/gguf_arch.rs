@@ -31,12 +31,6 @@ pub trait GgufArch: Send + Sync {
     }
 }
 
-/// The translation registered for the file's `general.architecture`, if any.
-pub(crate) fn registered(file: &Gguf) -> Option<Box<dyn GgufArch>> {
-    let arch = file.architecture().ok()?;
-    crate::registry::gguf_arch(arch).ok().map(|r| (r.make)())
-}
-
 /// A GGUF translation: `inventory::submit!(GgufRegistration { architecture, make })`.
 pub struct GgufRegistration {
     /// The `general.architecture` value it reads.

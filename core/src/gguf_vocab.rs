@@ -10,7 +10,7 @@
 //! vocabulary is a merge, ranked by the whole piece's score, highest first (ties: the
 //! longer left part first, then the longer right part, then vocabulary order, as
 //! transformers' `generate_merges` sorts them). A family whose vocabulary needs more
-//! (Gemma: merges in vocabulary order, space runs respelled) registers a tokenizer through
+//! (merges in vocabulary order, space runs respelled) registers a tokenizer through
 //! its GGUF translation ([`crate::GgufArch::tokenizer_json`]) built with
 //! [`sentencepiece_tokenizer_json_with`] and its [`SpmOptions`].
 
@@ -75,8 +75,8 @@ pub enum MergeRank {
     /// By the merged piece's score, highest first (transformers' `SpmConverter`).
     Score,
     /// By the merged piece's place in the vocabulary, first first: for vocabularies whose
-    /// scores do not follow the merge order (transformers ranks Gemma's this way, since
-    /// its added pieces share one placeholder score).
+    /// scores do not follow the merge order (transformers ranks some families' this way,
+    /// where the added pieces share one placeholder score).
     Position,
 }
 
