@@ -1,5 +1,6 @@
 //! Every binary on every fixture model, run as a user runs them: generate, perplexity
-//! and bench on the bigram, the tiny Llama and the tiny Qwen2 (safetensors and GGUF);
+//! and bench on the bigram, the tiny Llama, the tiny Qwen2 and the tiny Gemma 3
+//! (safetensors and GGUF);
 //! chat where the model has a template; convert where the model is a GGUF file. The same
 //! Qwen2 weights from safetensors, GGUF and the GGUF converted back give the same text.
 
@@ -19,6 +20,8 @@ fn models() -> Vec<(&'static str, PathBuf, bool)> {
         ("qwen2", r.join("arch-qwen2/tests/fixtures/tiny-qwen2"), true),
         ("qwen2-tied", r.join("arch-qwen2/tests/fixtures/tiny-qwen2-tied"), false),
         ("qwen2-gguf", r.join("arch-qwen2/tests/fixtures/tiny-qwen2/model.gguf"), true),
+        ("gemma3", r.join("arch-gemma3/tests/fixtures/tiny-gemma3"), false),
+        ("gemma3-gguf", r.join("arch-gemma3/tests/fixtures/tiny-gemma3/model.gguf"), false),
     ]
 }
 
@@ -126,4 +129,17 @@ fn chat_runs_with_the_model_template_and_convert_round_trips_the_gguf() {
     let want = generate(&r);
     assert_eq!(generate(&gguf), want, "GGUF and safetensors generate different text");
     assert_eq!(generate(&out_dir), want, "the converted directory generates different text");
+    // The Gemma 3 GGUF and the directory converted from it say the same (the GGUF stores
+    // the norms as 1 + w; the directory keeps them so, and says it in its config). The
+    // fixture's own safetensors differ on purpose: a GGUF carries no query_pre_attn_scalar
+    // (arch-gemma3's tests compare it with the safetensors under the scale it implies).
+    let gguf = repo().join("arch-gemma3/tests/fixtures/tiny-gemma3/model.gguf");
+    let out_dir = dir.path().join("converted-gemma3");
+    let out = run(
+        env!("CARGO_BIN_EXE_convert"),
+        &["--gguf", gguf.to_str().expect("path"), "--out", out_dir.to_str().expect("path"), "--dtype", "f32"],
+        None,
+    );
+    ok("convert on the Gemma 3 GGUF", &out);
+    assert_eq!(generate(&out_dir), generate(&gguf), "Gemma 3: the converted directory generates different text");
 }
