@@ -166,3 +166,32 @@ fn gemma3_logits_and_greedy_match_transformers() {
         eprintln!("prompt {n}: {matched} of {} greedy tokens equal transformers'", greedy.len());
     }
 }
+
+/// KV memory of one 8,192-token sequence (docs/gemma3.md): the pool tl sizes for it,
+/// against what the layers can read (3 global layers x 8,192 positions + 15 windowed
+/// layers x 512). Printed for the docs; asserted only that the pool holds what is needed.
+#[test]
+fn gemma3_kv_bytes_for_one_8k_sequence() {
+    let Some(path) = model() else { return };
+    const N: usize = 8192;
+    let b = 16u32;
+    let kv = tl_core::KvConfig { block_tokens: b, n_blocks: Some(N as u32 / b), ..tl_core::KvConfig::default() };
+    let r = ModelRunner::load(&path, &EngineConfig { kv, ..EngineConfig::default() }).unwrap();
+    let pool = r.kv_pool_bytes().unwrap();
+    let g = r.kv_geometry().unwrap();
+    let j = r.config().json();
+    let window = j["sliding_window"].as_u64().unwrap() as usize;
+    let kinds = j["layer_types"].as_array().unwrap();
+    let global = kinds.iter().filter(|k| *k == "full_attention").count();
+    let windowed = kinds.len() - global;
+    // K and V, f16, every KV head, per layer and position.
+    let per = 2 * g.n_kv_heads as usize * g.head_dim as usize * 2;
+    let needed = (global * N + windowed * window.min(N)) * per;
+    eprintln!(
+        "one {N}-token sequence: pool {pool} bytes ({:.1} MiB), needed {needed} bytes ({:.1} MiB): ratio {:.2}",
+        pool as f64 / (1 << 20) as f64,
+        needed as f64 / (1 << 20) as f64,
+        pool as f64 / needed as f64
+    );
+    assert!(pool >= needed, "the pool for one {N}-token sequence holds {pool} bytes < {needed}");
+}
