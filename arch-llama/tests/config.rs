@@ -40,7 +40,15 @@ fn config_refuses_what_the_engine_cannot_run() {
     use tl_arch_llama as _;
     // (change, words the message must contain: the field and the value)
     let cases: Vec<(Value, &[&str])> = vec![
-        (json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}), &["rope_scaling.rope_type", "llama3"]),
+        // llama3 needs all four of its fields (transformers refuses it without them too).
+        (json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}), &["rope_scaling.low_freq_factor"]),
+        (
+            json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}}),
+            &["rope_scaling.high_freq_factor", "1"],
+        ),
+        (json!({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}), &["rope_scaling.rope_type", "dynamic"]),
+        (json!({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}), &["rope_scaling.rope_type", "longrope"]),
         (json!({"rope_scaling": {"type": "linear", "factor": 2.0}}), &["rope_scaling.type", "linear"]),
         (json!({"rope_scaling": {"factor": 2.0}}), &["rope_scaling", "factor"]),
         (
@@ -86,6 +94,10 @@ fn config_refuses_what_the_engine_cannot_run() {
         json!({"sliding_window": 4096, "use_sliding_window": false}),
         json!({"rope_scaling": null}),
         json!({"rope_scaling": {"rope_type": "default"}}),
+        json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}),
+        json!({"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}),
         json!({"attention_bias": false, "mlp_bias": false}),
     ] {
         llama(&with(ok));

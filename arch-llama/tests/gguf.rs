@@ -157,6 +157,12 @@ fn llama_gguf_refuses_metadata_it_cannot_honour() {
     write(&path, &meta, &tensors);
     let e = open_gguf(&path).err().unwrap().to_string();
     assert!(e.contains("llama.block_count") && e.contains("bad.gguf"), "{e}");
+    // Per-frequency RoPE divisors that are not Llama 3's (head_dim 4: two of them).
+    let mut t = tensors.clone();
+    t.push(f32_tensor("rope_freqs.weight", &[D / H / 2], &[1.0, 3.0]));
+    write(&path, &llama_meta(), &t);
+    let e = open_gguf(&path).err().unwrap().to_string();
+    assert!(e.contains("rope_freqs.weight") && e.contains("llama3"), "{e}");
     // An architecture no linked crate translates: the error lists the registered ones.
     let mut meta = llama_meta();
     meta[0] = ("general.architecture", Meta::Str("gpt2"));

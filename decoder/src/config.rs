@@ -3,12 +3,17 @@
 //!
 //! Hugging Face writes two generations of names: transformers 4.x puts `rope_theta` and
 //! `rope_scaling` at the top level and the dtype in `torch_dtype`; transformers 5.x nests
-//! `rope_parameters: {rope_theta, rope_type}` and writes `dtype`. Both load. Anything the
-//! forward would compute wrong (scaled RoPE, a sliding window, biases, another
-//! activation) is refused here, naming the field and the value.
+//! `rope_parameters: {rope_theta, rope_type}` and writes `dtype`. Both load. RoPE `default`
+//! and `llama3` are implemented; anything the forward would compute wrong (another
+//! scaled RoPE, biases, another activation) is refused here, naming the field and the
+//! value. Sliding windows: [`DecoderConfig::parse`] refuses any window in force; a family
+//! that implements windows says which layers are windowed with
+//! [`DecoderConfig::parse_with_layers`] (helpers: [`sliding_window`], [`layer_types`]).
 
 use serde_json::Value;
 use tl_core::{ConfigError, ModelConfig};
+
+use crate::rope::Llama3Scaling;
 
 /// Sizes above these are refused as absurd: no released Llama comes within a factor of
 /// four, and a typo that large would otherwise surface as an allocation failure at load.
@@ -29,6 +34,25 @@ pub struct Variant {
     /// The q, k and v projections carry biases (Qwen2), always; without it a config
     /// asking for biased projections (`attention_bias: true`) is refused.
     pub qkv_bias: bool,
+}
+
+/// One layer's attention kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerAttn {
+    /// Every earlier key: key j visible to query i iff `0 <= i - j`.
+    Global,
+    /// A sliding window of `w` keys: key j visible to query i iff `0 <= i - j < w`.
+    Windowed(usize),
+}
+
+impl LayerAttn {
+    /// The window, when there is one.
+    pub fn window(self) -> Option<usize> {
+        match self {
+            LayerAttn::Global => None,
+            LayerAttn::Windowed(w) => Some(w),
+        }
+    }
 }
 
 /// The Llama shape fields, with every default applied.
@@ -52,6 +76,11 @@ pub struct DecoderConfig {
     pub rms_norm_eps: f32,
     /// RoPE base.
     pub rope_theta: f32,
+    /// Llama 3 RoPE scaling (`rope_type = "llama3"`), or `None` for the default RoPE.
+    pub rope_scaling: Option<Llama3Scaling>,
+    /// `(num_hidden_layers,)` each layer's attention: all [`LayerAttn::Global`] unless the
+    /// family parsed windows ([`DecoderConfig::parse_with_layers`]).
+    pub layer_attn: Vec<LayerAttn>,
     /// Longest context, when given.
     pub max_position_embeddings: Option<usize>,
     /// The LM head is the embedding matrix.
@@ -97,34 +126,67 @@ fn flag(json: &Value, name: &str) -> Result<Option<bool>, ConfigError> {
     v.as_bool().map(Some).ok_or_else(|| invalid(name, v, "expected true or false"))
 }
 
-/// The RoPE type of a `rope_scaling` / `rope_parameters` object: only the plain
-/// (unscaled) rotation is implemented, so anything else is refused.
-fn check_rope_type(obj: &Value, name: &str) -> Result<(), ConfigError> {
+/// The RoPE type of a `rope_scaling` / `rope_parameters` object: the plain rotation
+/// (`None`) or Llama 3's scaling with its four fields; anything else is refused.
+fn rope_type(obj: &Value, name: &str) -> Result<Option<Llama3Scaling>, ConfigError> {
     if !obj.is_object() {
         return Err(invalid(name, obj, "expected an object"));
     }
     let key = if field(obj, "rope_type").is_some() { "rope_type" } else { "type" };
     match field(obj, key) {
-        Some(Value::String(t)) if t == "default" => Ok(()),
+        Some(Value::String(t)) if t == "default" => Ok(None),
+        Some(Value::String(t)) if t == "llama3" => {
+            // transformers requires all four; a missing one would be a guess.
+            let get = |f: &str| -> Result<f64, ConfigError> {
+                let path = format!("{name}.{f}");
+                match field(obj, f) {
+                    None => Err(invalid(&path, &Value::Null, "required by rope_type \"llama3\"")),
+                    Some(v) => v
+                        .as_f64()
+                        .filter(|x| x.is_finite() && *x > 0.0)
+                        .ok_or_else(|| invalid(&path, v, "expected a positive finite number")),
+                }
+            };
+            let s = Llama3Scaling {
+                factor: get("factor")?,
+                low_freq_factor: get("low_freq_factor")?,
+                high_freq_factor: get("high_freq_factor")?,
+                original_max_position_embeddings: get("original_max_position_embeddings")?,
+            };
+            if s.high_freq_factor <= s.low_freq_factor {
+                return Err(invalid(
+                    &format!("{name}.high_freq_factor"),
+                    &obj["high_freq_factor"],
+                    "must exceed low_freq_factor (the smoothing divides by their difference)",
+                ));
+            }
+            Ok(Some(s))
+        }
         Some(t) => Err(invalid(
             &format!("{name}.{key}"),
             t,
-            "only the default (unscaled) RoPE is implemented; a scaled RoPE would be served wrong",
+            "only the default and llama3 RoPE are implemented; another scaled RoPE would be served wrong",
         )),
         None => Err(invalid(name, obj, "no rope_type: cannot tell whether the RoPE is scaled")),
     }
 }
 
-/// `rope_theta` from either generation of names, refusing any scaled RoPE.
-fn rope_theta(json: &Value) -> Result<f64, ConfigError> {
-    if let Some(scaling) = field(json, "rope_scaling") {
-        check_rope_type(scaling, "rope_scaling")?;
+/// `rope_theta` and the RoPE scaling from either generation of names, refusing any
+/// scaling but Llama 3's.
+fn rope(json: &Value) -> Result<(f64, Option<Llama3Scaling>), ConfigError> {
+    let mut scaling = None;
+    if let Some(s) = field(json, "rope_scaling") {
+        scaling = rope_type(s, "rope_scaling")?;
     }
     let top = positive_float(json, "rope_theta")?;
     let Some(params) = field(json, "rope_parameters") else {
-        return Ok(top.unwrap_or(DEFAULT_ROPE_THETA));
+        return Ok((top.unwrap_or(DEFAULT_ROPE_THETA), scaling));
     };
-    check_rope_type(params, "rope_parameters")?;
+    let nested_scaling = rope_type(params, "rope_parameters")?;
+    if scaling.is_some() && nested_scaling != scaling {
+        return Err(invalid("rope_parameters", params, "disagrees with rope_scaling"));
+    }
+    let scaling = scaling.or(nested_scaling);
     let nested = positive_float(params, "rope_theta").map_err(|_| {
         invalid("rope_parameters.rope_theta", &params["rope_theta"], "expected a positive finite number")
     })?;
@@ -134,13 +196,92 @@ fn rope_theta(json: &Value) -> Result<f64, ConfigError> {
             &params["rope_theta"],
             &format!("disagrees with the top-level rope_theta = {a}"),
         )),
-        (a, b) => Ok(b.or(a).unwrap_or(DEFAULT_ROPE_THETA)),
+        (a, b) => Ok((b.or(a).unwrap_or(DEFAULT_ROPE_THETA), scaling)),
     }
 }
 
+/// The `sliding_window` of a config when set (non-null) and in force (`use_sliding_window`
+/// is not `false`), for a family that implements windows.
+pub fn sliding_window(json: &Value) -> Result<Option<usize>, ConfigError> {
+    let Some(w) = field(json, "sliding_window") else { return Ok(None) };
+    if flag(json, "use_sliding_window")? == Some(false) {
+        return Ok(None);
+    }
+    match w.as_u64() {
+        Some(n) if n > 0 && n <= u32::MAX as u64 => Ok(Some(n as usize)),
+        _ => Err(invalid("sliding_window", w, "expected a positive integer")),
+    }
+}
+
+/// transformers 5's `layer_types` (`"full_attention"` / `"sliding_attention"` per layer),
+/// when present, with `window` the size of the sliding ones (an error naming
+/// `sliding_window` when a layer slides and there is none).
+pub fn layer_types(
+    json: &Value,
+    n_layers: usize,
+    window: Option<usize>,
+) -> Result<Option<Vec<LayerAttn>>, ConfigError> {
+    let Some(kinds) = field(json, "layer_types") else { return Ok(None) };
+    let list = kinds
+        .as_array()
+        .filter(|k| k.len() == n_layers)
+        .ok_or_else(|| invalid("layer_types", kinds, &format!("expected a list of {n_layers} attention kinds")))?;
+    list.iter()
+        .map(|t| match t.as_str() {
+            Some("full_attention") => Ok(LayerAttn::Global),
+            Some("sliding_attention") => window.map(LayerAttn::Windowed).ok_or_else(|| {
+                invalid("sliding_window", &json["sliding_window"], "layer_types has sliding layers but no window")
+            }),
+            _ => Err(invalid("layer_types", t, "expected \"full_attention\" or \"sliding_attention\"")),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// The attention kinds of a family without sliding windows: every layer global, and any
+/// window in force refused, naming the field.
+pub fn global_layers(json: &Value, n_layers: usize) -> Result<Vec<LayerAttn>, ConfigError> {
+    // A window is in force unless the config says `use_sliding_window: false`
+    // (Qwen2-style configs carry a window size they do not use).
+    if let Some(w) = field(json, "sliding_window") {
+        if flag(json, "use_sliding_window")? != Some(false) {
+            return Err(invalid(
+                "sliding_window",
+                w,
+                "sliding-window attention is not implemented for this architecture",
+            ));
+        }
+    }
+    // transformers 5 lists each layer's attention kind; only full attention runs here.
+    if let Some(kinds) = field(json, "layer_types") {
+        let all_full = kinds.as_array().is_some_and(|k| k.iter().all(|t| t.as_str() == Some("full_attention")));
+        if !all_full {
+            return Err(invalid(
+                "layer_types",
+                kinds,
+                "only full attention is implemented for this architecture (no sliding window)",
+            ));
+        }
+    }
+    Ok(vec![LayerAttn::Global; n_layers])
+}
+
 impl DecoderConfig {
-    /// Parse and validate the decoder fields of `config`'s JSON for a family `variant`.
+    /// Parse and validate the decoder fields of `config`'s JSON for a family `variant`;
+    /// every layer global, a window in force refused ([`global_layers`]).
     pub fn parse(config: &ModelConfig, variant: Variant) -> Result<DecoderConfig, ConfigError> {
+        DecoderConfig::parse_with_layers(config, variant, global_layers)
+    }
+
+    /// As [`DecoderConfig::parse`], with the family's rule for each layer's attention:
+    /// `layers(json, num_hidden_layers)` (Mistral: `sliding_window` on every layer;
+    /// transformers 5 configs: [`layer_types`]). The family decides; the decoder only
+    /// runs what it is given.
+    pub fn parse_with_layers(
+        config: &ModelConfig,
+        variant: Variant,
+        layers: impl FnOnce(&Value, usize) -> Result<Vec<LayerAttn>, ConfigError>,
+    ) -> Result<DecoderConfig, ConfigError> {
         let json = config.json();
         let hidden_size = required(json, "hidden_size", MAX_HIDDEN)?;
         let intermediate_size = required(json, "intermediate_size", MAX_INTERMEDIATE)?;
@@ -173,20 +314,11 @@ impl DecoderConfig {
             ));
         }
         let rms_norm_eps = positive_float(json, "rms_norm_eps")?.unwrap_or(DEFAULT_RMS_EPS) as f32;
-        let rope_theta = rope_theta(json)? as f32;
-        // A window is in force unless the config says `use_sliding_window: false`
-        // (Qwen2-style configs carry a window size they do not use).
-        if let Some(w) = field(json, "sliding_window") {
-            if flag(json, "use_sliding_window")? != Some(false) {
-                return Err(invalid("sliding_window", w, "sliding-window attention is not implemented"));
-            }
-        }
-        // transformers 5 lists each layer's attention kind; only full attention runs here.
-        if let Some(kinds) = field(json, "layer_types") {
-            let all_full = kinds.as_array().is_some_and(|k| k.iter().all(|t| t.as_str() == Some("full_attention")));
-            if !all_full {
-                return Err(invalid("layer_types", kinds, "only full attention is implemented (no sliding window)"));
-            }
+        let (rope_theta, rope_scaling) = rope(json)?;
+        let rope_theta = rope_theta as f32;
+        let layer_attn = layers(json, num_hidden_layers)?;
+        if layer_attn.len() != num_hidden_layers {
+            return Err(invalid("layer_types", &json["layer_types"], &format!("expected {num_hidden_layers} layers")));
         }
         // A family with q/k/v biases has them whatever `attention_bias` says (Qwen2's
         // o projection never has one); elsewhere a bias would be served wrong.
@@ -217,6 +349,8 @@ impl DecoderConfig {
             head_dim,
             rms_norm_eps,
             rope_theta,
+            rope_scaling,
+            layer_attn,
             max_position_embeddings: config.max_position_embeddings,
             tie_word_embeddings,
             qkv_bias: variant.qkv_bias,
@@ -227,6 +361,14 @@ impl DecoderConfig {
     /// Width of the query projection's output, `H * D`.
     pub fn q_width(&self) -> usize {
         self.num_attention_heads * self.head_dim
+    }
+
+    /// `(D/2,)` the RoPE inverse frequencies this config asks for.
+    pub fn inv_freq(&self) -> Vec<f32> {
+        match &self.rope_scaling {
+            None => crate::rope::inv_freq_default(self.rope_theta, self.head_dim),
+            Some(s) => crate::rope::inv_freq_llama3(self.rope_theta, self.head_dim, s),
+        }
     }
 
     /// Width of the key and value projections' outputs, `H_kv * D`.

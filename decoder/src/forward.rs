@@ -29,7 +29,7 @@ use crate::head::{embed, LmHead};
 use crate::lanes::Path;
 use crate::plan::{Plan, StepShape};
 use crate::proj::{f32_bytes, grow, linear, Proj};
-use crate::rope::{inv_freq_default, RopeTables};
+use crate::rope::RopeTables;
 use crate::rowops::{add, rms_norm, swiglu};
 use crate::weights::{DecoderWeights, Embedding, Layer};
 
@@ -83,8 +83,9 @@ pub struct Decoder {
     layers: Vec<LayerW>,
     /// `(D/2,)` RoPE inverse frequencies.
     inv_freq: Vec<f32>,
-    /// Every layer's attention (the same here: global, scale `1 / sqrt(D)`).
-    attn: Attn,
+    /// `(L,)` each layer's attention: scale `1 / sqrt(D)`, global or windowed as the
+    /// config says.
+    attn: Vec<Attn>,
     /// The step's buffers; a lock because `forward` takes `&self` (steps do not overlap
     /// in practice; a second concurrent step would wait).
     bufs: Mutex<Buffers>,
@@ -95,8 +96,9 @@ impl Decoder {
         if !device.is_cpu() {
             return Err(ModelError::Other(format!("the decoder forward runs on the CPU, not {device:?}")));
         }
-        let inv_freq = inv_freq_default(cfg.rope_theta, cfg.head_dim);
-        let attn = Attn::new(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let inv_freq = cfg.inv_freq();
+        let global = Attn::new(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let attn = cfg.layer_attn.iter().map(|k| Attn { window: k.window(), ..global }).collect();
         let layers = std::mem::take(&mut w.layers)
             .into_iter()
             .map(|l: Layer| LayerW {
@@ -152,8 +154,8 @@ impl Model for Decoder {
         let path = step.path;
         let n = plan.n_tokens();
         let (dm, eps, inter) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.intermediate_size);
-        let attn = &self.attn;
-        let (qkv_w, qw) = (attn.qkv_width(), attn.heads * attn.head_dim);
+        let (heads, kv_heads, hd) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let (qkv_w, qw) = ((heads + 2 * kv_heads) * hd, heads * hd);
 
         // A panic elsewhere while holding the lock leaves only stale numbers, which every
         // step overwrites before reading.
@@ -163,7 +165,7 @@ impl Model for Decoder {
         embed(self.w.embedding(), batch, grow(&mut b.x, n * dm))?; // (N, d) the residual stream
         b.rope.fill(&plan.pos, &self.inv_freq); // (N, D/2) cos, sin
 
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, (layer, attn)) in self.layers.iter().zip(&self.attn).enumerate() {
             let li = l as u32;
             let x = &mut b.x[..n * dm];
             let h = grow(&mut b.h, n * dm); // (N, d)
@@ -179,7 +181,7 @@ impl Model for Decoder {
                     }
                 }
             }
-            b.rope.apply(qkv, qkv_w, 0, attn.heads + attn.kv_heads); // q and k heads
+            b.rope.apply(qkv, qkv_w, 0, heads + kv_heads); // q and k heads
             write_kv(&step, &mut *ctx.kv, li, attn, qkv)?;
             let att = grow(&mut b.att, n * qw); // (N, H*D)
             attention(&step, &*ctx.kv, li, attn, qkv, att)?;

@@ -3,7 +3,9 @@
 //! families it permutes), and `<arch>.*` metadata as a config.json.
 
 use serde_json::{json, Map, Value};
-use tl_core::{Gguf, WeightError};
+use tl_core::{Gguf, WeightError, WeightStore};
+
+use crate::rope::{inv_freq_default, Llama3Scaling};
 
 /// The HF name of a GGUF tensor name of the Llama family (`blk.N.attn_q.weight` ->
 /// `model.layers.N.self_attn.q_proj.weight`), or `None` when it has no HF counterpart.
@@ -95,9 +97,12 @@ pub fn config_json(file: &Gguf, fam: &Family) -> Result<Map<String, Value>, Weig
             return Err(file.meta_err(&key("rope.scaling.type"), &format!("{t:?}: scaled RoPE is not supported")));
         }
     }
-    if file.has_gguf_tensor("rope_freqs.weight") {
-        return Err(file.meta_err("rope_freqs.weight", "per-frequency RoPE factors are not supported"));
-    }
+    let theta = file.float(&key("rope.freq_base"))?.unwrap_or(10000.0);
+    let rope_scaling = if file.has_gguf_tensor("rope_freqs.weight") {
+        Some(llama3_from_factors(file, fam, theta, head_dim as usize)?)
+    } else {
+        None
+    };
     let tokens = file.strings("tokenizer.ggml.tokens")?;
     let vocab = match &tokens {
         Some(t) => t.len() as u64,
@@ -120,7 +125,19 @@ pub fn config_json(file: &Gguf, fam: &Family) -> Result<Map<String, Value>, Weig
     if let Some(eps) = file.float(&key("attention.layer_norm_rms_epsilon"))? {
         cfg.insert("rms_norm_eps".into(), json!(eps));
     }
-    cfg.insert("rope_theta".into(), json!(file.float(&key("rope.freq_base"))?.unwrap_or(10000.0)));
+    cfg.insert("rope_theta".into(), json!(theta));
+    if let Some(s) = rope_scaling {
+        cfg.insert(
+            "rope_scaling".into(),
+            json!({
+                "rope_type": "llama3",
+                "factor": s.factor,
+                "low_freq_factor": s.low_freq_factor,
+                "high_freq_factor": s.high_freq_factor,
+                "original_max_position_embeddings": s.original_max_position_embeddings,
+            }),
+        );
+    }
     if let Some(ctx) = file.uint(&key("context_length"))? {
         cfg.insert("max_position_embeddings".into(), json!(ctx));
     }
@@ -146,4 +163,69 @@ pub fn config_json(file: &Gguf, fam: &Family) -> Result<Map<String, Value>, Weig
         cfg.insert("pad_token_id".into(), json!(pad));
     }
     Ok(cfg)
+}
+
+/// Llama 3's RoPE scaling from a GGUF file's `rope_freqs.weight`: llama.cpp's converter
+/// stores per-frequency divisors (1 above the high-frequency wavelength, `factor` below the
+/// low one, the blend between) instead of the config's four fields, and divides the base
+/// frequencies by them, which is not transformers' arithmetic. So the fields are
+/// recovered (`factor`: `<prefix>.rope.scaling.factor` or the largest divisor;
+/// `low_freq_factor` 1 and `high_freq_factor` 4 as the converter defaults them;
+/// `original_max_position_embeddings`: `<prefix>.rope.scaling.original_context_length` or
+/// 8192), the converter's divisors are recomputed from them, and the file's must agree
+/// (within 2 ulp); then the forward computes transformers' inverse frequencies from the
+/// fields, the same bits as the safetensors checkpoint. Any other table is refused.
+fn llama3_from_factors(file: &Gguf, fam: &Family, theta: f64, head_dim: usize) -> Result<Llama3Scaling, WeightError> {
+    let name = "rope_freqs.weight";
+    let stored = file.f32(name, &[head_dim / 2])?;
+    let key = |k: &str| format!("{}.{k}", fam.prefix);
+    let largest = stored.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let s = Llama3Scaling {
+        factor: file.float(&key("rope.scaling.factor"))?.unwrap_or(largest as f64),
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: file.uint(&key("rope.scaling.original_context_length"))?.unwrap_or(8192)
+            as f64,
+    };
+    let want = converter_factors(theta as f32, head_dim, &s);
+    let ulps = |a: f32, b: f32| (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs();
+    let agree = s.factor.is_finite()
+        && s.factor > 0.0
+        && want.len() == stored.len()
+        && want.iter().zip(&stored).all(|(&a, &b)| a.is_finite() && b.is_finite() && ulps(a, b) <= 2);
+    if !agree {
+        return Err(file.meta_err(
+            name,
+            &format!(
+                "per-frequency RoPE factors that are not Llama 3's (factor {}, low_freq_factor 1, high_freq_factor 4, \
+                 original context {}): only llama3 scaling is supported",
+                s.factor, s.original_max_position_embeddings
+            ),
+        ));
+    }
+    Ok(s)
+}
+
+/// The divisors llama.cpp's converter writes to `rope_freqs.weight` for Llama 3 scaling
+/// (conversion/llama.py, `generate_extra_tensors`), in its torch f32 arithmetic.
+fn converter_factors(theta: f32, head_dim: usize, s: &Llama3Scaling) -> Vec<f32> {
+    let old = s.original_max_position_embeddings;
+    let (low_w, high_w) = ((old / s.low_freq_factor) as f32, (old / s.high_freq_factor) as f32);
+    let factor = s.factor as f32;
+    let (low, span) = (s.low_freq_factor as f32, (s.high_freq_factor - s.low_freq_factor) as f32);
+    let two_pi = (2.0 * std::f64::consts::PI) as f32;
+    inv_freq_default(theta, head_dim)
+        .into_iter()
+        .map(|f| {
+            let wavelen = (1.0 / f) * two_pi;
+            if wavelen < high_w {
+                1.0
+            } else if wavelen > low_w {
+                factor
+            } else {
+                let smooth = ((1.0 / wavelen) * old as f32 - low) / span;
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
 }

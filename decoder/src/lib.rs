@@ -52,7 +52,7 @@ mod weights;
 use tl_core::{BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError};
 
 pub use attention::{attention, write_kv, Attn, Step};
-pub use config::{DecoderConfig, Variant};
+pub use config::{global_layers, layer_types, sliding_window, DecoderConfig, LayerAttn, Variant};
 pub use forward::Decoder;
 pub use head::{embed, LmHead};
 pub use lanes::Path;

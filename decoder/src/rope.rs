@@ -34,6 +34,9 @@ pub struct Llama3Scaling {
 /// number` (torch's `__rtruediv__`), which differs from a division in the last bit for
 /// some values; a wavelength above `old / low_freq_factor` is slowed by `factor`, one below
 /// `old / high_freq_factor` kept, and the band between blended.
+// `!(a < b)` as transformers writes `~(wavelen < high_freq_wavelen)`: the same answer for
+// a NaN wavelength too.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 pub fn inv_freq_llama3(theta: f32, head_dim: usize, s: &Llama3Scaling) -> Vec<f32> {
     let old = s.original_max_position_embeddings;
     // Python floats, rounded to f32 where they meet a tensor.

@@ -17,6 +17,8 @@ fn models() -> Vec<(&'static str, PathBuf, bool)> {
     vec![
         ("bigram", r.join("arch-bigram/tests/fixtures/tracer"), false),
         ("llama", r.join("arch-llama/tests/fixtures/tiny-llama"), false),
+        ("llama3", r.join("arch-llama/tests/fixtures/tiny-llama3"), false),
+        ("llama3-gguf", r.join("arch-llama/tests/fixtures/tiny-llama3/model.gguf"), false),
         ("qwen2", r.join("arch-qwen2/tests/fixtures/tiny-qwen2"), true),
         ("qwen2-tied", r.join("arch-qwen2/tests/fixtures/tiny-qwen2-tied"), false),
         ("qwen2-gguf", r.join("arch-qwen2/tests/fixtures/tiny-qwen2/model.gguf"), true),
