@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this), on a fresh machine:
-# fetch the real model the SmolLM2 tests need (a no-op when cached), then every test.
+# fetch the real models the SmolLM2 and Gemma 3 tests need (no-ops when cached), then every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch_model.sh >/dev/null
-# The real-model tests must run, never skip, once the model is fetched.
+scripts/fetch_gemma3.sh >/dev/null
+# The real-model tests must run, never skip, once the models are fetched.
 export TL_REQUIRE_MODEL=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -325,11 +325,18 @@ impl ChatTemplate {
         }
     }
 
-    /// The template in a GGUF file's metadata.
+    /// The template in a GGUF file's metadata, or else the default template of the file's
+    /// family ([`crate::GgufArch::default_chat_template`]), if it has one.
     pub fn from_gguf(g: &Gguf) -> Result<Option<ChatTemplate>, ChatError> {
         let path = crate::weights::WeightStore::path(g).to_path_buf();
         let fail = |e: crate::weights::WeightError| ChatError::Format { path: path.clone(), reason: e.to_string() };
-        let Some(source) = g.string("tokenizer.chat_template").map_err(fail)? else { return Ok(None) };
+        let source = match g.string("tokenizer.chat_template").map_err(fail)? {
+            Some(s) => s,
+            None => match crate::registry::gguf_arch_of(g).and_then(|a| a.default_chat_template(g)) {
+                Some(s) => s,
+                None => return Ok(None),
+            },
+        };
         let names = g.strings("tokenizer.ggml.tokens").map_err(fail)?.unwrap_or_default();
         let mut tokens = Vec::new();
         for (var, key) in [

@@ -17,6 +17,18 @@ pub trait GgufArch: Send + Sync {
     /// name and stored shape (before any remapping). A tensor the architecture does not
     /// use keeps its GGUF name.
     fn tensor(&self, file: &Gguf, gguf_name: &str, info: &TensorInfo) -> Result<TensorMap, WeightError>;
+    /// The tokenizer.json of the file's vocabulary, when the family converts it its own
+    /// way (the same `tokenizer.ggml.model` can need different conversions in two
+    /// families); `None` (the default): by `tokenizer.ggml.model`, as registered
+    /// ([`GgufVocab`]). `Err` says what is missing or wrong (the caller adds the file's name).
+    fn tokenizer_json(&self, _file: &Gguf) -> Option<Result<Value, String>> {
+        None
+    }
+    /// The chat template of the family, for a file whose metadata carries none
+    /// (`tokenizer.chat_template`); `None` (the default): such a file has no template.
+    fn default_chat_template(&self, _file: &Gguf) -> Option<&'static str> {
+        None
+    }
 }
 
 /// A GGUF translation: `inventory::submit!(GgufRegistration { architecture, make })`.

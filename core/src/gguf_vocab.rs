@@ -9,7 +9,10 @@
 //! module builds the same: every split of a piece into two pieces that are both in the
 //! vocabulary is a merge, ranked by the whole piece's score, highest first (ties: the
 //! longer left part first, then the longer right part, then vocabulary order, as
-//! transformers' `generate_merges` sorts them).
+//! transformers' `generate_merges` sorts them). A family whose vocabulary needs more
+//! (merges in vocabulary order, space runs respelled) registers a tokenizer through
+//! its GGUF translation ([`crate::GgufArch::tokenizer_json`]) built with
+//! [`sentencepiece_tokenizer_json_with`] and its [`SpmOptions`].
 
 use serde_json::{json, Map, Value};
 
@@ -66,10 +69,59 @@ fn floats(g: &Gguf, key: &str) -> Result<Option<Vec<f32>>, WeightError> {
         .map(Some)
 }
 
+/// How the merges of a SentencePiece vocabulary are ranked (it stores none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeRank {
+    /// By the merged piece's score, highest first (transformers' `SpmConverter`).
+    Score,
+    /// By the merged piece's place in the vocabulary, first first: for vocabularies whose
+    /// scores do not follow the merge order (transformers ranks some families' this way,
+    /// where the added pieces share one placeholder score).
+    Position,
+}
+
+/// What a family's SentencePiece vocabulary needs beyond the common conversion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpmOptions {
+    /// How the merges are ranked.
+    pub merge_rank: MergeRank,
+    /// Spell a piece made only of whitespace with at least one ASCII space as that many
+    /// "▁" (llama.cpp's converter wrote the user-defined space runs with real spaces; the
+    /// model's own tokenizer looks them up as "▁" runs). Such a piece is then an ordinary
+    /// piece of the BPE, no longer an added token.
+    pub respell_space_runs: bool,
+}
+
+/// The options of [`sentencepiece_tokenizer_json`]: score order, pieces as stored.
+pub const SPM_DEFAULT: SpmOptions = SpmOptions { merge_rank: MergeRank::Score, respell_space_runs: false };
+
+/// Whitespace as Python's `str.isspace` sees it (Rust's set plus the four separators
+/// U+001C..U+001F), which transformers' respelling rule uses.
+fn py_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
 /// The tokenizer.json of a SentencePiece BPE vocabulary (see the module docs).
 pub fn sentencepiece_tokenizer_json(g: &Gguf) -> Result<Value, String> {
+    sentencepiece_tokenizer_json_with(g, SPM_DEFAULT)
+}
+
+/// [`sentencepiece_tokenizer_json`] with a family's [`SpmOptions`].
+pub fn sentencepiece_tokenizer_json_with(g: &Gguf, opts: SpmOptions) -> Result<Value, String> {
     let e = |e: WeightError| e.to_string();
-    let tokens = g.strings("tokenizer.ggml.tokens").map_err(e)?.ok_or("metadata tokenizer.ggml.tokens: missing")?;
+    let stored = g.strings("tokenizer.ggml.tokens").map_err(e)?.ok_or("metadata tokenizer.ggml.tokens: missing")?;
+    let respelled: Vec<String> = stored
+        .iter()
+        .map(|&t| {
+            let run = opts.respell_space_runs && t.contains(' ') && t.chars().all(py_space);
+            if run {
+                "\u{2581}".repeat(t.chars().count())
+            } else {
+                t.to_string()
+            }
+        })
+        .collect();
+    let tokens: Vec<&str> = respelled.iter().map(String::as_str).collect();
     let scores = floats(g, "tokenizer.ggml.scores").map_err(e)?.ok_or("metadata tokenizer.ggml.scores: missing")?;
     let types = g.ints("tokenizer.ggml.token_type").map_err(e)?.unwrap_or_default();
     if scores.len() != tokens.len() || (!types.is_empty() && types.len() != tokens.len()) {
@@ -85,7 +137,9 @@ pub fn sentencepiece_tokenizer_json(g: &Gguf) -> Result<Value, String> {
         vocab.insert(tok.to_string(), json!(id));
         // llama.cpp's token types: 2 = unknown and 3 = control (special), 4 = user-defined.
         let ty = types.get(id).copied().unwrap_or(1);
-        if matches!(ty, 2..=4) {
+        // A respelled space run is an ordinary piece now (transformers adds a user-defined
+        // piece only under its stored spelling, which the vocabulary no longer has).
+        if matches!(ty, 2..=4) && tok == stored[id] {
             added.push(json!({
                 "id": id, "content": tok, "single_word": false, "lstrip": false, "rstrip": false,
                 "normalized": false, "special": ty != 4,
@@ -105,7 +159,12 @@ pub fn sentencepiece_tokenizer_json(g: &Gguf) -> Result<Value, String> {
         for (cut, _) in piece.char_indices().skip(1) {
             if let (Some(&l), Some(&r)) = (ids.get(&piece[..cut]), ids.get(&piece[cut..])) {
                 let (nl, nr) = (piece[..cut].chars().count(), piece[cut..].chars().count());
-                merges.push((scores[id], nl, nr, id, l, r));
+                let rank = match opts.merge_rank {
+                    MergeRank::Score => scores[id],
+                    // Earlier pieces first; ids stay far below 2^24, so exact in f32.
+                    MergeRank::Position => -(id as f32),
+                };
+                merges.push((rank, nl, nr, id, l, r));
             }
         }
     }

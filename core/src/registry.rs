@@ -85,6 +85,12 @@ pub fn gguf_arch(name: &str) -> Result<&'static GgufRegistration, RegistryError>
     find("GGUF architecture", gguf_archs(), name)
 }
 
+/// The translation registered for a GGUF file's `general.architecture`, if any.
+pub(crate) fn gguf_arch_of(file: &crate::gguf::Gguf) -> Option<Box<dyn crate::gguf_arch::GgufArch>> {
+    let arch = file.architecture().ok()?;
+    gguf_arch(arch).ok().map(|r| (r.make)())
+}
+
 /// The pre-tokenizer registered for `tokenizer.ggml.pre` = `name`.
 pub fn gguf_pre_tokenizer(name: &str) -> Result<&'static GgufPreTokenizer, RegistryError> {
     find("GGUF pre-tokenizer", pre_tokenizers(), name)

@@ -297,6 +297,10 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
     let err = |e: crate::weights::WeightError| TokenizerError::Failed(e.to_string());
     let path = crate::weights::WeightStore::path(g).display().to_string();
     let bad = |key: &str, why: String| TokenizerError::Unsupported(format!("{path}: metadata {key}: {why}"));
+    // The family's own conversion first, when its GGUF translation has one.
+    if let Some(json) = crate::registry::gguf_arch_of(g).and_then(|a| a.tokenizer_json(g)) {
+        return json.map_err(|why| TokenizerError::Unsupported(format!("{path}: {why}")));
+    }
     match g.string("tokenizer.ggml.model").map_err(err)? {
         Some("gpt2") => {}
         // Another vocabulary model, translated by the crate that registered it.

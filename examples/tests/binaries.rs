@@ -1,5 +1,6 @@
 //! Every binary on every fixture model, run as a user runs them: generate, perplexity
-//! and bench on the bigram, the tiny Llama, Qwen2, Qwen3 (safetensors and GGUF) and Mistral;
+//! and bench on the bigram, the tiny Llama, Qwen2, Qwen3 (safetensors and GGUF), Mistral
+//! and Gemma 3 (safetensors and GGUF);
 //! chat where the model has a template; convert where the model is a GGUF file. The same
 //! Qwen2 (and Qwen3) weights from safetensors, GGUF and the GGUF converted back give the
 //! same text.
@@ -27,6 +28,8 @@ fn models() -> Vec<(&'static str, PathBuf, bool)> {
         ("qwen3-gguf", r.join("arch-qwen3/tests/fixtures/tiny-qwen3/model.gguf"), true),
         ("qwen3-tied-gguf", r.join("arch-qwen3/tests/fixtures/tiny-qwen3-tied/model.gguf"), true),
         ("mistral", r.join("arch-mistral/tests/fixtures/tiny-mistral"), false),
+        ("gemma3", r.join("arch-gemma3/tests/fixtures/tiny-gemma3"), false),
+        ("gemma3-gguf", r.join("arch-gemma3/tests/fixtures/tiny-gemma3/model.gguf"), false),
     ]
 }
 
@@ -143,4 +146,18 @@ fn chat_runs_with_the_model_template_and_convert_round_trips_the_gguf() {
         assert_eq!(generate(&gguf), want, "{fixture}: GGUF and safetensors generate different text");
         assert_eq!(generate(&out_dir), want, "{fixture}: the converted directory generates different text");
     }
+    // The Gemma 3 GGUF and the directory converted from it say the same (the GGUF stores
+    // the norms as 1 + w; the directory keeps them so, and says it in its config). The
+    // fixture's own safetensors differ on purpose: a GGUF carries no query_pre_attn_scalar
+    // (arch-gemma3's tests compare it with the safetensors under the scale it implies).
+    let gguf = repo().join("arch-gemma3/tests/fixtures/tiny-gemma3/model.gguf");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("converted-gemma3");
+    let out = run(
+        env!("CARGO_BIN_EXE_convert"),
+        &["--gguf", gguf.to_str().expect("path"), "--out", out_dir.to_str().expect("path"), "--dtype", "f32"],
+        None,
+    );
+    ok("convert on the Gemma 3 GGUF", &out);
+    assert_eq!(generate(&out_dir), generate(&gguf), "Gemma 3: the converted directory generates different text");
 }

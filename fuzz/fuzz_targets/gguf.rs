@@ -1,6 +1,7 @@
 //! The GGUF reader and store: see `checks::gguf` (fuzz/checks.rs), shared with the stable regression test.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
+use tl_arch_gemma3 as _;
 use tl_arch_llama as _;
 use tl_arch_mistral as _;
 use tl_arch_qwen2 as _;

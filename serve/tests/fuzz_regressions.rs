@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use tl_arch_gemma3 as _;
 use tl_arch_llama as _;
 use tl_arch_mistral as _;
 use tl_arch_qwen2 as _;
