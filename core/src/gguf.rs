@@ -399,8 +399,11 @@ impl Gguf {
         let fail = |reason: String| WeightError::Tensor { path: self.path.clone(), name: name.to_string(), reason };
         let format = tl_quant::Format::from_ggml_name(e.ggml)
             .ok_or_else(|| fail(format!("quantization {} is not supported", e.ggml)))?;
-        let cols = e.shape.last().copied().unwrap_or(1).max(1);
         let elems: usize = e.shape.iter().product();
+        if elems == 0 {
+            return Ok(Vec::new());
+        }
+        let cols = e.shape.last().copied().unwrap_or(1); // nonzero: elems is
         tl_quant::dequantize(format, &self.map[e.begin..e.end], elems / cols, cols)
             .map_err(|err| fail(format!("dequantizing {}: {err}", e.ggml)))
     }
