@@ -9,6 +9,7 @@ use std::path::Path;
 
 use tl_core::{ChatTemplate, Gguf, Message, SafeTensors, WeightStore};
 use tl_kv::{fnv1a64, KvGeometry, KvPool, TRAILER_BYTES};
+use tl_quant::{Format, Linear};
 use tl_serve::api::{content_text, Body};
 
 /// The safetensors reader: open, then every listed tensor at its own shape (widened to
@@ -43,8 +44,28 @@ pub fn gguf(path: &Path) {
     let _ = ChatTemplate::from_gguf(&g);
     for name in g.names() {
         let Some(info) = g.info(&name) else { continue };
-        let _ = g.f32(&name, &info.shape);
-        let _ = g.stored(&name, &info.shape);
+        let widened = g.f32(&name, &info.shape);
+        let stored = g.stored(&name, &info.shape);
+        // The native path: the blocks kept as stored widen to the f32 path's values, bit
+        // for bit, and run through the kernel.
+        let (Ok(stored), &[rows, cols]) = (stored, &info.shape[..]) else { continue };
+        let ty = match &info.dtype {
+            tl_core::DType::F32 => "F32",
+            tl_core::DType::F16 => "F16",
+            tl_core::DType::BF16 => "BF16",
+            tl_core::DType::Other(t) => t.as_str(),
+            tl_core::DType::U8 => continue,
+        };
+        let Some(format) = Format::from_ggml_name(ty) else { continue };
+        let Ok(l) = Linear::from_stored(format, &stored.bytes, rows, cols) else {
+            assert!(widened.is_err(), "{name}: kept refused, widened accepted");
+            continue;
+        };
+        let w = widened.expect("kept accepted, widened refused");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&l.dequantize()), bits(&w), "{name}: kept and widened values differ");
+        let mut y = vec![0.0f32; rows];
+        l.forward(&vec![1.0; cols], 1, &mut y).expect("forward");
     }
 }
 

@@ -104,6 +104,35 @@ spm = [m for m in meta if not m[0].startswith("tokenizer.ggml.")] + [
     ("tokenizer.ggml.add_bos_token", True)]
 put("gguf", "sentencepiece", gguf(spm, tensors[:2]))
 
+# Every GGUF block type tl keeps as stored (type id, block bytes, f16 scale offsets), two
+# rows of 256 weights each, bytes 0..255 with finite scales; then the bad cases: the data
+# shorter than the tensors claim, NaN / inf scales, and block counts that overflow.
+BLOCKS = {"Q4_0": (2, 18, [0]), "Q4_1": (3, 20, [0, 2]), "Q5_0": (6, 22, [0]), "Q5_1": (7, 24, [0, 2]),
+          "Q8_0": (8, 34, [0]), "Q2_K": (10, 84, [80, 82]), "Q3_K": (11, 110, [108]), "Q4_K": (12, 144, [0, 2]),
+          "Q5_K": (13, 176, [0, 2]), "Q6_K": (14, 210, [208]), "IQ4_NL": (20, 18, [0])}
+
+
+def blocks(name, scale=0.01):
+    t, size, at = BLOCKS[name]
+    n = 2 * 256 * size // (256 if size in (84, 110, 144, 176, 210) else 32)
+    raw = bytearray((i * 37 + t) % 256 for i in range(n))
+    for b in range(0, n, size):
+        for a in at:
+            raw[b + a:b + a + 2] = struct.pack("<e", scale)
+    return t, bytes(raw)
+
+
+block_tensors = [(f"blk.0.{k.lower()}.weight", [256, 2], *blocks(k)) for k in BLOCKS]
+put("gguf", "blocks", gguf(meta, tensors[:2] + block_tensors))
+whole = gguf(meta, tensors[:2] + block_tensors)
+put("gguf", "blocks-short", whole[:-300])
+bad = [(n, d, t, raw[:80] + struct.pack("<e", float("nan")) + raw[82:]) if t == 10 else
+       (n, d, t, struct.pack("<e", float("inf")) + raw[2:]) for n, d, t, raw in block_tensors]
+put("gguf", "blocks-nan-inf-scale", gguf(meta, tensors[:2] + bad))
+put("gguf", "blocks-overflow", gguf(meta, tensors[:2] + [("blk.0.q4_k.weight", [256, 1 << 56], *blocks("Q4_K")),
+                                                        ("blk.0.q6_k.weight", [1 << 62, 4], *blocks("Q6_K")),
+                                                        ("blk.0.q8_0.weight", [32, 1 << 58], *blocks("Q8_0"))]))
+
 # KV envelope: a valid one-block export (geometry 1 layer, 1 head, head_dim 2, B 2), with
 # the selector byte first (bit 0: fix the checksum up).
 def fnv(b):
