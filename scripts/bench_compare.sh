@@ -74,7 +74,9 @@ fi
 GGUF="$(cd "$(dirname "$GGUF")" && pwd)/$(basename "$GGUF")"
 
 log "building tl (release: bench, convert, probe)"
-cargo build --release --quiet --bin bench --bin convert --bin probe >&2
+# -p tl-examples: the dependency features of the examples alone (a workspace-wide build
+# unifies the server's features in and rebuilds candle and the rest, ~20 min on 2 cores).
+cargo build --release --quiet -p tl-examples --bin bench --bin convert --bin probe >&2
 TL_BIN="$ROOT/target/release"
 
 LLAMA_BIN="$(scripts/build_llama_cpp.sh)"

@@ -28,9 +28,14 @@ TYPES=("$@")
 log() { echo "check_quantized_demo: $*" >&2; }
 
 scripts/fixtures/setup_venv.sh >&2
-PY="$(pwd)/scripts/fixtures/.venv/bin/python"
+# transformers loads a GGUF file only with accelerate installed: the fixtures venv plus it.
+# shellcheck source=lib/extra_venv.sh
+source scripts/lib/extra_venv.sh
+PY="$(extra_venv)"
 GGUF="$(scripts/fetch_model.sh)"
 LLAMA_BIN="$(scripts/build_llama_cpp.sh)"
+# -p tl-examples, as bench_compare.sh builds: the same dependency features, so neither
+# script rebuilds the dependencies the other built.
 cargo build --release --quiet -p tl-examples --bin chat >&2
 STEM="${GGUF%.gguf}"
 

@@ -26,33 +26,27 @@ if [ ! -s "$HF_1B/model.safetensors" ]; then
     mv "$HF_1B.tmp" "$HF_1B"
 fi
 
-# convert_hf_to_gguf.py imports sentencepiece for every Llama (before it looks for a
-# tokenizer.model), which the fixtures venv lacks: a small venv of our own under the cache
-# holds it, and a .pth file adds the fixtures venv's packages behind it (torch, numpy,
-# transformers for the tokenizer hash check, PyYAML), so nothing is installed twice and the
-# fixtures venv stays untouched. The converter puts the source's own gguf-py first.
-CONVERT_VENV="$CACHE/convert-venv"
-if ! "$CONVERT_VENV/bin/python" -c 'import sentencepiece, torch, transformers, yaml' 2>/dev/null; then
-    log "making $CONVERT_VENV (sentencepiece over the fixtures venv)"
-    rm -rf "$CONVERT_VENV"
-    "$VENV_PY" -m venv "$CONVERT_VENV"
-    "$CONVERT_VENV/bin/python" -m pip install --quiet "sentencepiece==0.2.1" >&2
-    site="$("$CONVERT_VENV/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
-    "$VENV_PY" -c 'import site; print(site.getsitepackages()[0])' >"$site/fixtures-venv.pth"
-fi
+# convert_hf_to_gguf.py needs sentencepiece, which the fixtures venv lacks (extra_venv.sh).
+# shellcheck source=extra_venv.sh
+source scripts/lib/extra_venv.sh
+CONVERT_PY="$(extra_venv)"
 
 BF16_1B="$DIR_1B/llama-1b-shape.BF16.gguf"
 if [ ! -s "$BF16_1B" ]; then
     log "making $BF16_1B (convert_hf_to_gguf.py of the llama.cpp source, --outtype bf16)"
-    "$CONVERT_VENV/bin/python" "$LLAMA_SRC/convert_hf_to_gguf.py" "$HF_1B" --outtype bf16 --outfile "$BF16_1B.tmp" \
+    "$CONVERT_PY" "$LLAMA_SRC/convert_hf_to_gguf.py" "$HF_1B" --outtype bf16 --outfile "$BF16_1B.tmp" \
         >"$BF16_1B.log" 2>&1 || { log "error: convert_hf_to_gguf.py failed, see $BF16_1B.log"; exit 1; }
     mv "$BF16_1B.tmp" "$BF16_1B"
 fi
 
 # llama-quantize with its defaults, as users make these files (no imatrix; the tied
 # embedding / LM head gets the type llama-quantize picks for each, e.g. Q6_K in Q4_0).
-FILE_ARGS=("bf16=$BF16_1B")
+# Only the formats CONFIGS names are made (each takes minutes on 2 busy cores).
+FILE_ARGS=()
+case ",$CONFIGS," in *,bf16,*) FILE_ARGS+=("bf16=$BF16_1B") ;; esac
 for type in Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0; do
+    lower="$(echo "$type" | tr 'A-Z' 'a-z')"
+    case ",$CONFIGS," in *,"$lower",*) ;; *) continue ;; esac
     out="$DIR_1B/llama-1b-shape.$type.gguf"
     if [ ! -s "$out" ]; then
         log "making $out"
@@ -60,14 +54,12 @@ for type in Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0; do
             { log "error: llama-quantize $type failed, see $out.log"; exit 1; }
         mv "$out.tmp" "$out"
     fi
-    FILE_ARGS+=("$(echo "$type" | tr 'A-Z' 'a-z')=$out")
+    FILE_ARGS+=("$lower=$out")
 done
 
-FILES_1B="$DIR_1B/costs.json"
-if [ ! -s "$FILES_1B" ] || [ -n "$(find "$DIR_1B" -name '*.gguf' -newer "$FILES_1B")" ]; then
-    "$VENV_PY" scripts/lib/gguf_cost.py "${FILE_ARGS[@]}" >"$FILES_1B.tmp"
-    mv "$FILES_1B.tmp" "$FILES_1B"
-fi
+[ "${#FILE_ARGS[@]}" -gt 0 ] || { log "error: CONFIGS=$CONFIGS names no 1B format (q4_k_m, q5_k_m, q6_k, q8_0, q4_0, bf16)"; exit 1; }
+FILES_1B="$(mktemp "${TMPDIR:-/tmp}/costs-1b.XXXXXX")"
+"$VENV_PY" scripts/lib/gguf_cost.py "${FILE_ARGS[@]}" >"$FILES_1B"
 
 # The roofs, measured now (the machine's load changes them): read bandwidth over 1 GiB and
 # the f32 FMA peak, at each thread count of the run.
