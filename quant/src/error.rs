@@ -85,6 +85,18 @@ pub enum QuantError {
         /// The row length.
         inp: usize,
     },
+    /// A GGUF block whose f16 scale (`d`, `dmin` or `m`) is infinite or NaN.
+    #[error("{format}: row {row} block {block} has a scale of {value} (not finite)")]
+    NonFiniteScale {
+        /// The format.
+        format: String,
+        /// Row of the matrix.
+        row: usize,
+        /// Block within the row.
+        block: usize,
+        /// The widened scale.
+        value: f32,
+    },
     /// Layers that cannot be stacked into one.
     #[error("concat: {reason}")]
     Concat {

@@ -5,12 +5,16 @@
 //! - [`pack_int4`], [`unpack_int4`], [`QLinear`]: symmetric int4 in groups of `g` columns
 //!   (`int4-g<g>-sym`), low nibble = even column.
 //! - [`Linear`]: one `y = x W^T` for weights kept in their stored [`Format`] (f32, f16,
-//!   bf16, GGML Q4_0/Q4_1/Q8_0, int4), batch-invariant bit for bit and equal to the f32
+//!   bf16, every common GGUF block type, int4), batch-invariant bit for bit and equal to the f32
 //!   layer over the widened weights, on AVX-512, AVX2 or portable code chosen at run time
 //!   ([`Path`]), all bit-identical.
+//! - [`dequantize`]: stored bytes of any [`Format`] widened to f32 by docs/spec/numbers.md
+//!   (the `--weights f32` path), the values [`Linear`] computes with.
 #![deny(missing_docs)]
 
+mod blocks;
 mod error;
+mod ggml;
 mod half_conv;
 mod int4;
 mod kernel;
@@ -19,6 +23,7 @@ mod pack;
 mod simd;
 
 pub use error::QuantError;
+pub use ggml::dequantize;
 pub use half_conv::{bf16_to_f32, f16_to_f32, f32_to_f16};
 pub use int4::{pack_int4, unpack_int4, QLinear, MAX_GROUP_ABS};
 pub use kernel::Path;

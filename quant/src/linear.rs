@@ -7,7 +7,8 @@ use crate::pack::{self, Kind, Line, QK};
 use crate::simd::NR;
 
 /// How a weight matrix is stored: row-major `[out, inp]`, the GGML block types as runs of
-/// blocks along each row.
+/// blocks along each row (ggml's byte layouts; values: docs/spec/numbers.md).
+#[allow(non_camel_case_types)] // the GGML names
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     /// f32.
@@ -22,6 +23,22 @@ pub enum Format {
     Q4_1,
     /// GGML Q8_0: blocks of 32, f16 `d`, 32 i8; `w = q d`.
     Q8_0,
+    /// GGML Q5_0: blocks of 32, f16 `d`, 32 high bits, 16 bytes; `w = (q - 16) d`.
+    Q5_0,
+    /// GGML Q5_1: blocks of 32, f16 `d` and `m`, 32 high bits, 16 bytes; `w = q d + m`.
+    Q5_1,
+    /// GGML IQ4_NL: blocks of 32, f16 `d`, 16 bytes of 4-bit indices; `w = d T[q]`.
+    IQ4_NL,
+    /// GGML Q2_K: 256 weights, 16 4-bit scale/min pairs, 2-bit codes, f16 `d`, `dmin`.
+    Q2_K,
+    /// GGML Q3_K: 256 weights, high bits, 2-bit codes, 16 6-bit scales, f16 `d`.
+    Q3_K,
+    /// GGML Q4_K: 256 weights, f16 `d`, `dmin`, 8 6-bit scale/min pairs, 4-bit codes.
+    Q4_K,
+    /// GGML Q5_K: as Q4_K with a fifth bit per weight.
+    Q5_K,
+    /// GGML Q6_K: 256 weights, 4 + 2 bit codes, 16 int8 scales, f16 `d`.
+    Q6_K,
     /// Symmetric int4 in groups of `group` columns (numbers.md `int4-g<g>-sym`).
     Int4 {
         /// Columns per scale.
@@ -33,14 +50,14 @@ impl Format {
     /// Bytes of one stored row of `inp` values (`None` when `inp` does not split into
     /// the format's blocks).
     pub fn row_bytes(self, inp: usize) -> Option<usize> {
-        let blocks = |size: usize| inp.is_multiple_of(QK).then_some(inp / QK * size);
         match self {
             Format::F32 => inp.checked_mul(4),
             Format::F16 | Format::BF16 => inp.checked_mul(2),
-            Format::Q4_0 => blocks(18),
-            Format::Q4_1 => blocks(20),
-            Format::Q8_0 => blocks(34),
             Format::Int4 { .. } => inp.is_multiple_of(2).then_some(inp / 2),
+            _ => {
+                let (bytes, k) = crate::ggml::block_shape(self)?;
+                inp.is_multiple_of(k).then_some(inp / k * bytes)
+            }
         }
     }
 }
@@ -119,7 +136,9 @@ impl Linear {
             Format::Q4_0 => Kind::Q4 { min: false },
             Format::Q4_1 => Kind::Q4 { min: true },
             Format::Int4 { .. } => return Err(QuantError::BadBlocks { format: format.to_string(), inp }),
+            _ => Kind::Blk(crate::ggml::blk(format).expect("every other format is a generic block type")),
         };
+        crate::ggml::check_scales(format, bytes, inp)?;
         let mut l = Linear::empty(format, kind, out, inp)?;
         let dst = pack::bytes_mut(&mut l.data);
         match kind {
@@ -127,6 +146,7 @@ impl Linear {
             Kind::F16 | Kind::BF16 => pack::pack_elems(bytes, 2, out, inp, dst),
             Kind::Q8 => pack::pack_q8_0(bytes, out, inp, dst),
             Kind::Q4 { min } => pack::pack_q4_gguf(bytes, min, out, inp, dst),
+            Kind::Blk(f) => crate::blocks::pack(f, bytes, out, inp, dst),
         }
         Ok(l)
     }

@@ -12,6 +12,7 @@
 //!   The code is unsigned (0..15); without `min` the value is `(code - 8) * d`, computed
 //!   as `fma(code, d, -8 d)` (exact: `(code - 8) d` is representable and `-8 d` exact).
 
+use crate::ggml::Blk;
 use crate::simd::NR;
 
 /// Values of k per quantized block.
@@ -28,6 +29,8 @@ pub(crate) enum Kind {
     Q4 {
         min: bool,
     },
+    /// The other GGUF block types ([`crate::blocks`]).
+    Blk(Blk),
 }
 
 impl Kind {
@@ -38,6 +41,7 @@ impl Kind {
             Kind::F16 | Kind::BF16 => inp * NR * 2,
             Kind::Q8 => inp / QK * Q8_BLOCK,
             Kind::Q4 { min } => inp / QK * q4_block(min),
+            Kind::Blk(f) => inp / f.k() * crate::blocks::layout(f).bytes,
         }
     }
 }
@@ -181,6 +185,7 @@ pub(crate) fn widen_row(kind: Kind, data: &[u8], inp: usize, r: usize, dst: &mut
     let (panel, lane) = (&data[r / NR * pb..(r / NR + 1) * pb], r % NR);
     let u16_at = |at: usize| u16::from_le_bytes([panel[at], panel[at + 1]]);
     match kind {
+        Kind::Blk(f) => crate::blocks::widen_row(f, panel, lane, dst),
         Kind::F32 => {
             for (k, d) in dst.iter_mut().enumerate() {
                 let at = (k * NR + lane) * 4;

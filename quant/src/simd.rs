@@ -23,6 +23,8 @@ pub(crate) trait Isa: Copy {
     type V: Copy;
     /// 16 u32 lanes.
     type U: Copy;
+    /// A 16-entry f32 lookup table.
+    type T: Copy;
     /// All lanes +0.0.
     unsafe fn zero() -> Self::V;
     /// All lanes `*p`.
@@ -43,6 +45,22 @@ pub(crate) trait Isa: Copy {
     unsafe fn ld_i8(p: *const i8) -> Self::V;
     /// 16 u32.
     unsafe fn ld_u32(p: *const u32) -> Self::U;
+    /// 16 u8, zero-extended to u32.
+    unsafe fn ld_u8(p: *const u8) -> Self::U;
+    /// `q & m` per lane.
+    unsafe fn and(q: Self::U, m: u32) -> Self::U;
+    /// `a | b` per lane.
+    unsafe fn or(a: Self::U, b: Self::U) -> Self::U;
+    /// `q >> s` per lane (logical; `s < 32`).
+    unsafe fn shr(q: Self::U, s: u32) -> Self::U;
+    /// `q << s` per lane (`s < 32`).
+    unsafe fn shl(q: Self::U, s: u32) -> Self::U;
+    /// `q as f32` per lane (exact: callers pass small codes).
+    unsafe fn cvt(q: Self::U) -> Self::V;
+    /// A 16-entry f32 table held in registers, for [`Isa::lut`].
+    unsafe fn table(t: &[f32; 16]) -> Self::T;
+    /// `t[q]` per lane (`q < 16`).
+    unsafe fn lut(q: Self::U, t: Self::T) -> Self::V;
     /// `((q >> shift) & 15) as f32` per lane.
     unsafe fn nib(q: Self::U, shift: u32) -> Self::V;
     /// Store 16 f32.
@@ -58,10 +76,43 @@ pub(crate) struct Portable;
 impl Isa for Portable {
     type V = [f32; NR];
     type U = [u32; NR];
+    type T = [f32; 16];
 
     #[inline(always)]
     unsafe fn zero() -> Self::V {
         [0.0; NR]
+    }
+    #[inline(always)]
+    unsafe fn ld_u8(p: *const u8) -> Self::U {
+        std::array::from_fn(|l| *p.add(l) as u32)
+    }
+    #[inline(always)]
+    unsafe fn and(q: Self::U, m: u32) -> Self::U {
+        q.map(|v| v & m)
+    }
+    #[inline(always)]
+    unsafe fn or(a: Self::U, b: Self::U) -> Self::U {
+        std::array::from_fn(|l| a[l] | b[l])
+    }
+    #[inline(always)]
+    unsafe fn shr(q: Self::U, s: u32) -> Self::U {
+        q.map(|v| v >> s)
+    }
+    #[inline(always)]
+    unsafe fn shl(q: Self::U, s: u32) -> Self::U {
+        q.map(|v| v << s)
+    }
+    #[inline(always)]
+    unsafe fn cvt(q: Self::U) -> Self::V {
+        q.map(|v| v as f32)
+    }
+    #[inline(always)]
+    unsafe fn table(t: &[f32; 16]) -> Self::T {
+        *t
+    }
+    #[inline(always)]
+    unsafe fn lut(q: Self::U, t: Self::T) -> Self::V {
+        q.map(|v| t[v as usize & 15])
     }
     #[inline(always)]
     unsafe fn splat(p: *const f32) -> Self::V {
@@ -128,10 +179,43 @@ mod x86 {
     impl Isa for Avx512 {
         type V = __m512;
         type U = __m512i;
+        type T = __m512;
 
         #[inline(always)]
         unsafe fn zero() -> __m512 {
             _mm512_setzero_ps()
+        }
+        #[inline(always)]
+        unsafe fn ld_u8(p: *const u8) -> __m512i {
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i))
+        }
+        #[inline(always)]
+        unsafe fn and(q: __m512i, m: u32) -> __m512i {
+            _mm512_and_si512(q, _mm512_set1_epi32(m as i32))
+        }
+        #[inline(always)]
+        unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
+            _mm512_or_si512(a, b)
+        }
+        #[inline(always)]
+        unsafe fn shr(q: __m512i, s: u32) -> __m512i {
+            _mm512_srlv_epi32(q, _mm512_set1_epi32(s as i32))
+        }
+        #[inline(always)]
+        unsafe fn shl(q: __m512i, s: u32) -> __m512i {
+            _mm512_sllv_epi32(q, _mm512_set1_epi32(s as i32))
+        }
+        #[inline(always)]
+        unsafe fn cvt(q: __m512i) -> __m512 {
+            _mm512_cvtepi32_ps(q)
+        }
+        #[inline(always)]
+        unsafe fn table(t: &[f32; 16]) -> __m512 {
+            _mm512_loadu_ps(t.as_ptr())
+        }
+        #[inline(always)]
+        unsafe fn lut(q: __m512i, t: __m512) -> __m512 {
+            _mm512_permutexvar_ps(q, t)
         }
         #[inline(always)]
         unsafe fn splat(p: *const f32) -> __m512 {
@@ -193,10 +277,53 @@ mod x86 {
     impl Isa for Avx2 {
         type V = (__m256, __m256);
         type U = (__m256i, __m256i);
+        type T = (__m256, __m256);
 
         #[inline(always)]
         unsafe fn zero() -> Self::V {
             (_mm256_setzero_ps(), _mm256_setzero_ps())
+        }
+        #[inline(always)]
+        unsafe fn ld_u8(p: *const u8) -> Self::U {
+            let w = |q: *const u8| _mm256_cvtepu8_epi32(_mm_loadl_epi64(q as *const __m128i));
+            (w(p), w(p.add(8)))
+        }
+        #[inline(always)]
+        unsafe fn and(q: Self::U, m: u32) -> Self::U {
+            let m = _mm256_set1_epi32(m as i32);
+            (_mm256_and_si256(q.0, m), _mm256_and_si256(q.1, m))
+        }
+        #[inline(always)]
+        unsafe fn or(a: Self::U, b: Self::U) -> Self::U {
+            (_mm256_or_si256(a.0, b.0), _mm256_or_si256(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn shr(q: Self::U, s: u32) -> Self::U {
+            let n = _mm256_set1_epi32(s as i32);
+            (_mm256_srlv_epi32(q.0, n), _mm256_srlv_epi32(q.1, n))
+        }
+        #[inline(always)]
+        unsafe fn shl(q: Self::U, s: u32) -> Self::U {
+            let n = _mm256_set1_epi32(s as i32);
+            (_mm256_sllv_epi32(q.0, n), _mm256_sllv_epi32(q.1, n))
+        }
+        #[inline(always)]
+        unsafe fn cvt(q: Self::U) -> Self::V {
+            (_mm256_cvtepi32_ps(q.0), _mm256_cvtepi32_ps(q.1))
+        }
+        #[inline(always)]
+        unsafe fn table(t: &[f32; 16]) -> Self::T {
+            (_mm256_loadu_ps(t.as_ptr()), _mm256_loadu_ps(t.as_ptr().add(8)))
+        }
+        #[inline(always)]
+        unsafe fn lut(q: Self::U, t: Self::T) -> Self::V {
+            // vpermps reads the low 3 bits of each index; bit 3 (moved to the sign bit)
+            // picks the upper half of the table.
+            let f = |v: __m256i| {
+                let (lo, hi) = (_mm256_permutevar8x32_ps(t.0, v), _mm256_permutevar8x32_ps(t.1, v));
+                _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(v)))
+            };
+            (f(q.0), f(q.1))
         }
         #[inline(always)]
         unsafe fn splat(p: *const f32) -> Self::V {

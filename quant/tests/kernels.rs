@@ -87,6 +87,7 @@ fn stored(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> (Vec<u8>, Ve
             (bytes, w)
         }
         Format::Int4 { .. } => unreachable!("int4 goes through QLinear"),
+        other => unreachable!("{other}: the other block types are tested in tests/blocks.rs"),
     }
 }
 

@@ -1,0 +1,260 @@
+//! Panels for the GGUF block types Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K:
+//! one layout shape for all, the file's bytes rearranged (never widened), and the kernel
+//! loop that reads it.
+//!
+//! A panel block (16 rows, one GGUF block of `k` = 32 or 256 weights each) holds, in order:
+//! - `d (16,)` f16, as stored;
+//! - `dm (16,)` f16 when the type has one: Q5_1's `m` as stored, the K types' `dmin` with
+//!   its sign flipped (exact), so the offset is a product, not a product and a negation;
+//! - the sub-block scales, `(k / sub, 16)` bytes: Q3_K `sc - 32` and Q6_K `sc` as i8,
+//!   Q2_K the file's byte (`sc | mn << 4`); Q4_K/Q5_K `sc (8, 16)` then `mn (8, 16)` as
+//!   bytes (16 bytes a row for the file's 12: +4 bytes per 256 weights);
+//! - the low code bits: `(k * lb / 32, 16)` u32, lane `r` of word `c` holding the `lb`
+//!   low bits of weights `c * 32 / lb ..` of row `r`, weight `j` of the word at bit `lb * j`
+//!   (`lb` = 2 for Q2_K/Q3_K, else 4);
+//! - the high code bits, `(k * hb / 32, 16)` u32 the same way (`hb` = 1 for Q5_0/Q5_1/
+//!   Q5_K/Q3_K, 2 for Q6_K, none otherwise).
+//!
+//! Weight `k` of sub-block `s` is `fma(u, a, b)` with `u` the unsigned code (low | high <<
+//! lb) and, per lane, `a`, `b` from the block's f16 and sub-block bytes:
+//! Q5_0 `a = d, b = -16 d`; Q5_1 `a = d, b = m`; IQ4_NL `T[u] * d` (`a = d, b = 0`, the code
+//! looked up first); Q2_K/Q4_K/Q5_K `a = d * sc, b = (-dmin) * mn`; Q3_K `a = d * sc,
+//! b = -4 a`; Q6_K `a = d * sc, b = -32 a`. Every product here is exact in f32 (at most
+//! 11 + 8 significant bits), so `fma` gives numbers.md's value: the same one rounding
+//! where the table has one (`(d sc) q - dmin mn`, `q d + m`) and the exact value where it
+//! has none (`(q - 32) a` is representable, and `fma` rounds the exact `q a - 32 a`).
+
+use crate::ggml::{self, Blk, Unpacked, IQ4NL};
+use crate::half_conv::f16_to_f32;
+use crate::simd::{Isa, NR};
+
+/// Where the parts of a panel block sit (bytes from its start) and how codes split.
+#[derive(Clone, Copy)]
+pub(crate) struct Layout {
+    /// Bytes of one panel block.
+    pub bytes: usize,
+    /// Whether `dm (16,)` follows `d`.
+    pub dm: bool,
+    /// Offset of the sub-block scale bytes.
+    pub sc: usize,
+    /// Offset of the low code words.
+    pub lo: usize,
+    /// Offset of the high code words.
+    pub hi: usize,
+    /// Low and high bits per code.
+    pub lb: u32,
+    pub hb: u32,
+}
+
+/// The layout of `f`'s panel blocks.
+pub(crate) const fn layout(f: Blk) -> Layout {
+    let dm = matches!(f, Blk::Q5_1 | Blk::Q2K | Blk::Q4K | Blk::Q5K);
+    let scale_bytes = match f {
+        Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => 0,
+        _ => 256, // 16 sub-blocks x 16 lanes, or 8 scales + 8 mins x 16 lanes
+    };
+    let (lb, hb) = match f {
+        Blk::Q2K => (2, 0),
+        Blk::Q3K => (2, 1),
+        Blk::Q5_0 | Blk::Q5_1 | Blk::Q5K => (4, 1),
+        Blk::Q6K => (4, 2),
+        Blk::Iq4Nl | Blk::Q4K => (4, 0),
+    };
+    let sc = NR * 2 * (1 + dm as usize);
+    let lo = sc + scale_bytes;
+    let hi = lo + f.k() * lb as usize / 32 * NR * 4;
+    Layout { bytes: hi + f.k() * hb as usize / 32 * NR * 4, dm, sc, lo, hi, lb, hb }
+}
+
+/// Whether the type's offset is `-dmin * mn` (its `dm` is stored negated).
+const fn mins(f: Blk) -> bool {
+    matches!(f, Blk::Q2K | Blk::Q4K | Blk::Q5K)
+}
+
+fn zero_block() -> Unpacked {
+    Unpacked { d: 0, dm: 0, sc: [0; 16], mn: [0; 16], u: [0; 256] }
+}
+
+/// Repack `[out, inp]` rows of `f` blocks (`src`, the file's bytes) into panels.
+pub(crate) fn pack(f: Blk, src: &[u8], out: usize, inp: usize, dst: &mut [u8]) {
+    let l = layout(f);
+    let (nb, fb) = (inp / f.k(), ggml::file_bytes(f));
+    let pb = nb * l.bytes;
+    let (per_lo, nsub) = (32 / l.lb as usize, f.k() / f.sub());
+    let mut o = zero_block();
+    for r in 0..out {
+        let (p, lane) = (r / NR, r % NR);
+        for b in 0..nb {
+            ggml::unpack(f, &src[(r * nb + b) * fb..(r * nb + b + 1) * fb], &mut o);
+            let base = p * pb + b * l.bytes;
+            let put16 = |dst: &mut [u8], at: usize, v: u16| dst[at..at + 2].copy_from_slice(&v.to_le_bytes());
+            put16(dst, base + lane * 2, o.d);
+            if l.dm {
+                put16(dst, base + NR * 2 + lane * 2, if mins(f) { o.dm ^ 0x8000 } else { o.dm });
+            }
+            for s in 0..nsub {
+                match f {
+                    Blk::Q2K => dst[base + l.sc + s * NR + lane] = o.sc[s] as u8 | o.mn[s] << 4,
+                    Blk::Q4K | Blk::Q5K => {
+                        dst[base + l.sc + s * NR + lane] = o.sc[s] as u8;
+                        dst[base + l.sc + (8 + s) * NR + lane] = o.mn[s];
+                    }
+                    Blk::Q3K | Blk::Q6K => dst[base + l.sc + s * NR + lane] = o.sc[s] as u8,
+                    Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => {} // no sub-block scales
+                }
+            }
+            let lmask = (1u32 << l.lb) - 1;
+            for c in 0..f.k() / per_lo {
+                let word =
+                    (0..per_lo).fold(0u32, |w, j| w | (o.u[c * per_lo + j] as u32 & lmask) << (l.lb as usize * j));
+                let at = base + l.lo + (c * NR + lane) * 4;
+                dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
+            }
+            if l.hb > 0 {
+                let per_hi = 32 / l.hb as usize;
+                for c in 0..f.k() / per_hi {
+                    let word =
+                        (0..per_hi).fold(0u32, |w, j| w | (o.u[c * per_hi + j] as u32 >> l.lb) << (l.hb as usize * j));
+                    let at = base + l.hi + (c * NR + lane) * 4;
+                    dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// Row `lane` of one panel (`panel`: its bytes), widened by numbers.md's table into `dst`.
+pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
+    let l = layout(f);
+    let u16_at = |at: usize| u16::from_le_bytes([panel[at], panel[at + 1]]);
+    let u32_at = |at: usize| u32::from_le_bytes([panel[at], panel[at + 1], panel[at + 2], panel[at + 3]]);
+    let (per_lo, per_hi) = (32 / l.lb as usize, 32 / l.hb.max(1) as usize);
+    for (b, blk) in dst.chunks_exact_mut(f.k()).enumerate() {
+        let base = b * l.bytes;
+        let d = f16_to_f32(u16_at(base + lane * 2));
+        let dm = if l.dm { f16_to_f32(u16_at(base + NR * 2 + lane * 2)) } else { 0.0 };
+        let dm = if mins(f) { -dm } else { dm };
+        for (k, v) in blk.iter_mut().enumerate() {
+            let s = k / f.sub();
+            let byte = || panel[base + l.sc + s * NR + lane];
+            let (sc, mn) = match f {
+                Blk::Q2K => ((byte() & 15) as i8, byte() >> 4),
+                Blk::Q4K | Blk::Q5K => (byte() as i8, panel[base + l.sc + (8 + s) * NR + lane]),
+                Blk::Q3K | Blk::Q6K => (byte() as i8, 0),
+                Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => (0, 0),
+            };
+            let lo = (u32_at(base + l.lo + (k / per_lo * NR + lane) * 4) >> (l.lb as usize * (k % per_lo)))
+                & ((1 << l.lb) - 1);
+            let hi = if l.hb > 0 {
+                (u32_at(base + l.hi + (k / per_hi * NR + lane) * 4) >> (l.hb as usize * (k % per_hi)))
+                    & ((1 << l.hb) - 1)
+            } else {
+                0
+            };
+            *v = ggml::value(f, d, dm, sc, mn, (lo | hi << l.lb) as u8);
+        }
+    }
+}
+
+/// `(a, b)` of sub-block `s` for the 16 rows of the panel block at `blk`.
+#[inline(always)]
+unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I::V) {
+    let d = I::ld_f16(blk as *const u16);
+    let dm = || I::ld_f16(blk.add(NR * 2) as *const u16);
+    let sc = blk.add(l.sc + s * NR);
+    match f {
+        Blk::Q5_0 => (d, I::mul(d, I::splat_v(-16.0))),
+        Blk::Q5_1 => (d, dm()),
+        Blk::Iq4Nl => (d, I::zero()),
+        Blk::Q2K => {
+            let byte = I::ld_u8(sc);
+            (I::mul(d, I::cvt(I::and(byte, 15))), I::mul(dm(), I::cvt(I::shr(byte, 4))))
+        }
+        Blk::Q4K | Blk::Q5K => {
+            (I::mul(d, I::ld_i8(sc as *const i8)), I::mul(dm(), I::ld_i8(blk.add(l.sc + (8 + s) * NR) as *const i8)))
+        }
+        Blk::Q3K => {
+            let a = I::mul(d, I::ld_i8(sc as *const i8));
+            (a, I::mul(a, I::splat_v(-4.0)))
+        }
+        Blk::Q6K => {
+            let a = I::mul(d, I::ld_i8(sc as *const i8));
+            (a, I::mul(a, I::splat_v(-32.0)))
+        }
+    }
+}
+
+/// `(q >> from) & (2^width - 1)`, moved to bit `to`: one shift and one mask.
+#[inline(always)]
+unsafe fn field<I: Isa>(q: I::U, from: u32, width: u32, to: u32) -> I::U {
+    let mask = ((1u32 << width) - 1) << to;
+    if from >= to {
+        I::and(I::shr(q, from - to), mask)
+    } else {
+        I::and(I::shl(q, to - from), mask)
+    }
+}
+
+/// `acc[r][p] += x[r] . W[panel p]` over all of k, for a tile of `MR` rows of `x` (row
+/// stride `inp`) and `NP` panels (`panel(p)`: the start of panel `p`); `next(p, off)`
+/// prefetches. Each lane is one FMA chain over k ascending (the crate's contract).
+// Panel index `p` addresses several arrays at once.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
+    f: Blk,
+    x: *const f32,
+    inp: usize,
+    panel: &impl Fn(usize) -> *const u8,
+    next: &impl Fn(usize, usize),
+    acc: &mut [[I::V; NP]; MR],
+) {
+    let l = layout(f);
+    let (k, sub) = (f.k(), f.sub());
+    let per_lo = 32 / l.lb as usize;
+    let per_hi = 32 / l.hb.max(1) as usize;
+    let table = I::table(&IQ4NL.map(|t| t as f32));
+    for b in 0..inp / k {
+        let blk = |p: usize| panel(p).add(b * l.bytes);
+        for p in 0..NP {
+            for c in 0..l.bytes.div_ceil(64) {
+                next(p, b * l.bytes + c * 64);
+            }
+        }
+        for s in 0..k / sub {
+            let (mut a, mut c) = ([I::zero(); NP], [I::zero(); NP]);
+            for p in 0..NP {
+                (a[p], c[p]) = coef::<I>(f, l, blk(p), s);
+            }
+            for wi in 0..sub / per_lo {
+                let k0 = s * sub + wi * per_lo;
+                let lo: [I::U; NP] =
+                    std::array::from_fn(|p| I::ld_u32(blk(p).add(l.lo + k0 / per_lo * NR * 4) as *const u32));
+                let hi: [I::U; NP] = if l.hb > 0 {
+                    std::array::from_fn(|p| I::ld_u32(blk(p).add(l.hi + k0 / per_hi * NR * 4) as *const u32))
+                } else {
+                    lo
+                };
+                let hs = (k0 % per_hi) as u32 * l.hb;
+                for j in 0..per_lo {
+                    let mut w = [I::zero(); NP];
+                    for p in 0..NP {
+                        let mut u = field::<I>(lo[p], l.lb * j as u32, l.lb, 0);
+                        if l.hb > 0 {
+                            u = I::or(u, field::<I>(hi[p], hs + l.hb * j as u32, l.hb, l.lb));
+                        }
+                        let v = if f == Blk::Iq4Nl { I::lut(u, table) } else { I::cvt(u) };
+                        w[p] = I::fma(v, a[p], c[p]);
+                    }
+                    let kk = b * k + k0 + j;
+                    for r in 0..MR {
+                        let xb = I::splat(x.add(r * inp + kk));
+                        for p in 0..NP {
+                            acc[r][p] = I::fma(xb, w[p], acc[r][p]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
