@@ -34,6 +34,9 @@
 #   LLAMA_BENCH_ARGS  extra llama-bench arguments (e.g. "--poll 0"); default none, i.e.
 #             llama.cpp as its users run it
 #   LLAMA_CPP_DIR  an already-built llama.cpp to use instead of building one
+#   TL_BIN    a directory with tl's bench, convert and probe already built (e.g. a copy of
+#             another commit's target/release): used as they are, nothing is built;
+#             TL_COMMIT names their commit in the table
 #   TL_CACHE  cache directory (default ~/.cache/tl)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,11 +76,17 @@ fi
 [ -f "$GGUF" ] || { log "error: no such file: $GGUF"; exit 1; }
 GGUF="$(cd "$(dirname "$GGUF")" && pwd)/$(basename "$GGUF")"
 
-log "building tl (release: bench, convert, probe)"
-# -p tl-examples: the dependency features of the examples alone (a workspace-wide build
-# unifies the server's features in and rebuilds candle and the rest, ~20 min on 2 cores).
-cargo build --release --quiet -p tl-examples --bin bench --bin convert --bin probe >&2
-TL_BIN="$ROOT/target/release"
+if [ -n "${TL_BIN:-}" ]; then
+    # Binaries built earlier (e.g. a copy of another commit's target/release), as they are.
+    TL_BIN="$(cd "$TL_BIN" && pwd)"
+    log "tl binaries: $TL_BIN (not rebuilt)"
+else
+    log "building tl (release: bench, convert, probe)"
+    # -p tl-examples: the dependency features of the examples alone (a workspace-wide build
+    # unifies the server's features in and rebuilds candle and the rest, ~20 min on 2 cores).
+    cargo build --release --quiet -p tl-examples --bin bench --bin convert --bin probe >&2
+    TL_BIN="$ROOT/target/release"
+fi
 
 LLAMA_BIN="$(scripts/build_llama_cpp.sh)"
 log "llama.cpp binaries: $LLAMA_BIN"
@@ -122,7 +131,8 @@ TABLE="$OUT/compare-$STAMP.md"
 export LLAMA_BENCH_ARGS="${LLAMA_BENCH_ARGS:-}"
 export TL_BIN LLAMA_BIN THREADS PROMPT GEN REPEATS ROUNDS BATCH CONFIGS RAW TABLE GGUF STEM BF16_DIR SIZE
 export FILES_1B="${FILES_1B:-}" PROBE_1B="${PROBE_1B:-}"
-export TL_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
+[ -n "${TL_COMMIT:-}" ] || TL_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
+export TL_COMMIT
 python3 - <<'PY'
 import json, os, shlex, statistics, subprocess, sys, tempfile, time
 
