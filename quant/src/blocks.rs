@@ -24,6 +24,8 @@
 //! where the table has one (`(d sc) q - dmin mn`, `q d + m`) and the exact value where it
 //! has none (`(q - 32) a` is representable, and `fma` rounds the exact `q a - 32 a`).
 
+use rayon::prelude::*;
+
 use crate::ggml::{self, Blk, Unpacked, IQ4NL};
 use crate::half_conv::f16_to_f32;
 use crate::simd::{Isa, NR};
@@ -75,50 +77,58 @@ fn zero_block() -> Unpacked {
     Unpacked { d: 0, dm: 0, sc: [0; 16], mn: [0; 16], u: [0; 256] }
 }
 
-/// Repack `[out, inp]` rows of `f` blocks (`src`, the file's bytes) into panels.
+/// Repack `[out, inp]` rows of `f` blocks (`src`, the file's bytes) into panels: one pass,
+/// panels in parallel (each is written by one thread; only the placement of bytes).
 pub(crate) fn pack(f: Blk, src: &[u8], out: usize, inp: usize, dst: &mut [u8]) {
     let l = layout(f);
     let (nb, fb) = (inp / f.k(), ggml::file_bytes(f));
     let pb = nb * l.bytes;
+    if pb == 0 {
+        return;
+    }
     let (per_lo, nsub) = (32 / l.lb as usize, f.k() / f.sub());
-    let mut o = zero_block();
-    for r in 0..out {
-        let (p, lane) = (r / NR, r % NR);
-        for b in 0..nb {
-            ggml::unpack(f, &src[(r * nb + b) * fb..(r * nb + b + 1) * fb], &mut o);
-            let base = p * pb + b * l.bytes;
-            let put16 = |dst: &mut [u8], at: usize, v: u16| dst[at..at + 2].copy_from_slice(&v.to_le_bytes());
-            put16(dst, base + lane * 2, o.d);
-            if l.dm {
-                put16(dst, base + NR * 2 + lane * 2, if mins(f) { o.dm ^ 0x8000 } else { o.dm });
+    dst.par_chunks_mut(pb).enumerate().for_each(|(p, panel)| {
+        let mut o = zero_block();
+        for lane in 0..NR.min(out.saturating_sub(p * NR)) {
+            let r = p * NR + lane;
+            for b in 0..nb {
+                ggml::unpack(f, &src[(r * nb + b) * fb..(r * nb + b + 1) * fb], &mut o);
+                put_block(f, l, &o, &mut panel[b * l.bytes..(b + 1) * l.bytes], lane, per_lo, nsub);
             }
-            for s in 0..nsub {
-                match f {
-                    Blk::Q2K => dst[base + l.sc + s * NR + lane] = o.sc[s] as u8 | o.mn[s] << 4,
-                    Blk::Q4K | Blk::Q5K => {
-                        dst[base + l.sc + s * NR + lane] = o.sc[s] as u8;
-                        dst[base + l.sc + (8 + s) * NR + lane] = o.mn[s];
-                    }
-                    Blk::Q3K | Blk::Q6K => dst[base + l.sc + s * NR + lane] = o.sc[s] as u8,
-                    Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => {} // no sub-block scales
-                }
+        }
+    });
+}
+
+/// Write one row's unpacked block into lane `lane` of a panel block.
+fn put_block(f: Blk, l: Layout, o: &Unpacked, dst: &mut [u8], lane: usize, per_lo: usize, nsub: usize) {
+    let put16 = |dst: &mut [u8], at: usize, v: u16| dst[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    put16(dst, lane * 2, o.d);
+    if l.dm {
+        put16(dst, NR * 2 + lane * 2, if mins(f) { o.dm ^ 0x8000 } else { o.dm });
+    }
+    for s in 0..nsub {
+        match f {
+            Blk::Q2K => dst[l.sc + s * NR + lane] = o.sc[s] as u8 | o.mn[s] << 4,
+            Blk::Q4K | Blk::Q5K => {
+                dst[l.sc + s * NR + lane] = o.sc[s] as u8;
+                dst[l.sc + (8 + s) * NR + lane] = o.mn[s];
             }
-            let lmask = (1u32 << l.lb) - 1;
-            for c in 0..f.k() / per_lo {
-                let word =
-                    (0..per_lo).fold(0u32, |w, j| w | (o.u[c * per_lo + j] as u32 & lmask) << (l.lb as usize * j));
-                let at = base + l.lo + (c * NR + lane) * 4;
-                dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
-            }
-            if l.hb > 0 {
-                let per_hi = 32 / l.hb as usize;
-                for c in 0..f.k() / per_hi {
-                    let word =
-                        (0..per_hi).fold(0u32, |w, j| w | (o.u[c * per_hi + j] as u32 >> l.lb) << (l.hb as usize * j));
-                    let at = base + l.hi + (c * NR + lane) * 4;
-                    dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
-                }
-            }
+            Blk::Q3K | Blk::Q6K => dst[l.sc + s * NR + lane] = o.sc[s] as u8,
+            Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => {} // no sub-block scales
+        }
+    }
+    let lmask = (1u32 << l.lb) - 1;
+    for c in 0..f.k() / per_lo {
+        let word = (0..per_lo).fold(0u32, |w, j| w | (o.u[c * per_lo + j] as u32 & lmask) << (l.lb as usize * j));
+        let at = l.lo + (c * NR + lane) * 4;
+        dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
+    }
+    if l.hb > 0 {
+        let per_hi = 32 / l.hb as usize;
+        for c in 0..f.k() / per_hi {
+            let word = (0..per_hi).fold(0u32, |w, j| w | (o.u[c * per_hi + j] as u32 >> l.lb) << (l.hb as usize * j));
+            let at = l.hi + (c * NR + lane) * 4;
+            dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
         }
     }
 }

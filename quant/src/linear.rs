@@ -62,6 +62,30 @@ impl Format {
     }
 }
 
+impl Format {
+    /// The format of a GGUF tensor type, by llama.cpp's name ("Q4_K", "BF16", ...), when
+    /// tl-quant reads it.
+    pub fn from_ggml_name(name: &str) -> Option<Format> {
+        Some(match name {
+            "F32" => Format::F32,
+            "F16" => Format::F16,
+            "BF16" => Format::BF16,
+            "Q4_0" => Format::Q4_0,
+            "Q4_1" => Format::Q4_1,
+            "Q8_0" => Format::Q8_0,
+            "Q5_0" => Format::Q5_0,
+            "Q5_1" => Format::Q5_1,
+            "IQ4_NL" => Format::IQ4_NL,
+            "Q2_K" => Format::Q2_K,
+            "Q3_K" => Format::Q3_K,
+            "Q4_K" => Format::Q4_K,
+            "Q5_K" => Format::Q5_K,
+            "Q6_K" => Format::Q6_K,
+            _ => return None,
+        })
+    }
+}
+
 impl std::fmt::Display for Format {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
