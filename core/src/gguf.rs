@@ -1,8 +1,10 @@
 //! llama.cpp's GGUF files as a [`WeightStore`], through a memory map.
 //!
 //! Candle's GGUF reader parses the header (metadata and tensor table) in place over the
-//! map; tensor data stays in the map until a tensor is asked for, and is dequantized to
-//! f32 then (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 and the k-quants).
+//! map (IQ4_NL, which Candle's type list lacks, is read as the same-sized Q4_0 from a
+//! patched copy of the header and typed back); tensor data stays in the map until a tensor
+//! is asked for, and is dequantized to f32 then by `tl_quant::dequantize` (F32, F16, BF16,
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K .. Q6_K), the same values the kernels use.
 //!
 //! The store reads the container only (header, metadata, tensor table, blocks) and
 //! knows no architecture. The architecture registered for the file's
@@ -19,12 +21,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::{Content, Value as GValue};
-use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::quantized::GgmlDType;
 use memmap2::Mmap;
 use serde_json::Value;
 
 use crate::config::ConfigError;
-use crate::safetensors::widen;
 use crate::weights::{check_found, map_file, DType, TensorInfo, WeightError, WeightStore};
 
 /// How a stored tensor is served: the name the architecture reads it by and, when the
@@ -42,7 +43,8 @@ pub struct TensorMap {
 #[derive(Clone, Debug)]
 struct Entry {
     gguf_name: String,
-    ggml: GgmlDType,
+    /// llama.cpp's name of the stored type ([`ggml_name`], or "IQ4_NL").
+    ggml: &'static str,
     shape: Vec<usize>, // HF order: (out, in)
     begin: usize,      // absolute byte offsets in the file
     end: usize,
@@ -79,12 +81,18 @@ pub fn ggml_name(t: GgmlDType) -> &'static str {
     }
 }
 
-fn store_dtype(t: GgmlDType) -> DType {
+/// GGML type id of IQ4_NL, which Candle's `GgmlDType` lacks.
+const IQ4_NL: u32 = 20;
+/// GGML type id of Q4_0: the same block (32 weights in 18 bytes) as IQ4_NL, so Candle
+/// computes IQ4_NL tensors' sizes and offsets right when their type id is read as Q4_0.
+const Q4_0: u32 = 2;
+
+fn store_dtype(t: &'static str) -> DType {
     match t {
-        GgmlDType::F32 => DType::F32,
-        GgmlDType::F16 => DType::F16,
-        GgmlDType::BF16 => DType::BF16,
-        other => DType::Other(ggml_name(other).to_string()),
+        "F32" => DType::F32,
+        "F16" => DType::F16,
+        "BF16" => DType::BF16,
+        other => DType::Other(other.to_string()),
     }
 }
 
@@ -113,9 +121,10 @@ fn unknown_type_name(id: u32) -> String {
     format!("{name} (type id {id})")
 }
 
-/// Walk the header by hand to find the first tensor whose type id Candle does not know;
-/// only runs when Candle's reader failed, to name the tensor in the error.
-fn find_unknown_type(buf: &[u8]) -> Option<(String, u32)> {
+/// Walk the header by hand: each tensor's name, type id and the offset of its type field,
+/// and where the tensor table ends. Only runs when Candle's reader failed (a type id it
+/// does not know), to read IQ4_NL or to name the tensor in the error.
+fn tensor_types(buf: &[u8]) -> Option<(Vec<(String, u32, usize)>, usize)> {
     struct R<'a>(&'a [u8], usize);
     impl R<'_> {
         fn take(&mut self, n: usize) -> Option<&[u8]> {
@@ -158,17 +167,44 @@ fn find_unknown_type(buf: &[u8]) -> Option<(String, u32)> {
         let t = r.u32()?;
         r.skip_value(t, 0)?;
     }
-    for _ in 0..n_tensors {
+    let mut types = Vec::new();
+    for _ in 0..n_tensors.min(buf.len() as u64) {
         let name = r.string()?;
         let dims = r.u32()? as usize;
         r.take(dims.checked_mul(8)?)?;
+        let at = r.1;
         let t = r.u32()?;
         r.u64()?;
-        if !matches!(t, 0..=3 | 6..=15 | 30) {
-            return Some((name, t));
+        types.push((name, t, at));
+    }
+    Some((types, r.1))
+}
+
+/// Whether Candle's reader knows a GGML type id.
+fn candle_knows(t: u32) -> bool {
+    matches!(t, 0..=3 | 6..=15 | 30)
+}
+
+/// Candle's reading of a header whose only unknown type ids are IQ4_NL: a copy of the
+/// header with them written as Q4_0, and the names of the tensors that are IQ4_NL.
+/// `Err(Some((name, id)))`: the first tensor of another unknown type; `Err(None)`: the
+/// header does not parse.
+#[allow(clippy::type_complexity)]
+fn read_with_iq4_nl(buf: &[u8]) -> Result<(Content, Vec<String>), Option<(String, u32)>> {
+    let (types, end) = tensor_types(buf).ok_or(None)?;
+    if let Some((name, t, _)) = types.iter().find(|(_, t, _)| !candle_knows(*t) && *t != IQ4_NL) {
+        return Err(Some((name.clone(), *t)));
+    }
+    let mut head = buf[..end].to_vec();
+    let mut iq4 = Vec::new();
+    for (name, t, at) in types {
+        if t == IQ4_NL {
+            head[at..at + 4].copy_from_slice(&Q4_0.to_le_bytes());
+            iq4.push(name);
         }
     }
-    None
+    let content = Content::read(&mut Cursor::new(&head[..])).map_err(|_| None)?;
+    Ok((content, iq4))
 }
 
 impl Gguf {
@@ -176,16 +212,20 @@ impl Gguf {
     pub fn open(path: &Path) -> Result<Gguf, WeightError> {
         let map = map_file(path)?; // the shared read-only map (weights.rs, its safety contract)
         let fmt = |reason: String| WeightError::Format { path: path.to_path_buf(), reason };
-        let content = Content::read(&mut Cursor::new(&map[..])).map_err(|e| match find_unknown_type(&map) {
-            Some((name, t)) => WeightError::Tensor {
-                path: path.to_path_buf(),
-                name,
-                reason: format!("quantization {} is not supported (Candle cannot read it)", unknown_type_name(t)),
-            },
-            None => fmt(format!("not a readable GGUF file: {}", candle_msg(&e))),
-        })?;
+        let (content, iq4) = match Content::read(&mut Cursor::new(&map[..])) {
+            Ok(c) => (c, Vec::new()),
+            Err(e) => read_with_iq4_nl(&map).map_err(|unknown| match unknown {
+                Some((name, t)) => WeightError::Tensor {
+                    path: path.to_path_buf(),
+                    name,
+                    reason: format!("quantization {} is not supported", unknown_type_name(t)),
+                },
+                None => fmt(format!("not a readable GGUF file: {}", candle_msg(&e))),
+            })?,
+        };
         let mut tensors = BTreeMap::new();
         for (gname, info) in &content.tensor_infos {
+            let ggml = if iq4.contains(gname) { "IQ4_NL" } else { ggml_name(info.ggml_dtype) };
             let tensor = |reason: String| WeightError::Tensor { path: path.to_path_buf(), name: gname.clone(), reason };
             let shape = info.shape.dims().to_vec();
             let elems = shape
@@ -197,10 +237,13 @@ impl Gguf {
                 return Err(tensor(format!(
                     "rows of {} values do not split into {} blocks of {block}",
                     shape.last().copied().unwrap_or(0),
-                    ggml_name(info.ggml_dtype)
+                    ggml
                 )));
             }
-            let bytes = elems / block * info.ggml_dtype.type_size();
+            // Checked: a claimed 2^63 Q8_0 weights would overflow the byte count (34 / 32).
+            let bytes = (elems / block)
+                .checked_mul(info.ggml_dtype.type_size())
+                .ok_or_else(|| tensor("byte size overflows".into()))?;
             let begin = content.tensor_data_offset.checked_add(info.offset).filter(|&b| b <= map.len() as u64);
             let Some(begin) =
                 begin.map(|b| b as usize).filter(|b| b.checked_add(bytes).is_some_and(|e| e <= map.len()))
@@ -212,8 +255,7 @@ impl Gguf {
                     map.len()
                 )));
             };
-            let entry =
-                Entry { gguf_name: gname.clone(), ggml: info.ggml_dtype, shape, begin, end: begin + bytes, rows: None };
+            let entry = Entry { gguf_name: gname.clone(), ggml, shape, begin, end: begin + bytes, rows: None };
             tensors.insert(gname.clone(), entry);
         }
         Ok(Gguf { path: path.to_path_buf(), map, metadata: content.metadata, tensors })
@@ -351,31 +393,19 @@ impl Gguf {
         check_found(&self.path, name, self.tensors.get(name), |e| &e.shape, shape)
     }
 
+    /// Every stored type widened by `tl_quant::dequantize` (numbers.md's values, the ones
+    /// the kernels compute with), so `--weights f32` and `--weights native` cannot drift.
     fn dequantize(&self, name: &str, e: &Entry) -> Result<Vec<f32>, WeightError> {
-        let bytes = &self.map[e.begin..e.end];
-        if let Some(v) = widen(&store_dtype(e.ggml), bytes) {
-            return Ok(v);
-        }
         let fail = |reason: String| WeightError::Tensor { path: self.path.clone(), name: name.to_string(), reason };
-        // Candle reinterprets the bytes as blocks in place and asserts their alignment (at
-        // most 4 for any block type); GGUF aligns tensor data to 32, so the copy below
-        // only runs for an odd file, and keeps it from panicking.
-        let aligned: Vec<u64>;
-        let bytes: &[u8] = if bytes.as_ptr().align_offset(8) == 0 {
-            bytes
-        } else {
-            let mut buf = vec![0u64; bytes.len().div_ceil(8)];
-            bytemuck::cast_slice_mut::<u64, u8>(&mut buf)[..bytes.len()].copy_from_slice(bytes);
-            aligned = buf;
-            &bytemuck::cast_slice::<u64, u8>(&aligned)[..bytes.len()]
-        };
-        let storage = QStorage::from_data(Cow::Borrowed(bytes), &candle_core::Device::Cpu, e.ggml)
-            .map_err(|err| fail(candle_msg(&err)))?;
-        let q = QTensor::new(storage, e.shape.as_slice()).map_err(|err| fail(candle_msg(&err)))?;
-        q.dequantize(&candle_core::Device::Cpu)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|err| fail(format!("dequantizing {}: {}", ggml_name(e.ggml), candle_msg(&err))))
+        let format = tl_quant::Format::from_ggml_name(e.ggml)
+            .ok_or_else(|| fail(format!("quantization {} is not supported", e.ggml)))?;
+        let elems: usize = e.shape.iter().product();
+        if elems == 0 {
+            return Ok(Vec::new());
+        }
+        let cols = e.shape.last().copied().unwrap_or(1); // nonzero: elems is
+        tl_quant::dequantize(format, &self.map[e.begin..e.end], elems / cols, cols)
+            .map_err(|err| fail(format!("dequantizing {}: {err}", e.ggml)))
     }
 }
 

@@ -126,12 +126,23 @@ fn gguf_refuses_what_it_cannot_read() {
     let e = tl_core::load::open_gguf(&path).err().unwrap().to_string();
     assert!(e.contains("bad.gguf") && e.contains("general.architecture") && e.contains("toy"), "{e}");
 
-    // A quantization Candle cannot read (IQ4_NL, type 20): the error names the tensor.
+    // A quantization tl does not read (IQ4_XS, type 23): the error names the tensor.
     let mut t2 = tensors.clone();
-    t2.push(T { name: "blk.0.mystery.weight".into(), shape: vec![1, 32], ty: 20, data: vec![0; 18] });
+    t2.push(T { name: "blk.0.iq4nl.weight".into(), shape: vec![1, 32], ty: 20, data: vec![0; 18] });
+    t2.push(T { name: "blk.0.mystery.weight".into(), shape: vec![1, 256], ty: 23, data: vec![0; 136] });
     write(&path, &meta(), &t2);
     let e = Gguf::open(&path).err().unwrap().to_string();
-    assert!(e.contains("blk.0.mystery.weight") && e.contains("IQ4_NL") && e.contains("bad.gguf"), "{e}");
+    assert!(e.contains("blk.0.mystery.weight") && e.contains("IQ4_XS") && e.contains("bad.gguf"), "{e}");
+
+    // A block whose scale is not finite: an error naming the tensor, row and block.
+    let mut t3 = tensors.clone();
+    let mut nan = vec![0u8; 36];
+    nan[18..20].copy_from_slice(&0x7E00u16.to_le_bytes());
+    t3.push(T { name: "blk.0.nan.weight".into(), shape: vec![1, 64], ty: 2, data: nan });
+    write(&path, &meta(), &t3);
+    let g = Gguf::open(&path).unwrap();
+    let e = g.f32("blk.0.nan.weight", &[1, 64]).unwrap_err().to_string();
+    assert!(e.contains("blk.0.nan.weight") && e.contains("row 0 block 1") && e.contains("NaN"), "{e}");
 
     // A file cut short inside the data: the tensor that runs past the end is named.
     let mut bytes = gguf_writer::bytes(&meta(), &tensors);
@@ -145,4 +156,35 @@ fn gguf_refuses_what_it_cannot_read() {
     assert!(Gguf::open(&path).err().unwrap().to_string().contains("bad.gguf"));
     let e = Gguf::open(&dir.path().join("none.gguf")).err().unwrap().to_string();
     assert!(e.contains("none.gguf"), "{e}");
+}
+
+#[test]
+fn gguf_reads_iq4_nl_and_k_blocks_through_tl_quant() {
+    // IQ4_NL (type 20, absent from Candle's list) opens, and every block type widens to
+    // tl_quant::dequantize's values (the ones the kernels compute with).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blocks.gguf");
+    let mut iq4 = f16_bytes(0.5).to_vec();
+    iq4.extend((0..16u8).map(|j| j | (15 - j) << 4));
+    let mut q4k = vec![0u8; 144];
+    q4k[..2].copy_from_slice(&f16_bytes(0.25));
+    q4k[2..4].copy_from_slice(&f16_bytes(0.125));
+    for (i, b) in q4k[4..].iter_mut().enumerate() {
+        *b = (i * 29 % 256) as u8;
+    }
+    let tensors = vec![
+        f32_tensor("a.weight", &[2, 3], &pattern(2, 3, 0.0)),
+        T { name: "iq4.weight".into(), shape: vec![1, 32], ty: 20, data: iq4.clone() },
+        T { name: "q4k.weight".into(), shape: vec![1, 256], ty: 12, data: q4k.clone() },
+    ];
+    write(&path, &meta(), &tensors);
+    let g = Gguf::open(&path).unwrap();
+    assert_eq!(g.info("iq4.weight").unwrap().dtype, DType::Other("IQ4_NL".into()));
+    // IQ4_NL: d * T[q], byte j = weights j (low nibble) and j + 16 (high nibble).
+    const T4: [f32; 16] = [-127., -104., -83., -65., -49., -35., -22., -10., 1., 13., 25., 38., 53., 69., 89., 113.];
+    let want: Vec<f32> = (0..32).map(|k| 0.5 * T4[if k < 16 { k } else { 15 - (k - 16) }]).collect();
+    assert_eq!(g.f32("iq4.weight", &[1, 32]).unwrap(), want);
+    assert_eq!(g.stored("iq4.weight", &[1, 32]).unwrap().bytes.as_ref(), &iq4[..]);
+    let q = tl_quant::dequantize(tl_quant::Format::Q4_K, &q4k, 1, 256).unwrap();
+    assert_eq!(g.f32("q4k.weight", &[1, 256]).unwrap(), q);
 }

@@ -1,6 +1,6 @@
 //! Loading a decoder's tensors (Hugging Face Llama names). Every matrix becomes one `tl_quant::Linear`, held as
-//! `EngineConfig.weights` says: in the file's own format (`native`: F32/F16/BF16, GGUF
-//! Q4_0/Q4_1/Q8_0 blocks; other GGUF block types are widened), widened to f32 (`f32`), or
+//! `EngineConfig.weights` says: in the file's own format (`native`: F32/F16/BF16 and every
+//! GGUF block type tl-quant reads, Q4_0 .. Q8_0, IQ4_NL and Q2_K .. Q6_K), widened to f32 (`f32`), or
 //! with the projections quantized to int4 at load (`int4`). An int4 checkpoint's
 //! projections stay int4. Native and f32 give the same logits bit for bit.
 
@@ -144,10 +144,8 @@ fn native_format(dtype: &DType) -> Option<Format> {
         DType::F32 => Some(Format::F32),
         DType::F16 => Some(Format::F16),
         DType::BF16 => Some(Format::BF16),
-        DType::Other(t) if t == "Q4_0" => Some(Format::Q4_0),
-        DType::Other(t) if t == "Q4_1" => Some(Format::Q4_1),
-        DType::Other(t) if t == "Q8_0" => Some(Format::Q8_0),
-        _ => None,
+        DType::Other(t) => Format::from_ggml_name(t),
+        DType::U8 => None,
     }
 }
 
