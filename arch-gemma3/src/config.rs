@@ -11,6 +11,7 @@
 
 use serde_json::Value;
 use tl_core::{ConfigError, ModelConfig};
+use tl_decoder::fields::{field, flag, invalid, positive_float, required, size};
 
 /// Sizes above these are refused as absurd (a typo would otherwise surface as an
 /// allocation failure at load).
@@ -79,40 +80,6 @@ pub struct Gemma3Config {
     pub norms_include_one: bool,
 }
 
-fn invalid(field: &str, v: &Value, reason: &str) -> ConfigError {
-    ConfigError::invalid(field, v, reason)
-}
-
-/// A present, non-null field.
-fn field<'a>(json: &'a Value, name: &str) -> Option<&'a Value> {
-    json.get(name).filter(|v| !v.is_null())
-}
-
-fn size(json: &Value, name: &'static str, max: usize) -> Result<Option<usize>, ConfigError> {
-    let Some(v) = field(json, name) else { return Ok(None) };
-    match v.as_u64() {
-        Some(n) if n > 0 && n as usize <= max => Ok(Some(n as usize)),
-        _ => Err(invalid(name, v, &format!("expected an integer in 1..={max}"))),
-    }
-}
-
-fn required(json: &Value, name: &'static str, max: usize) -> Result<usize, ConfigError> {
-    size(json, name, max)?.ok_or(ConfigError::Missing { field: name, hint: "" })
-}
-
-fn positive(json: &Value, name: &str) -> Result<Option<f64>, ConfigError> {
-    let Some(v) = field(json, name) else { return Ok(None) };
-    match v.as_f64() {
-        Some(x) if x.is_finite() && x > 0.0 && (x as f32).is_finite() && x as f32 > 0.0 => Ok(Some(x)),
-        _ => Err(invalid(name, v, "expected a positive finite number")),
-    }
-}
-
-fn flag(json: &Value, name: &str) -> Result<Option<bool>, ConfigError> {
-    let Some(v) = field(json, name) else { return Ok(None) };
-    v.as_bool().map(Some).ok_or_else(|| invalid(name, v, "expected true or false"))
-}
-
 /// The base of one RoPE parameter object (`rope_parameters.<kind>` or `rope_scaling`):
 /// only the default (unscaled) rotation is implemented.
 fn rope_object(obj: &Value, name: &str) -> Result<Option<f64>, ConfigError> {
@@ -131,7 +98,7 @@ fn rope_object(obj: &Value, name: &str) -> Result<Option<f64>, ConfigError> {
             ))
         }
     }
-    positive(obj, "rope_theta")
+    positive_float(obj, "rope_theta")
         .map_err(|_| invalid(&format!("{name}.rope_theta"), &obj["rope_theta"], "expected a positive finite number"))
 }
 
@@ -141,8 +108,8 @@ fn rope_bases(json: &Value) -> Result<(f64, f64), ConfigError> {
         // transformers applies it to the global layers; any real scaling is refused.
         rope_object(s, "rope_scaling")?;
     }
-    let mut global = positive(json, "rope_theta")?;
-    let mut local = positive(json, "rope_local_base_freq")?;
+    let mut global = positive_float(json, "rope_theta")?;
+    let mut local = positive_float(json, "rope_local_base_freq")?;
     if let Some(params) = field(json, "rope_parameters") {
         if !params.is_object() {
             return Err(invalid("rope_parameters", params, "expected an object"));
@@ -206,8 +173,9 @@ impl Gemma3Config {
                 &format!("does not divide num_attention_heads {num_attention_heads}"),
             ));
         }
-        let rms_norm_eps = positive(json, "rms_norm_eps")?.unwrap_or(DEFAULT_RMS_EPS) as f32;
-        let query_pre_attn_scalar = positive(json, "query_pre_attn_scalar")?.unwrap_or(DEFAULT_QUERY_PRE_ATTN_SCALAR);
+        let rms_norm_eps = positive_float(json, "rms_norm_eps")?.unwrap_or(DEFAULT_RMS_EPS) as f32;
+        let query_pre_attn_scalar =
+            positive_float(json, "query_pre_attn_scalar")?.unwrap_or(DEFAULT_QUERY_PRE_ATTN_SCALAR);
         let layers = layer_kinds(json, n_layers)?;
         let sliding_window = match json.get("sliding_window") {
             None => DEFAULT_SLIDING_WINDOW,

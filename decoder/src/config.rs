@@ -13,6 +13,7 @@
 use serde_json::Value;
 use tl_core::{ConfigError, ModelConfig};
 
+use crate::fields::{field, flag, invalid, positive_float, required, size};
 use crate::rope::Llama3Scaling;
 
 /// Sizes above these are refused as absurd: no released Llama comes within a factor of
@@ -90,40 +91,6 @@ pub struct DecoderConfig {
     /// The checkpoint's declared dtype (`dtype` or `torch_dtype`), informational only:
     /// the weights' own dtypes decide how they are read.
     pub dtype: Option<String>,
-}
-
-fn invalid(field: &str, v: &Value, reason: &str) -> ConfigError {
-    ConfigError::invalid(field, v, reason)
-}
-
-/// A present, non-null field.
-fn field<'a>(json: &'a Value, name: &str) -> Option<&'a Value> {
-    json.get(name).filter(|v| !v.is_null())
-}
-
-fn size(json: &Value, name: &'static str, max: usize) -> Result<Option<usize>, ConfigError> {
-    let Some(v) = field(json, name) else { return Ok(None) };
-    match v.as_u64() {
-        Some(n) if n > 0 && n as usize <= max => Ok(Some(n as usize)),
-        _ => Err(invalid(name, v, &format!("expected an integer in 1..={max}"))),
-    }
-}
-
-fn required(json: &Value, name: &'static str, max: usize) -> Result<usize, ConfigError> {
-    size(json, name, max)?.ok_or(ConfigError::Missing { field: name, hint: "" })
-}
-
-fn positive_float(json: &Value, name: &str) -> Result<Option<f64>, ConfigError> {
-    let Some(v) = field(json, name) else { return Ok(None) };
-    match v.as_f64() {
-        Some(x) if x.is_finite() && x > 0.0 && (x as f32).is_finite() && x as f32 > 0.0 => Ok(Some(x)),
-        _ => Err(invalid(name, v, "expected a positive finite number")),
-    }
-}
-
-fn flag(json: &Value, name: &str) -> Result<Option<bool>, ConfigError> {
-    let Some(v) = field(json, name) else { return Ok(None) };
-    v.as_bool().map(Some).ok_or_else(|| invalid(name, v, "expected true or false"))
 }
 
 /// The RoPE type of a `rope_scaling` / `rope_parameters` object: the plain rotation

@@ -39,6 +39,7 @@
 
 mod attention;
 mod config;
+pub mod fields;
 mod forward;
 pub mod gguf;
 mod head;
