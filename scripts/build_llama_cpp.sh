@@ -10,17 +10,24 @@
 #   LLAMA_CPP_PYTHON_VERSION pins the sdist (default below); JOBS sets the build's -j.
 # - `--source`: only fetch and unpack the source; print its directory (its
 #   models/templates/ holds real chat templates: scripts/check_chat_templates.sh).
+# - `--serve`: also build llama-server, llama-speculative and llama-lookup (the serving
+#   and speculation baselines of docs/serving.md and docs/benchmarks.md).
 #
 # All progress goes to stderr; stdout is only the bin (or source) directory.
 set -euo pipefail
 
 SOURCE_ONLY=0
+SERVE=0
 [ "${1:-}" = --source ] && SOURCE_ONLY=1
+[ "${1:-}" = --serve ] && SERVE=1
 
 log() { echo "build_llama_cpp: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-has_bins() { [ -x "$1/llama-bench" ] && [ -x "$1/llama-quantize" ]; }
+has_bins() {
+    [ -x "$1/llama-bench" ] && [ -x "$1/llama-quantize" ] || return 1
+    [ "$SERVE" = 0 ] || { [ -x "$1/llama-server" ] && [ -x "$1/llama-speculative" ] && [ -x "$1/llama-lookup" ]; }
+}
 
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
     if [ "$SOURCE_ONLY" = 1 ]; then
@@ -91,8 +98,8 @@ command -v cmake >/dev/null 2>&1 || die "cmake not found (apt-get install cmake,
 command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 ||
     die "no C++ compiler (apt-get install g++)"
 
-# 3. Configure and build only the two targets. CPU backend only, tuned for this CPU
-#    (GGML_NATIVE), no network features, no server/web UI (which would download one).
+# 3. Configure and build only the targets asked for. CPU backend only, tuned for this CPU
+#    (GGML_NATIVE), no network features, no web UI (which would download one).
 log "configuring $SRC -> $BUILD"
 cmake -S "$SRC" -B "$BUILD" \
     -DCMAKE_BUILD_TYPE=Release \
@@ -102,14 +109,16 @@ cmake -S "$SRC" -B "$BUILD" \
     -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_EXAMPLES=ON \
+    -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_BUILD_TOOLS=ON >&2
-log "building llama-bench and llama-quantize with -j$JOBS (several minutes on 2 cores)"
-cmake --build "$BUILD" --config Release -j "$JOBS" --target llama-bench llama-quantize >&2
+TARGETS=(llama-bench llama-quantize)
+[ "$SERVE" = 0 ] || TARGETS+=(llama-server llama-speculative llama-lookup)
+log "building ${TARGETS[*]} with -j$JOBS (several minutes on 2 cores)"
+cmake --build "$BUILD" --config Release -j "$JOBS" --target "${TARGETS[@]}" >&2
 
-has_bins "$BIN" || die "build finished but $BIN lacks llama-bench or llama-quantize"
+has_bins "$BIN" || die "build finished but $BIN lacks one of ${TARGETS[*]}"
 echo "$BIN"
