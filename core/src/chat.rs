@@ -87,25 +87,82 @@ pub enum ChatError {
     Template(String),
 }
 
-/// One turn of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// One turn of a conversation, as transformers' `apply_chat_template` receives it: a
+/// message carries `tool_calls` only when it has some, `tool_call_id` and `name` only when
+/// set (templates test `'tool_calls' in message` or `message.tool_calls is defined`), and
+/// an assistant turn that only calls tools has `content: none` (what OpenAI clients send).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Message {
-    /// `"system"`, `"user"` or `"assistant"`.
+    /// `"system"`, `"user"`, `"assistant"` or `"tool"`.
     pub role: String,
     /// The text of the turn.
     pub content: String,
+    /// An assistant turn's calls, in order.
+    pub tool_calls: Vec<ToolCall>,
+    /// A `tool` turn: the id of the call it answers.
+    pub tool_call_id: Option<String>,
+    /// A `tool` turn: the function's name.
+    pub name: Option<String>,
+}
+
+/// One function call of an assistant turn, rendered as transformers' templates read it:
+/// `{"id", "type": "function", "function": {"name", "arguments"}}` with `arguments` a
+/// JSON value (an object), not OpenAI's JSON string.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    /// The call's id.
+    pub id: String,
+    /// The function.
+    pub name: String,
+    /// Its arguments.
+    pub arguments: Value,
 }
 
 impl Message {
     /// A message of `role` saying `content`.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
-        Message { role: role.into(), content: content.into() }
+        Message { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None, name: None }
+    }
+}
+
+impl Serialize for ToolCall {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("type", "function")?;
+        m.serialize_entry("function", &serde_json::json!({"name": self.name, "arguments": self.arguments}))?;
+        m.end()
+    }
+}
+
+impl Serialize for Message {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("role", &self.role)?;
+        if self.content.is_empty() && !self.tool_calls.is_empty() {
+            m.serialize_entry("content", &())?;
+        } else {
+            m.serialize_entry("content", &self.content)?;
+        }
+        if !self.tool_calls.is_empty() {
+            m.serialize_entry("tool_calls", &self.tool_calls)?;
+        }
+        if let Some(id) = &self.tool_call_id {
+            m.serialize_entry("tool_call_id", id)?;
+        }
+        if let Some(n) = &self.name {
+            m.serialize_entry("name", n)?;
+        }
+        m.end()
     }
 }
 
 /// A compiled chat template and the special tokens it is rendered with.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     tokens: Vec<(String, String)>, // ("bos_token", "<s>"), ...
 }
 
@@ -304,10 +361,11 @@ impl ChatTemplate {
             py_json(&v, indent, 0, &mut out)?;
             Ok(out)
         });
+        let original = source.to_string();
         let source = generation_tags(source);
         env.add_template_owned("chat", source.to_string()).map_err(template_error)?;
         cycles::check(&source).map_err(ChatError::Template)?;
-        Ok(ChatTemplate { env, tokens })
+        Ok(ChatTemplate { env, source: original, tokens })
     }
 
     /// The template of a model, with its special tokens: the GGUF file's
@@ -403,15 +461,37 @@ impl ChatTemplate {
         Self::new(&source, tokens).map(Some)
     }
 
+    /// The template's source text, as loaded.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The special token the template is rendered with as `var` (`"eos_token"`, ...).
+    pub fn token(&self, var: &str) -> Option<&str> {
+        self.tokens.iter().find(|(k, _)| k == var).map(|(_, v)| v.as_str())
+    }
+
     /// Render a conversation; with `add_generation_prompt` the text ends where the
     /// assistant's answer starts.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, ChatError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// Render a conversation with `tools` (OpenAI's tool objects,
+    /// `{"type": "function", "function": {...}}`), as `apply_chat_template(messages,
+    /// tools=...)` does; `None` renders `tools` as none.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&[Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         let tmpl = self.env.get_template("chat").map_err(template_error)?;
         let mut ctx: Vec<(String, JValue)> = vec![
             ("messages".into(), JValue::from_serialize(messages)),
             ("add_generation_prompt".into(), JValue::from(add_generation_prompt)),
             // transformers passes these as None when not given: `tools is none` holds.
-            ("tools".into(), JValue::from(())),
+            ("tools".into(), tools.map_or_else(|| JValue::from(()), JValue::from_serialize)),
             ("documents".into(), JValue::from(())),
         ];
         for (k, v) in &self.tokens {

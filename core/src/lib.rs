@@ -35,7 +35,7 @@ pub use arch::{
     ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError, ModelTypeRegistration,
 };
 pub use batch::{ForwardBatch, ForwardSeq, Logits};
-pub use chat::{ChatError, ChatTemplate, Message};
+pub use chat::{ChatError, ChatTemplate, Message, ToolCall};
 pub use config::{ConfigError, ModelConfig, TokenizerKind};
 pub use engine::{EngineConfig, KvConfig, PrefixCache, SchedPolicy, Weights};
 pub use error::RegistryError;

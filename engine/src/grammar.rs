@@ -39,6 +39,17 @@ pub struct Grammar {
     pub field: &'static str,
 }
 
+/// What [`GrammarCompiler::allows`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allowed {
+    /// Some token of the text is not allowed where it stands.
+    Refused,
+    /// Every token is allowed, and more must follow.
+    Prefix,
+    /// Every token is allowed, and the output may end here.
+    Complete,
+}
+
 /// Bounds on one grammar: llguidance's defaults, with a smaller grammar size (a request
 /// body is at most a few megabytes anyway) so compilation stays in the milliseconds.
 fn limits() -> ParserLimits {
@@ -126,6 +137,21 @@ impl GrammarCompiler {
             m.consume_token(id as u32).map_err(|e| bad(e.to_string()))?;
         }
         Ok(steps)
+    }
+
+    /// How `text` (tokenized as a prompt is) fares under `g`: what tests of a grammar
+    /// check without a model.
+    pub fn allows(&self, g: &Grammar, text: &str) -> Result<Allowed, EngineError> {
+        let mut m = self.compile(g, 1)?.pop().ok_or_else(|| EngineError::Internal("no matcher".into()))?;
+        let ids =
+            self.tok.encode(text).map_err(|e| EngineError::BadRequest { field: g.field, reason: e.to_string() })?;
+        let bad = |e: String| EngineError::BadRequest { field: g.field, reason: format!("grammar: {e}") };
+        let n = m.validate_tokens(&ids).map_err(|e| bad(e.to_string()))?;
+        if n < ids.len() {
+            return Ok(Allowed::Refused);
+        }
+        m.consume_tokens(&ids).map_err(|e| bad(e.to_string()))?;
+        Ok(if m.is_accepting().map_err(|e| bad(e.to_string()))? { Allowed::Complete } else { Allowed::Prefix })
     }
 
     fn factory(&self) -> Result<&Arc<ParserFactory>, EngineError> {

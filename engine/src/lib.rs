@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use fingerprint::fingerprint;
-pub use grammar::{token_bytes, Grammar, GrammarCompiler, GrammarSpec};
+pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
 pub use request::{EngineError, Event, FinishReason, Request, Timings, TokenInfo, Usage};
 pub use text::top_logprobs;
 use tl_core::{ModelRunner, Tokenizer};

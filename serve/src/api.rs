@@ -106,6 +106,15 @@ pub struct ChatMessage {
     /// The text.
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant turn's calls: `[{id, type: "function", function: {name, arguments}}]`.
+    #[serde(default)]
+    pub tool_calls: Option<Value>,
+    /// A `tool` turn: the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<Value>,
+    /// A `tool` turn: the function's name.
+    #[serde(default)]
+    pub name: Option<Value>,
 }
 
 /// `stream_options`.
@@ -162,6 +171,12 @@ pub struct Body {
     pub response_format: Option<Value>,
     /// `{"<token id>": bias}`, bias in [-100, 100].
     pub logit_bias: Option<Value>,
+    /// Chat: the functions the model may call (tools.rs).
+    pub tools: Option<Value>,
+    /// Chat: `"none"`, `"auto"`, `"required"` or `{"type": "function", "function": {"name"}}`.
+    pub tool_choice: Option<Value>,
+    /// Chat: more than one call per answer (default true).
+    pub parallel_tool_calls: Option<Value>,
 }
 
 /// A checked request: the engine requests (one per choice) and how to answer.
@@ -325,4 +340,54 @@ pub fn content_text(c: &Option<Content>) -> Result<String, ApiError> {
             Ok(out)
         }
     }
+}
+
+/// One message of the request as a template turn: its text, and an assistant turn's
+/// `tool_calls` (their `arguments`, OpenAI's JSON string, parsed into a value, as
+/// transformers' templates expect) or a tool turn's `tool_call_id` and `name`. Errors name
+/// `messages[i]...`.
+pub fn message(i: usize, m: &ChatMessage) -> Result<tl_core::Message, ApiError> {
+    let at = |field: &str| format!("messages[{i}]{field}");
+    let mut msg = tl_core::Message::new(m.role.as_str(), content_text(&m.content)?);
+    let text = |v: &Option<Value>, field: &str| match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::bad("messages", format!("{} must be a string", at(field)))),
+    };
+    msg.tool_call_id = text(&m.tool_call_id, ".tool_call_id")?;
+    msg.name = text(&m.name, ".name")?;
+    let calls = match &m.tool_calls {
+        None | Some(Value::Null) => return Ok(msg),
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(ApiError::bad("messages", format!("{} must be a list", at(".tool_calls")))),
+    };
+    for (j, c) in calls.iter().enumerate() {
+        let f = c.get("function");
+        let name = f.and_then(|f| f.get("name")).and_then(Value::as_str);
+        let id = c.get("id").and_then(Value::as_str);
+        let (Some(name), Some(id)) = (name, id) else {
+            return Err(ApiError::bad(
+                "messages",
+                format!("{} needs an id and function.name (strings)", at(&format!(".tool_calls[{j}]"))),
+            ));
+        };
+        let arguments = match f.and_then(|f| f.get("arguments")) {
+            Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| {
+                ApiError::bad(
+                    "messages",
+                    format!("{} is not JSON: {e}", at(&format!(".tool_calls[{j}].function.arguments"))),
+                )
+            })?,
+            Some(v @ Value::Object(_)) => v.clone(),
+            None | Some(Value::Null) => Value::Object(Default::default()),
+            Some(_) => {
+                return Err(ApiError::bad(
+                    "messages",
+                    format!("{} must be a JSON string", at(&format!(".tool_calls[{j}].function.arguments"))),
+                ))
+            }
+        };
+        msg.tool_calls.push(tl_core::ToolCall { id: id.to_string(), name: name.to_string(), arguments });
+    }
+    Ok(msg)
 }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::api::{self, ApiError, Plan};
 use crate::metrics::Status;
+use crate::tools;
 use crate::AppState;
 
 type St = State<Arc<AppState>>;
@@ -37,6 +38,19 @@ pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
+    parse_json(&read_bytes(st, headers, body).await?)
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError {
+        code: Some("invalid_json"),
+        param: None,
+        ..ApiError::bad("", format!("the body is not a valid request: {e}"))
+    })
+}
+
+/// The body's bytes, within the size and time limits.
+async fn read_bytes(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let too_big = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -60,11 +74,7 @@ pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
             ))
         }
     };
-    serde_json::from_slice(&bytes).map_err(|e| ApiError {
-        code: Some("invalid_json"),
-        param: None,
-        ..ApiError::bad("", format!("the body is not a valid request: {e}"))
-    })
+    Ok(bytes)
 }
 
 fn check_model(st: &AppState, b: &api::Body) -> Result<(), ApiError> {
@@ -104,21 +114,57 @@ pub(crate) async fn chat(State(st): St, headers: HeaderMap, body: Body) -> Respo
 
 async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     let deadline = Instant::now() + st.limits.request_timeout;
-    let b = read(st, headers, body).await?;
+    let bytes = read_bytes(st, headers, body).await?;
+    let b: api::Body = parse_json(&bytes)?;
     check_model(st, &b)?;
     let msgs = b.messages.as_deref().unwrap_or_default();
     if msgs.is_empty() {
         return Err(ApiError::bad("messages", "messages must be a non-empty list"));
     }
-    let turns: Vec<Message> = msgs
-        .iter()
-        .map(|m| api::content_text(&m.content).map(|c| Message::new(m.role.as_str(), c)))
-        .collect::<Result<_, _>>()?;
-    let text = st.template.render(&turns, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    let tools = tools::parse(b.tools.as_ref(), b.tool_choice.as_ref(), b.parallel_tool_calls.as_ref())?;
+    let turns: Vec<Message> = msgs.iter().enumerate().map(|(i, m)| api::message(i, m)).collect::<Result<_, _>>()?;
+    let format = st.tool_format;
+    let turns = tools::prepare(format, tools.as_ref(), turns);
+    // A native template renders the tools itself; the generic format put them in the system turn.
+    let raw = tools.as_ref().filter(|_| format != tools::Format::Generic).map(|t| t.raw.as_slice());
+    let text =
+        st.template.render_with_tools(&turns, raw, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
     // The template writes any BOS itself.
     let prompt = st.tok.encode(&text).map_err(tok_err("messages"))?;
-    let plan = b.plan(prompt.clone(), true, st.engine.info().max_context, default_max(st, true, prompt.len()))?;
-    generate(st, plan, true, deadline).await
+    let mut plan = b.plan(prompt.clone(), true, st.engine.info().max_context, default_max(st, true, prompt.len()))?;
+    let tool_ctx = match tools {
+        Some(t) if t.choice != tools::ToolChoice::None => {
+            if plan.reqs.first().is_some_and(|r| r.grammar.is_some()) {
+                return Err(ApiError::bad(
+                    "response_format",
+                    "response_format cannot be combined with tools unless tool_choice is \"none\"",
+                ));
+            }
+            let g = tools::grammar(format, &t);
+            for r in &mut plan.reqs {
+                r.grammar = g.clone();
+            }
+            let seed = plan.reqs.first().map_or(0, |r| r.seed);
+            Some(ToolCtx { format, choice: t.choice, body: bytes, seed })
+        }
+        _ => None,
+    };
+    generate(st, plan, true, deadline, tool_ctx).await
+}
+
+/// What answering a request with active tools needs.
+struct ToolCtx {
+    format: tools::Format,
+    choice: tools::ToolChoice,
+    /// The request body (call ids hash it).
+    body: Bytes,
+    seed: u64,
+}
+
+impl ToolCtx {
+    fn id(&self, fingerprint: &str, choice: usize, index: usize) -> String {
+        tools::call_id(fingerprint, &self.body, self.seed, choice, index)
+    }
 }
 
 /// POST /v1/completions.
@@ -148,7 +194,7 @@ async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) 
         prompt.extend(st.engine_bos());
     }
     let plan = b.plan(prompt.clone(), false, st.engine.info().max_context, default_max(st, false, prompt.len()))?;
-    generate(st, plan, false, deadline).await
+    generate(st, plan, false, deadline, None).await
 }
 
 impl AppState {
@@ -196,6 +242,11 @@ struct Choice {
     unsent: Vec<TokenInfo>,
     finish: Option<FinishReason>,
     usage: Usage,
+    /// With tools (streaming): bytes of content sent, argument bytes sent per call, and
+    /// whether the output ended as complete calls.
+    sent_content: usize,
+    sent_args: Vec<usize>,
+    called: bool,
 }
 
 struct Ctx {
@@ -204,9 +255,78 @@ struct Ctx {
     id: String,
     created: u64,
     logprobs: Option<usize>,
+    tools: Option<ToolCtx>,
 }
 
 impl Ctx {
+    /// A finished chat choice's message and finish reason: with tools, a complete call
+    /// section becomes `tool_calls` (content the text before it, or null) and
+    /// `finish_reason: "tool_calls"`; a call cut short by `length` stays text.
+    fn answer(&self, i: usize, text: &str, finish: Option<FinishReason>) -> (Value, Option<&'static str>) {
+        let finish_s = finish.map(FinishReason::as_str);
+        let plain = |content: &str| json!({"role": "assistant", "content": content, "refusal": null});
+        let Some(t) = &self.tools else { return (plain(text), finish_s) };
+        let p = tools::parse_output(t.format, &t.choice, text, true);
+        if p.calls.is_empty() {
+            return (plain(&p.content), finish_s);
+        }
+        if !p.calls.iter().all(|c| c.done) {
+            return (plain(text), finish_s);
+        }
+        let calls: Vec<Value> = p
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(k, c)| {
+                json!({"id": t.id(&self.st.fingerprint, i, k), "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments}})
+            })
+            .collect();
+        let content = if p.content.trim().is_empty() { Value::Null } else { json!(p.content) };
+        let finish = if finish == Some(FinishReason::Stop) { Some("tool_calls") } else { finish_s };
+        (json!({"role": "assistant", "content": content, "refusal": null, "tool_calls": calls}), finish)
+    }
+
+    /// The stream deltas a chat choice with tools owes after its text grew: new content,
+    /// then for each call its first delta (index, id, type, name, empty arguments) and the
+    /// argument text since the last delta. `done`: the output is complete.
+    fn tool_deltas(&self, i: usize, c: &mut Choice, done: bool) -> Vec<Map<String, Value>> {
+        let Some(t) = &self.tools else { return Vec::new() };
+        let p = tools::parse_output(t.format, &t.choice, &c.text, done);
+        let mut out = Vec::new();
+        // A call cut short at the end stays unreported (the non-streamed answer gives it as text).
+        let calls = if done && !p.calls.iter().all(|x| x.done) { &[][..] } else { &p.calls[..] };
+        let content =
+            if done && calls.is_empty() && !p.calls.is_empty() { c.text.as_str() } else { p.content.as_str() };
+        if content.len() > c.sent_content && content.is_char_boundary(c.sent_content) {
+            let mut d = Map::new();
+            d.insert("content".into(), json!(content[c.sent_content..]));
+            out.push(d);
+            c.sent_content = content.len();
+        }
+        for (k, call) in calls.iter().enumerate() {
+            if c.sent_args.len() == k {
+                let f = json!({"name": call.name, "arguments": ""});
+                let tc = json!({"index": k, "id": t.id(&self.st.fingerprint, i, k), "type": "function", "function": f});
+                let mut d = Map::new();
+                d.insert("tool_calls".into(), json!([tc]));
+                out.push(d);
+                c.sent_args.push(0);
+            }
+            let sent = c.sent_args[k];
+            if call.arguments.len() > sent && call.arguments.is_char_boundary(sent) {
+                let mut d = Map::new();
+                d.insert("tool_calls".into(), json!([{"index": k, "function": {"arguments": call.arguments[sent..]}}]));
+                out.push(d);
+                c.sent_args[k] = call.arguments.len();
+            }
+        }
+        if done && !calls.is_empty() {
+            c.called = true;
+        }
+        out
+    }
+
     fn chat_logprobs(&self, toks: &[TokenInfo]) -> Value {
         let entry = |id: u32, lp: f64| {
             let (t, b) = self.st.token_text(id);
@@ -281,14 +401,20 @@ fn timed_out(st: &AppState) -> ApiError {
     )
 }
 
-async fn generate(st: &Arc<AppState>, plan: Plan, chat: bool, deadline: Instant) -> Result<Response, ApiError> {
+async fn generate(
+    st: &Arc<AppState>,
+    plan: Plan,
+    chat: bool,
+    deadline: Instant,
+    tools: Option<ToolCtx>,
+) -> Result<Response, ApiError> {
     let n = plan.reqs.len();
     let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.logprobs);
     let rxs = st.engine.submit_all(plan.reqs)?;
     let created =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(st.created, |d| d.as_secs());
     let id = format!("{}-{:016x}", if chat { "chatcmpl" } else { "cmpl" }, api::random_seed());
-    let ctx = Ctx { st: Arc::clone(st), chat, id, created, logprobs };
+    let ctx = Ctx { st: Arc::clone(st), chat, id, created, logprobs, tools };
     let merged = merge(rxs);
     if stream {
         return Ok(sse(ctx, merged, n, include_usage, deadline));
@@ -332,7 +458,8 @@ async fn generate(st: &Arc<AppState>, plan: Plan, chat: bool, deadline: Instant)
             let finish = c.finish.map(FinishReason::as_str);
             let lp = ctx.logprobs(&c.tokens, 0);
             if chat {
-                json!({"index": i, "message": {"role": "assistant", "content": c.text, "refusal": null}, "logprobs": lp, "finish_reason": finish})
+                let (message, finish) = ctx.answer(i, &c.text, c.finish);
+                json!({"index": i, "message": message, "logprobs": lp, "finish_reason": finish})
             } else {
                 json!({"index": i, "text": c.text, "logprobs": lp, "finish_reason": finish})
             }
@@ -381,6 +508,14 @@ fn sse(
             }
             data(&v)
         };
+        let delta_chunk = |i: usize, delta: Map<String, Value>, lp: Value, finish: Option<&str>| {
+            let mut v =
+                ctx.envelope(object, json!([{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}]));
+            if include_usage {
+                v["usage"] = Value::Null;
+            }
+            data(&v)
+        };
         let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
         if ctx.chat {
             for i in 0..n {
@@ -411,6 +546,45 @@ fn sse(
             let Some((i, ev)) = ev else { break };
             let c = &mut choices[i];
             let mut out = Vec::new();
+            if ctx.tools.is_some() {
+                // Tool answers: the text is read as a call section as it grows; deltas go
+                // out in OpenAI's shape, each token's logprobs with the next delta.
+                let (done, finish) = match ev {
+                    Event::Token { token, text } => {
+                        c.unsent.push(token);
+                        c.text.push_str(&text);
+                        (false, None)
+                    }
+                    Event::Done { finish, text, usage, .. } => {
+                        c.text.push_str(&text);
+                        c.usage = usage;
+                        (true, Some(finish))
+                    }
+                    Event::Error(e) => {
+                        let _ = tx.send(data(&ApiError::from(e).body()));
+                        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
+                        return;
+                    }
+                };
+                for d in ctx.tool_deltas(i, c, done) {
+                    let lp = if c.unsent.is_empty() { Value::Null } else { ctx.logprobs(&c.unsent, 0) };
+                    c.unsent.clear();
+                    out.push(delta_chunk(i, d, lp, None));
+                }
+                if let Some(f) = finish {
+                    let lp = if c.unsent.is_empty() { Value::Null } else { ctx.logprobs(&c.unsent, 0) };
+                    c.unsent.clear();
+                    let f = if c.called && f == FinishReason::Stop { "tool_calls" } else { f.as_str() };
+                    out.push(delta_chunk(i, Map::new(), lp, Some(f)));
+                    open -= 1;
+                }
+                for b in out {
+                    if tx.send(b).is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
             match ev {
                 Event::Token { token, text } => {
                     c.unsent.push(token);

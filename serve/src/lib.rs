@@ -21,6 +21,7 @@ mod handlers;
 pub mod metrics;
 mod server;
 pub mod structured;
+pub mod tools;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -123,6 +124,8 @@ pub struct AppState {
     pub engine: Engine,
     tok: Arc<Tokenizer>,
     template: ChatTemplate,
+    /// How the template's model writes tool calls (tools.rs).
+    tool_format: tools::Format,
     /// The model id of /v1/models.
     pub model_id: String,
     /// `system_fingerprint`.
@@ -150,6 +153,7 @@ impl AppState {
             Some(t) => t,
             None => ChatTemplate::new(FALLBACK_TEMPLATE, vec![]).map_err(|e| fail(&e))?,
         };
+        let tool_format = tools::Format::of(&template);
         let bos = runner.config().bos_token_id;
         let fingerprint = tl_engine::fingerprint(&opts.model, &opts.engine)?;
         let metrics = Arc::new(metrics::Metrics::new());
@@ -168,6 +172,7 @@ impl AppState {
             engine,
             tok,
             template,
+            tool_format,
             model_id,
             fingerprint,
             metrics,
