@@ -81,5 +81,5 @@ fn without_tools_the_template_sees_none_and_no_tool_keys() {
     let mut result = Message::new("tool", "ok");
     result.tool_call_id = Some("c1".into());
     let msgs = [Message::new("user", "hi"), call, result];
-    assert_eq!(t.render(&msgs, false).expect("renders"), "true false true 5 c1");
+    assert_eq!(t.render(&msgs, false).expect("renders"), "True False True 5 c1");
 }

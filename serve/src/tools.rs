@@ -313,7 +313,10 @@ fn generic_prompt(t: &Tools) -> String {
         "To call tools, answer with exactly one JSON object: {\"tool_calls\": [{\"name\": <tool name>, \"arguments\": <arguments object>}]}",
     );
     if t.choice == ToolChoice::Auto {
-        s.push_str(". To answer without a tool, answer with {\"response\": <your answer as a string>}");
+        s.push_str(
+            ". To answer without a tool (also once the tool responses you need are there), answer with \
+             {\"response\": <your answer as a string>}",
+        );
     }
     s.push('.');
     s
@@ -597,16 +600,23 @@ pub fn parse_output(format: Format, choice: &ToolChoice, text: &str, done: bool)
         };
         out.calls.push(ParsedCall { name, arguments: s[..n].to_string(), done: true });
         s = &s[n..];
+        // What follows a call: the close, or (Hermes: the close then more) the next call.
         let close = format!("}}{}", shape.close);
-        if let Lit::Full = starts(s, &close) {
-            if s.len() == close.len() || shape.sep.is_none_or(|sep| !s.starts_with(&format!("}}{sep}"))) {
-                out.closed = s.len() == close.len();
+        if s == close {
+            out.closed = true;
+            return out;
+        }
+        let Some(next) = shape.sep.map(|sep| format!("}}{sep}{CALL}")) else {
+            out.closed = s.starts_with(&close);
+            return out;
+        };
+        match starts(s, &next) {
+            Lit::Full => head = next,
+            Lit::Partial => return out,
+            Lit::No => {
+                out.closed = s.starts_with(&close);
                 return out;
             }
-        }
-        match shape.sep {
-            Some(sep) => head = format!("}}{sep}{CALL}"),
-            None => return out,
         }
     }
 }

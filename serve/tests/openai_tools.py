@@ -5,7 +5,7 @@
 Step one: `chat.completions.create(tools=...)` gets `finish_reason == "tool_calls"` and a
 call of get_weather whose `arguments` parse as JSON with a city; the script runs the tool
 and appends the assistant message (the client's own object) and a `role: "tool"` result.
-Step two: the same tools, `tool_choice` auto, gets a text answer (`finish_reason ==
+Step two: the same tools, `tool_choice` none, gets a text answer (`finish_reason ==
 "stop"`). Then the same first step streamed, accumulated as the client's users do
 (`delta.tool_calls[i]` by index), must equal the non-streamed call. Prints one line per
 check; any failure raises (exit 1).
@@ -59,8 +59,10 @@ print(f"tool call ok: {call.function.name}({call.function.arguments}) id={call.i
 messages.append(msg)
 for c in msg.tool_calls:
     messages.append({"role": "tool", "tool_call_id": c.id, "content": get_weather(**json.loads(c.function.arguments))})
+# SmolLM2 (135M) calls again under "auto" whatever the prompt says: the answer step says
+# "none", as agent loops do to force a final answer.
 second = client.chat.completions.create(
-    model=model, messages=messages, tools=TOOLS, seed=7, temperature=0, max_tokens=80
+    model=model, messages=messages, tools=TOOLS, tool_choice="none", seed=7, temperature=0, max_tokens=80
 )
 final = second.choices[0]
 assert final.finish_reason == "stop", second
