@@ -145,26 +145,11 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Resu
                 r.grammar = g.clone();
             }
             let seed = plan.reqs.first().map_or(0, |r| r.seed);
-            Some(ToolCtx { format, choice: t.choice, body: bytes, seed })
+            Some(tools::Active { format, choice: t.choice, body: bytes, seed })
         }
         _ => None,
     };
     generate(st, plan, true, deadline, tool_ctx).await
-}
-
-/// What answering a request with active tools needs.
-struct ToolCtx {
-    format: tools::Format,
-    choice: tools::ToolChoice,
-    /// The request body (call ids hash it).
-    body: Bytes,
-    seed: u64,
-}
-
-impl ToolCtx {
-    fn id(&self, fingerprint: &str, choice: usize, index: usize) -> String {
-        tools::call_id(fingerprint, &self.body, self.seed, choice, index)
-    }
 }
 
 /// POST /v1/completions.
@@ -242,11 +227,8 @@ struct Choice {
     unsent: Vec<TokenInfo>,
     finish: Option<FinishReason>,
     usage: Usage,
-    /// With tools (streaming): bytes of content sent, argument bytes sent per call, and
-    /// whether the output ended as complete calls.
-    sent_content: usize,
-    sent_args: Vec<usize>,
-    called: bool,
+    /// With tools (streaming): what has been sent.
+    sent: tools::Sent,
 }
 
 struct Ctx {
@@ -255,78 +237,10 @@ struct Ctx {
     id: String,
     created: u64,
     logprobs: Option<usize>,
-    tools: Option<ToolCtx>,
+    tools: Option<tools::Active>,
 }
 
 impl Ctx {
-    /// A finished chat choice's message and finish reason: with tools, a complete call
-    /// section becomes `tool_calls` (content the text before it, or null) and
-    /// `finish_reason: "tool_calls"`; a call cut short by `length` stays text.
-    fn answer(&self, i: usize, text: &str, finish: Option<FinishReason>) -> (Value, Option<&'static str>) {
-        let finish_s = finish.map(FinishReason::as_str);
-        let plain = |content: &str| json!({"role": "assistant", "content": content, "refusal": null});
-        let Some(t) = &self.tools else { return (plain(text), finish_s) };
-        let p = tools::parse_output(t.format, &t.choice, text, true);
-        if p.calls.is_empty() {
-            return (plain(&p.content), finish_s);
-        }
-        if !p.calls.iter().all(|c| c.done) {
-            return (plain(text), finish_s);
-        }
-        let calls: Vec<Value> = p
-            .calls
-            .iter()
-            .enumerate()
-            .map(|(k, c)| {
-                json!({"id": t.id(&self.st.fingerprint, i, k), "type": "function",
-                       "function": {"name": c.name, "arguments": c.arguments}})
-            })
-            .collect();
-        let content = if p.content.trim().is_empty() { Value::Null } else { json!(p.content) };
-        let finish = if finish == Some(FinishReason::Stop) { Some("tool_calls") } else { finish_s };
-        (json!({"role": "assistant", "content": content, "refusal": null, "tool_calls": calls}), finish)
-    }
-
-    /// The stream deltas a chat choice with tools owes after its text grew: new content,
-    /// then for each call its first delta (index, id, type, name, empty arguments) and the
-    /// argument text since the last delta. `done`: the output is complete.
-    fn tool_deltas(&self, i: usize, c: &mut Choice, done: bool) -> Vec<Map<String, Value>> {
-        let Some(t) = &self.tools else { return Vec::new() };
-        let p = tools::parse_output(t.format, &t.choice, &c.text, done);
-        let mut out = Vec::new();
-        // A call cut short at the end stays unreported (the non-streamed answer gives it as text).
-        let calls = if done && !p.calls.iter().all(|x| x.done) { &[][..] } else { &p.calls[..] };
-        let content =
-            if done && calls.is_empty() && !p.calls.is_empty() { c.text.as_str() } else { p.content.as_str() };
-        if content.len() > c.sent_content && content.is_char_boundary(c.sent_content) {
-            let mut d = Map::new();
-            d.insert("content".into(), json!(content[c.sent_content..]));
-            out.push(d);
-            c.sent_content = content.len();
-        }
-        for (k, call) in calls.iter().enumerate() {
-            if c.sent_args.len() == k {
-                let f = json!({"name": call.name, "arguments": ""});
-                let tc = json!({"index": k, "id": t.id(&self.st.fingerprint, i, k), "type": "function", "function": f});
-                let mut d = Map::new();
-                d.insert("tool_calls".into(), json!([tc]));
-                out.push(d);
-                c.sent_args.push(0);
-            }
-            let sent = c.sent_args[k];
-            if call.arguments.len() > sent && call.arguments.is_char_boundary(sent) {
-                let mut d = Map::new();
-                d.insert("tool_calls".into(), json!([{"index": k, "function": {"arguments": call.arguments[sent..]}}]));
-                out.push(d);
-                c.sent_args[k] = call.arguments.len();
-            }
-        }
-        if done && !calls.is_empty() {
-            c.called = true;
-        }
-        out
-    }
-
     fn chat_logprobs(&self, toks: &[TokenInfo]) -> Value {
         let entry = |id: u32, lp: f64| {
             let (t, b) = self.st.token_text(id);
@@ -406,7 +320,7 @@ async fn generate(
     plan: Plan,
     chat: bool,
     deadline: Instant,
-    tools: Option<ToolCtx>,
+    tools: Option<tools::Active>,
 ) -> Result<Response, ApiError> {
     let n = plan.reqs.len();
     let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.logprobs);
@@ -458,7 +372,13 @@ async fn generate(
             let finish = c.finish.map(FinishReason::as_str);
             let lp = ctx.logprobs(&c.tokens, 0);
             if chat {
-                let (message, finish) = ctx.answer(i, &c.text, c.finish);
+                let (message, finish) = match &ctx.tools {
+                    Some(t) => t.answer(&ctx.st.fingerprint, i, &c.text, c.finish),
+                    None => (
+                        json!({"role": "assistant", "content": c.text, "refusal": null}),
+                        c.finish.map(FinishReason::as_str),
+                    ),
+                };
                 json!({"index": i, "message": message, "logprobs": lp, "finish_reason": finish})
             } else {
                 json!({"index": i, "text": c.text, "logprobs": lp, "finish_reason": finish})
@@ -566,7 +486,11 @@ fn sse(
                         return;
                     }
                 };
-                for d in ctx.tool_deltas(i, c, done) {
+                let deltas = match &ctx.tools {
+                    Some(t) => t.deltas(&ctx.st.fingerprint, i, &c.text, done, &mut c.sent),
+                    None => Vec::new(),
+                };
+                for d in deltas {
                     let lp = if c.unsent.is_empty() { Value::Null } else { ctx.logprobs(&c.unsent, 0) };
                     c.unsent.clear();
                     out.push(delta_chunk(i, d, lp, None));
@@ -574,7 +498,7 @@ fn sse(
                 if let Some(f) = finish {
                     let lp = if c.unsent.is_empty() { Value::Null } else { ctx.logprobs(&c.unsent, 0) };
                     c.unsent.clear();
-                    let f = if c.called && f == FinishReason::Stop { "tool_calls" } else { f.as_str() };
+                    let f = if c.sent.called && f == FinishReason::Stop { "tool_calls" } else { f.as_str() };
                     out.push(delta_chunk(i, Map::new(), lp, Some(f)));
                     open -= 1;
                 }
