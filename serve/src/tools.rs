@@ -35,7 +35,7 @@ use crate::api::ApiError;
 mod answer;
 mod parse;
 pub use answer::{Active, Sent};
-pub use parse::{parse_output, to_message_call, Parsed, ParsedCall};
+pub use parse::{parse_output, Parsed, ParsedCall};
 
 /// One function of `tools`.
 #[derive(Clone, Debug)]

@@ -2,7 +2,6 @@
 //! yet, so that a stream can send what is certain and hold back what may still change.
 
 use serde_json::Value;
-use tl_core::ToolCall;
 
 use super::{Format, ToolChoice, CALL};
 
@@ -184,10 +183,4 @@ pub fn parse_output(format: Format, choice: &ToolChoice, text: &str, done: bool)
             }
         }
     }
-}
-
-/// A parsed call as the conversation's [`ToolCall`] (arguments as a JSON value); `None`
-/// when its arguments are not JSON.
-pub fn to_message_call(id: String, c: &ParsedCall) -> Option<ToolCall> {
-    serde_json::from_str(&c.arguments).ok().map(|arguments| ToolCall { id, name: c.name.clone(), arguments })
 }
