@@ -142,7 +142,9 @@ fn every_format_answers_required_and_named_choices_with_valid_calls() {
 
 #[test]
 fn streamed_calls_add_up_to_the_answer_and_ids_are_deterministic() {
-    for model in [fixture("tiny-hermes"), fixture("tiny-generic")] {
+    for model in
+        [fixture("tiny-hermes"), fixture("tiny-mistral-tools"), fixture("tiny-llama31-tools"), fixture("tiny-generic")]
+    {
         let s = server(model);
         for seed in [3, 4] {
             let whole = calls_of(&s, &body(json!("required"), seed, false));
