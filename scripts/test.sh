@@ -16,6 +16,9 @@ python3 scripts/reference/test_reference.py 2>&1 | tail -n 3 || status=$?
 # The official `openai` Python client for serve's openai_client test (git-ignored venv
 # under target/; a no-op when it is up to date). If it cannot be built, that test fails.
 scripts/openai_venv.sh 2>&1 | tail -n 2 || status=$?
+# HAProxy (apt) and vllm-router (pip, git-ignored venv under target/) for serve's
+# scale-out tests. If they cannot be installed, those tests fail.
+scripts/scale_tools.sh 2>&1 | tail -n 2 || status=$?
 cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
 # cargo's last line is the last crate's (often empty) doc-test run: close with the totals.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "summary: %d passed, %d failed\n", p, f }' "$log"
