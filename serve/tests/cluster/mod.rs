@@ -47,10 +47,18 @@ impl Replica {
         metric(self.addr, name)
     }
 
+    /// A counter's value, 0 before its first increment (a labelled counter appears then).
+    pub fn counter(&self, name: &str) -> f64 {
+        let text = String::from_utf8(request(self.addr, "GET", "/metrics", b"", &[]).body).expect("utf8");
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .map_or(0.0, |v| v.parse().expect("a number"))
+    }
+
     /// Completions answered 200 so far.
     pub fn served(&self) -> f64 {
-        self.metric("tl_requests_total{endpoint=\"/v1/completions\",code=\"200\"}").max(0.0)
-            + self.metric("tl_requests_total{endpoint=\"/v1/chat/completions\",code=\"200\"}").max(0.0)
+        self.counter("tl_requests_total{endpoint=\"/v1/completions\",code=\"200\"}")
     }
 
     pub fn post(&self, body: &Value) -> Resp {
@@ -147,22 +155,43 @@ fn vllm_router_bin() -> PathBuf {
     p
 }
 
-/// vllm-router on a free port with `args`; returns once it answers `/health`.
+/// vllm-router on a free port with `args`; returns once it answers `/health`. A router
+/// that exits first (its port taken meanwhile: `free_port` releases it) is started again
+/// on another port; its log is shown when it never gets ready.
 pub fn vllm_router(args: &[String]) -> Router {
-    let port = free_port();
-    let child = Command::new(vllm_router_bin())
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--health-check-interval-secs", "1", "--worker-startup-check-interval", "1"])
-        .args(["--log-level", "warning"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn vllm-router");
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-    let r = Router { child, addr, _dir: None };
-    wait_status(addr, "/health", 200, Duration::from_secs(60));
-    r
+    for _ in 0..3 {
+        let port = free_port();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = std::fs::File::create(dir.path().join("router.log")).expect("log");
+        let mut child = Command::new(vllm_router_bin())
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--health-check-interval-secs", "1", "--worker-startup-check-interval", "1"])
+            .args(["--log-level", "warning"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn vllm-router");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let t0 = Instant::now();
+        loop {
+            if child.try_wait().expect("wait").is_some() {
+                break; // start again
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                && request(addr, "GET", "/health", b"", &[]).status == 200
+            {
+                return Router { child, addr, _dir: Some(dir) };
+            }
+            if t0.elapsed() > Duration::from_secs(90) {
+                let _ = child.kill();
+                let text = std::fs::read_to_string(dir.path().join("router.log")).unwrap_or_default();
+                panic!("vllm-router on {addr} was not ready within 90 s:\n{text}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    panic!("vllm-router exited at start three times");
 }
 
 /// A completion request body: `max_tokens` tokens, seeded sampling at temperature 0.8
