@@ -16,14 +16,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use tl_core::SharedPool;
 
 use crate::request::{EngineError, Event, Request};
-use crate::{Engine, UnboundedReceiver};
+use crate::{Engine, Shared, UnboundedReceiver};
 
 /// What a held sequence's finish does with its blocks.
 #[derive(Clone, Debug)]
@@ -121,6 +121,7 @@ impl From<PdError> for EngineError {
 /// the blocks back.
 pub struct Preload {
     pool: SharedPool,
+    shared: Arc<Shared>,
     /// (ceil(computed / B),) once complete; fewer while being assembled.
     blocks: Vec<u32>,
     /// Leading blocks taken from the local prefix cache (not imported).
@@ -154,6 +155,7 @@ impl Drop for Preload {
             for id in self.blocks.drain(..) {
                 let _ = g.release(id);
             }
+            republish(&self.shared, g.as_ref());
         }
     }
 }
@@ -169,6 +171,14 @@ fn chain(tokens: &[u32], b: usize) -> Vec<u64> {
 
 fn poisoned() -> PdError {
     PdError::Engine("KV pool lock poisoned".into())
+}
+
+/// The pool gauges, after blocks were taken or released off the engine thread (which
+/// publishes only after its own steps, and may be idle).
+fn republish(sh: &Shared, g: &dyn tl_core::KvBackend) {
+    sh.kv_free.store(g.n_free(), Ordering::Relaxed);
+    sh.kv_cached.store(g.n_cached(), Ordering::Relaxed);
+    sh.kv_in_use.store(g.n_in_use(), Ordering::Relaxed);
 }
 
 /// Move a finished held sequence's blocks into its lease (engine thread).
@@ -226,7 +236,7 @@ impl Engine {
         for &b in &lease.blocks {
             g.release(b)?;
         }
-        self.republish(g.as_ref());
+        republish(&self.shared, g.as_ref());
         self.shared.leases.fetched.fetch_add(1, Ordering::Relaxed);
         out
     }
@@ -248,18 +258,9 @@ impl Engine {
                 g.release(b)?;
             }
         }
-        self.republish(g.as_ref());
+        republish(&self.shared, g.as_ref());
         self.shared.leases.expired.fetch_add(gone.len(), Ordering::Relaxed);
         Ok(gone.len())
-    }
-
-    /// The pool gauges, after blocks were released off the engine thread (which publishes
-    /// only after its own steps, and may be idle).
-    fn republish(&self, g: &dyn tl_core::KvBackend) {
-        let sh = &self.shared;
-        sh.kv_free.store(g.n_free(), Ordering::Relaxed);
-        sh.kv_cached.store(g.n_cached(), Ordering::Relaxed);
-        sh.kv_in_use.store(g.n_in_use(), Ordering::Relaxed);
     }
 
     /// Lease figures (one lock of the lease table, no pool lock: cheap enough per scrape).
@@ -279,7 +280,13 @@ impl Engine {
     /// positions that this pool has in its prefix cache (none with the cache off).
     pub fn hold_prefix(&self, prompt: &[u32]) -> Result<Preload, PdError> {
         let b = self.info.block_tokens.max(1);
-        let mut p = Preload { pool: self.pool.clone(), blocks: Vec::new(), local: 0, block_tokens: b };
+        let mut p = Preload {
+            pool: self.pool.clone(),
+            shared: Arc::clone(&self.shared),
+            blocks: Vec::new(),
+            local: 0,
+            block_tokens: b,
+        };
         let usable = prompt.len().saturating_sub(1);
         let hashes = chain(&prompt[..usable], b);
         let mut g = self.pool.lock().map_err(|_| poisoned())?;
@@ -290,6 +297,7 @@ impl Engine {
             }
         }
         p.local = p.blocks.len();
+        republish(&self.shared, g.as_ref());
         Ok(p)
     }
 
@@ -329,7 +337,9 @@ impl Engine {
         }
         // Only the records needed: re-export is not possible here, so cut the envelope.
         let buf = if records.len() == record_count(envelope) { envelope.to_vec() } else { truncate(envelope, want)? };
-        let ids = self.pool.lock().map_err(|_| poisoned())?.import(&buf)?;
+        let mut g = self.pool.lock().map_err(|_| poisoned())?;
+        let ids = g.import(&buf)?;
+        republish(&self.shared, g.as_ref());
         p.blocks.extend(ids);
         Ok(())
     }

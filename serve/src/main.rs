@@ -1,10 +1,12 @@
 //! serve: an OpenAI-compatible server for a tl model.
 //!
 //! `serve --model PATH [--host 127.0.0.1] [--port 8080] [--threads N] [--kv-blocks N |
-//! --kv-memory MIB] [--max-batch-tokens N] [--max-seqs N] [--max-queue N] [--api-key KEY]`
+//! --kv-memory MIB] [--max-batch-tokens N] [--max-seqs N] [--max-queue N] [--api-key KEY]
+//! [--advertise-host HOST] [--pd-lease SECS] [--pd-fetch-failure fail|recompute]`
 //! The API key may come from the environment variable `TL_API_KEY` instead (kept out of
 //! the process list).
-//! Prints `listening on http://HOST:PORT` once it accepts; SIGTERM or Ctrl-C stops it
+//! Prints `loading on http://HOST:PORT` (stderr) once bound, answering 503 meanwhile, and
+//! `listening on http://HOST:PORT` (stdout) once ready; SIGTERM or Ctrl-C stops it
 //! (in-flight requests get `--shutdown-grace` seconds) with exit status 0.
 
 use std::path::PathBuf;

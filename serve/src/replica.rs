@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody as _};
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -70,7 +70,8 @@ impl Default for ScaleOptions {
 }
 
 /// In-flight generation requests (vLLM's `server_load_metrics`): +1 when a completion
-/// request arrives, -1 once its response body is sent or dropped.
+/// request arrives, -1 once its answer is ready (a JSON body) or its stream is sent or
+/// dropped.
 #[derive(Default)]
 pub struct Load(AtomicUsize);
 
@@ -91,6 +92,9 @@ pub(crate) async fn track_load(State(st): State<Arc<AppState>>, req: Request, ne
     st.load.0.fetch_add(1, Ordering::Relaxed);
     let guard = LoadGuard(Arc::clone(&st));
     let r = next.run(req).await;
+    if r.body().size_hint().exact().is_some() {
+        return r; // a whole JSON answer: done once it is handed to hyper (guard drops here)
+    }
     let (parts, body) = r.into_parts();
     let body = body.into_data_stream().map(move |chunk| {
         let _held = &guard; // moved in: dropped with the stream, after the last byte

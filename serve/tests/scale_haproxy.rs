@@ -1,6 +1,8 @@
 //! Three tiny-model replicas behind HAProxy (Debian's, installed by
 //! scripts/scale_tools.sh), configured as docs/scale-out.md shows: requests spread,
-//! a session header keeps a session on one replica, and a replica killed by its pid
+//! a session header keeps a session on one replica, hashing the body's first bytes
+//! sends shared-prefix requests to the replica whose prefix cache has them, and a
+//! replica killed by its pid
 //! mid-load loses no non-streaming request (HAProxy retries them on the others), every
 //! retried seeded answer equal to its single-server reference; a stream cut mid-flight
 //! is the documented limit.
@@ -79,6 +81,36 @@ fn requests_spread_over_replicas_and_a_session_header_keeps_its_replica() {
         homes.push(home[0]);
     }
     eprintln!("session homes: {homes:?}");
+}
+
+#[test]
+fn a_body_prefix_hash_sends_shared_prefix_requests_to_the_replica_that_has_the_prefix() {
+    let rs = [Replica::tiny(&[]), Replica::tiny(&[]), Replica::tiny(&[])];
+    let refs: Vec<&Replica> = rs.iter().collect();
+    // The body's first 120 bytes: `{"logprobs":1,"max_tokens":4,"prompt":"` and the start
+    // of the prompt (serde_json writes keys in order); HAProxy buffers the body to hash it.
+    let h = haproxy(&config("balance hash req.body,bytes(0,120)\n    hash-type consistent", &refs));
+    ready(&h);
+    let hits = |r: &Replica| r.metric("tl_prefix_cache_hit_tokens_total");
+    for group in 0..3u64 {
+        let prefix = words(200 + group, 20); // ~130 byte tokens: 8 full blocks
+        let (served0, hits0) = (counts(&refs), refs.iter().map(|r| hits(r)).collect::<Vec<_>>());
+        for i in 0..4 {
+            let r = post_via(h.addr, &completion(&format!("{prefix} #{i}"), 4, Some(i)), &[]);
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        }
+        let d = deltas(&refs, &served0);
+        let home: Vec<usize> = (0..3).filter(|&k| d[k] > 0.0).collect();
+        assert_eq!(home.len(), 1, "group {group}: shared-prefix requests spread over {d:?}");
+        for (k, r) in refs.iter().enumerate() {
+            let rose = hits(r) - hits0[k];
+            if k == home[0] {
+                assert!(rose >= 3.0 * 16.0 * 7.0, "group {group}: replica {k} hit only {rose} prefix tokens");
+            } else {
+                assert_eq!(rose, 0.0, "group {group}: replica {k} was not sent the prefix");
+            }
+        }
+    }
 }
 
 #[test]

@@ -193,3 +193,17 @@ fn smollm2_prefill_decode_equals_one_server() {
     assert_eq!(p.metric("tl_pd_leases"), 0.0);
     assert!(d.metric("tl_pd_imported_blocks_total") >= 1.0);
 }
+
+#[test]
+fn the_advertised_host_is_the_one_the_decode_server_fetches_from() {
+    let p = Replica::tiny(&["--advertise-host", "localhost"]);
+    let d = Replica::tiny(&[]);
+    let body = completion("Advertised", 8, None);
+    let kv = p.post(&prefill_leg(&body)).json()["kv_transfer_params"].clone();
+    assert_eq!(kv["remote_host"], json!("localhost"));
+    assert_eq!(kv["remote_port"], json!(p.addr.port()));
+    let mut b = body.clone();
+    b["kv_transfer_params"] = kv;
+    assert_eq!(answer(&d.post(&b)), answer(&p.post(&body)));
+    assert_eq!(p.metric("tl_pd_leases_fetched_total"), 1.0);
+}
