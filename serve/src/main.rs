@@ -5,8 +5,8 @@
 //! [--advertise-host HOST] [--pd-lease SECS] [--pd-fetch-failure fail|recompute]`
 //! The API key may come from the environment variable `TL_API_KEY` instead (kept out of
 //! the process list).
-//! Prints `loading on http://HOST:PORT` (stderr) once bound, answering 503 meanwhile, and
-//! `listening on http://HOST:PORT` (stdout) once ready; SIGTERM or Ctrl-C stops it
+//! Binds first and answers 503 while the model loads; prints `listening on
+//! http://HOST:PORT` once ready; SIGTERM or Ctrl-C stops it
 //! (in-flight requests get `--shutdown-grace` seconds) with exit status 0.
 
 use std::path::PathBuf;
@@ -191,9 +191,7 @@ fn run(cli: Cli) -> Result<(), String> {
         let addr = format!("{}:{}", cli.host, cli.port);
         let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("bind {addr}: {e}"))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
-        // Bound before loading, so that health checks read 503 (not refused) meanwhile;
-        // stdout's first line stays the ready one.
-        eprintln!("loading on http://{local}");
+        // Bound before loading, so that health checks read 503 (not refused) meanwhile.
         let load = tokio::task::spawn_blocking(move || AppState::load(&opts));
         let state = tl_serve::replica::while_loading(&listener, load)
             .await
