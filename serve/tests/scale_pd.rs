@@ -207,3 +207,25 @@ fn the_advertised_host_is_the_one_the_decode_server_fetches_from() {
     assert_eq!(answer(&d.post(&b)), answer(&p.post(&body)));
     assert_eq!(p.metric("tl_pd_leases_fetched_total"), 1.0);
 }
+
+#[test]
+fn a_streamed_decode_leg_streams_the_one_server_text() {
+    let (p, d, one) = (Replica::tiny(&[]), Replica::tiny(&[]), Replica::tiny(&[]));
+    let body = completion(&cluster::words(9, 8), 30, Some(21));
+    let want = answer(&one.post(&body))["text"].clone();
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let r = disaggregated(&p, &d, &streamed); // the prefill leg is made non-streaming
+    assert_eq!(r.status, 200);
+    let mut text = String::new();
+    for e in r.events() {
+        if e == "[DONE]" {
+            break;
+        }
+        let v: Value = serde_json::from_str(&e).expect("event");
+        text.push_str(v["choices"][0]["text"].as_str().expect("text"));
+    }
+    assert_eq!(json!(text), want);
+    assert_eq!(d.metric("tl_pd_prompt_tokens_computed_total"), 1.0);
+    assert_eq!(p.metric("tl_pd_leases"), 0.0);
+}
