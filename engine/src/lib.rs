@@ -16,6 +16,7 @@
 
 mod fingerprint;
 mod grammar;
+mod pd;
 mod request;
 mod scheduler;
 mod text;
@@ -27,9 +28,10 @@ use std::time::{Duration, Instant};
 
 pub use fingerprint::fingerprint;
 pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
+pub use pd::{LeaseCounts, LeaseInfo, PdError, Preload};
 pub use request::{EngineError, Event, FinishReason, Request, Timings, TokenInfo, Usage};
 pub use text::top_logprobs;
-use tl_core::{ModelRunner, Tokenizer};
+use tl_core::{ModelRunner, SharedPool, Tokenizer};
 pub use tokio::sync::mpsc::UnboundedReceiver;
 
 use scheduler::{Scheduler, Seq};
@@ -90,6 +92,8 @@ pub(crate) struct Shared {
     finished: AtomicUsize,
     cancelled: AtomicUsize,
     stopped: AtomicBool,
+    /// P/D: finished prefills' KV waiting for a decode server.
+    leases: pd::Leases,
 }
 
 /// A snapshot of the engine's figures.
@@ -151,6 +155,8 @@ pub struct Engine {
     next: AtomicU64,
     info: EngineInfo,
     grammars: GrammarCompiler,
+    /// The runner's pool, for P/D export and import from the server's threads.
+    pool: SharedPool,
 }
 
 impl Engine {
@@ -170,6 +176,7 @@ impl Engine {
         let shared = Arc::new(Shared { accepting: AtomicBool::new(true), ..Shared::default() });
         let eos = runner.config().eos_token_ids.first().copied();
         let grammars = GrammarCompiler::new(Arc::clone(&tok), info.vocab_size, eos);
+        let pool = runner.pool();
         let sched = Scheduler::new(runner, tok, Arc::clone(&shared), opts.observer, n_blocks);
         sched.publish()?;
         let (tx, rx) = mpsc::channel();
@@ -184,6 +191,7 @@ impl Engine {
             next: AtomicU64::new(0),
             info,
             grammars,
+            pool,
         })
     }
 
@@ -203,6 +211,15 @@ impl Engine {
     /// compiled here, on the caller's thread, once per distinct grammar: a bad one is a
     /// [`EngineError::BadRequest`] before anything is queued.
     pub fn submit_all(&self, reqs: Vec<Request>) -> Result<Vec<UnboundedReceiver<Event>>, EngineError> {
+        self.submit_with(reqs, |_| {})
+    }
+
+    /// [`Engine::submit_all`], with `setup` applied to each sequence before it is queued.
+    pub(crate) fn submit_with(
+        &self,
+        reqs: Vec<Request>,
+        mut setup: impl FnMut(&mut Seq),
+    ) -> Result<Vec<UnboundedReceiver<Event>>, EngineError> {
         for r in &reqs {
             self.check(r)?;
         }
@@ -232,7 +249,8 @@ impl Engine {
         let mut out = Vec::with_capacity(n);
         for (k, (req, matcher)) in reqs.into_iter().zip(matchers).enumerate() {
             let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
-            let seq = Seq::new(self.next.fetch_add(1, Ordering::SeqCst), req, matcher, etx);
+            let mut seq = Seq::new(self.next.fetch_add(1, Ordering::SeqCst), req, matcher, etx);
+            setup(&mut seq);
             let sent = guard.as_ref().is_some_and(|tx| tx.send(Cmd::Submit(Box::new(seq))).is_ok());
             if !sent {
                 // The ones already sent are counted down by the thread as it drops them.
@@ -301,6 +319,11 @@ impl Engine {
             cancelled: l(&s.cancelled),
             stopped: s.stopped.load(Ordering::SeqCst),
         }
+    }
+
+    /// Whether new submissions are accepted (false once [`Engine::shutdown`] began).
+    pub fn accepting(&self) -> bool {
+        self.shared.accepting.load(Ordering::SeqCst) && !self.shared.stopped.load(Ordering::SeqCst)
     }
 
     /// Stop accepting; let every accepted sequence (running or still waiting for blocks)

@@ -53,6 +53,8 @@ pub(crate) struct Seq {
     arrived: Instant,
     last_token: Option<Instant>,
     ttft: Option<Duration>,
+    /// P/D prefill: keep the blocks under this lease at finish (pd.rs).
+    pub(crate) hold: Option<crate::pd::Hold>,
 }
 
 impl Seq {
@@ -78,7 +80,15 @@ impl Seq {
             arrived: Instant::now(),
             last_token: None,
             ttft: None,
+            hold: None,
         }
+    }
+
+    /// P/D decode: start from `blocks`, which hold this prompt's first `computed`
+    /// positions (ref 1 each, owned by the sequence from now on; pd.rs).
+    pub(crate) fn preload(&mut self, blocks: Vec<u32>, computed: usize) {
+        self.blocks = blocks;
+        self.computed = computed;
     }
 
     fn generated(&self) -> usize {
@@ -322,10 +332,13 @@ impl Scheduler {
                 continue;
             }
             let s = &mut self.waiting[w];
+            // A P/D decode sequence arrives holding blocks (pd.rs); every other one holds
+            // none until admitted.
+            let preloaded = s.blocks.len();
             // The longest cached prefix of full blocks, leaving at least one token to feed
             // (its logits are the ones to sample from).
             let mut hits = Vec::new();
-            if self.lim.prefix {
+            if self.lim.prefix && preloaded == 0 {
                 let max_hit = (len - 1) / b;
                 s.chain_upto(max_hit, b);
                 for &h in &s.chain[..max_hit] {
@@ -335,7 +348,7 @@ impl Scheduler {
                     }
                 }
             }
-            let ids = match g.alloc(need - hits.len()) {
+            let ids = match g.alloc(need - hits.len() - preloaded) {
                 Ok(ids) => ids,
                 Err(_) => {
                     for id in hits {
@@ -346,11 +359,13 @@ impl Scheduler {
             };
             let mut s = self.waiting.remove(w).ok_or_else(|| kv_err("waiting index"))?;
             self.uncount(&mut s);
-            s.computed = hits.len() * b;
-            s.registered = hits.len();
+            if preloaded == 0 {
+                s.computed = hits.len() * b;
+                s.registered = hits.len();
+                s.blocks = hits;
+            }
             s.cached_tokens.get_or_insert(s.computed);
             self.shared.prefix_hit_tokens.fetch_add(s.computed, Ordering::Relaxed);
-            s.blocks = hits;
             s.blocks.extend(ids);
             s.preempted = false;
             s.take = (len - s.computed).min(budget).min(self.lim.prefill_chunk);
@@ -496,7 +511,14 @@ impl Scheduler {
     }
 
     fn finish(&mut self, mut s: Seq, finish: FinishReason) -> Result<(), EngineError> {
-        release_blocks(lock(&self.pool)?.as_mut(), &mut s)?;
+        match s.hold.take() {
+            // A P/D prefill: its blocks wait for the decode server under the lease.
+            Some(hold) if s.req.max_tokens > 0 => {
+                let blocks = std::mem::take(&mut s.blocks);
+                crate::pd::keep(&self.shared.leases, hold, blocks, s.computed, lock(&self.pool)?.as_mut());
+            }
+            _ => release_blocks(lock(&self.pool)?.as_mut(), &mut s)?,
+        }
         self.shared.finished.fetch_add(1, Ordering::Relaxed);
         if s.req.max_tokens == 0 {
             return Ok(()); // dropped with an error event already

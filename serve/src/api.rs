@@ -177,6 +177,8 @@ pub struct Body {
     pub tool_choice: Option<Value>,
     /// Chat: more than one call per answer (default true).
     pub parallel_tool_calls: Option<Value>,
+    /// vLLM's P/D hand-off fields (docs/scale-out.md).
+    pub kv_transfer_params: Option<Value>,
 }
 
 /// A checked request: the engine requests (one per choice) and how to answer.
@@ -190,6 +192,8 @@ pub struct Plan {
     pub include_usage: bool,
     /// `Some(k)`: report logprobs with k alternatives.
     pub logprobs: Option<usize>,
+    /// The request's `kv_transfer_params` (P/D).
+    pub kv_transfer: Option<Value>,
 }
 
 fn range(param: &str, v: Option<f64>, lo: f64, hi: f64, lo_open: bool, default: f64) -> Result<f64, ApiError> {
@@ -320,6 +324,7 @@ impl Body {
             stream: self.stream,
             include_usage: self.stream_options.as_ref().is_some_and(|o| o.include_usage),
             logprobs,
+            kv_transfer: self.kv_transfer_params.clone(),
         })
     }
 }

@@ -324,7 +324,7 @@ async fn generate(
 ) -> Result<Response, ApiError> {
     let n = plan.reqs.len();
     let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.logprobs);
-    let rxs = st.engine.submit_all(plan.reqs)?;
+    let (rxs, pd) = crate::pd::submit(st, plan.kv_transfer.as_ref(), stream, plan.reqs).await?;
     let created =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(st.created, |d| d.as_secs());
     let id = format!("{}-{:016x}", if chat { "chatcmpl" } else { "cmpl" }, api::random_seed());
@@ -387,6 +387,7 @@ async fn generate(
         .collect();
     let mut body = ctx.envelope(if chat { "chat.completion" } else { "text_completion" }, Value::Array(out));
     body["usage"] = ctx.usage(&choices);
+    crate::pd::annotate(st, &pd, &mut body);
     Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
 
@@ -569,20 +570,10 @@ pub(crate) async fn models(State(st): St) -> Response {
     counted(&st, "/v1/models", Ok(axum::Json(body).into_response()))
 }
 
-/// GET /health.
-pub(crate) async fn health(State(st): St) -> Response {
-    let s = st.engine.stats();
-    let r = if s.stopped {
-        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "stopping"}))).into_response()
-    } else {
-        axum::Json(json!({"status": "ok"})).into_response()
-    };
-    counted(&st, "/health", Ok(r))
-}
-
 /// GET /metrics.
 pub(crate) async fn metrics(State(st): St) -> Response {
-    let text = st.metrics.encode(&st.engine.stats());
+    let stats = st.engine.stats();
+    let text = crate::replica::metrics_text(&st, st.metrics.encode(&stats), &stats);
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
         .into_response()
 }

@@ -19,6 +19,8 @@ mod auth;
 mod extra;
 mod handlers;
 pub mod metrics;
+mod pd;
+pub mod replica;
 mod server;
 pub mod structured;
 pub mod tools;
@@ -79,6 +81,8 @@ pub struct Options {
     pub api_key: Option<String>,
     /// Limits against slow, stuck or oversized clients.
     pub limits: Limits,
+    /// Replica and P/D settings (docs/scale-out.md).
+    pub scale: replica::ScaleOptions,
 }
 
 /// Limits against slow, stuck or oversized clients; all on by default
@@ -138,6 +142,9 @@ pub struct AppState {
     bos: Option<u32>,
     api_key: Option<Vec<u8>>,
     limits: Limits,
+    scale: replica::ScaleOptions,
+    pd: pd::Pd,
+    load: replica::Load,
 }
 
 impl AppState {
@@ -182,6 +189,9 @@ impl AppState {
             bos,
             api_key: opts.api_key.as_ref().map(|k| k.as_bytes().to_vec()),
             limits: opts.limits,
+            scale: opts.scale.clone(),
+            pd: pd::Pd::new(),
+            load: replica::Load::default(),
         }))
     }
 }
@@ -197,9 +207,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{id}", get(extra::model))
         .route("/tokenize", post(extra::tokenize))
         .route("/detokenize", post(extra::detokenize))
-        .route("/health", get(handlers::health))
+        .route("/health", get(replica::health))
+        .route("/load", get(replica::load))
+        .route("/v1/kv/{id}", get(pd::kv))
         .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), replica::track_load))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), auth::require_key))
         .with_state(state)
 }
@@ -213,6 +226,8 @@ pub async fn run(
     state: Arc<AppState>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    state.pd.set_addr(state.scale.advertise_host.as_deref(), listener.local_addr()?);
+    replica::spawn_lease_expiry(&state);
     server::serve(listener, Arc::clone(&state), signal).await?;
     let st = Arc::clone(&state);
     // join blocks until the engine thread exits; keep it off the async workers.

@@ -1,10 +1,12 @@
 //! serve: an OpenAI-compatible server for a tl model.
 //!
 //! `serve --model PATH [--host 127.0.0.1] [--port 8080] [--threads N] [--kv-blocks N |
-//! --kv-memory MIB] [--max-batch-tokens N] [--max-seqs N] [--max-queue N] [--api-key KEY]`
+//! --kv-memory MIB] [--max-batch-tokens N] [--max-seqs N] [--max-queue N] [--api-key KEY]
+//! [--advertise-host HOST] [--pd-lease SECS] [--pd-fetch-failure fail|recompute]`
 //! The API key may come from the environment variable `TL_API_KEY` instead (kept out of
 //! the process list).
-//! Prints `listening on http://HOST:PORT` once it accepts; SIGTERM or Ctrl-C stops it
+//! Binds first and answers 503 while the model loads; prints `listening on
+//! http://HOST:PORT` once ready; SIGTERM or Ctrl-C stops it
 //! (in-flight requests get `--shutdown-grace` seconds) with exit status 0.
 
 use std::path::PathBuf;
@@ -86,6 +88,19 @@ struct Cli {
     /// How weights are held: native, f32, int4 or int4:G.
     #[arg(long, default_value = "native")]
     weights: String,
+    /// The host other servers should use for this one (a decode server fetching KV);
+    /// default: the listening host (127.0.0.1 when listening on every interface).
+    #[arg(long)]
+    advertise_host: Option<String>,
+    /// Seconds a prefill's KV is held for its decode server (then released).
+    #[arg(long, default_value_t = 30)]
+    pd_lease: u64,
+    /// What a decode server does when the KV fetch fails: fail (502) or recompute.
+    #[arg(long, default_value = "fail")]
+    pd_fetch_failure: tl_serve::replica::FetchFailure,
+    /// Seconds a KV fetch from a prefill server may take.
+    #[arg(long, default_value_t = 10)]
+    pd_fetch_timeout: u64,
 }
 
 /// SIGTERM and SIGINT, registered when made: before the server says it is listening, so
@@ -159,6 +174,12 @@ fn run(cli: Cli) -> Result<(), String> {
             write_stall: Duration::from_secs(cli.write_stall),
             max_connections: cli.max_connections as usize,
         },
+        scale: tl_serve::replica::ScaleOptions {
+            advertise_host: cli.advertise_host.clone(),
+            pd_lease: Duration::from_secs(cli.pd_lease),
+            pd_fetch_failure: cli.pd_fetch_failure,
+            pd_fetch_timeout: Duration::from_secs(cli.pd_fetch_timeout),
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -167,10 +188,15 @@ fn run(cli: Cli) -> Result<(), String> {
         .map_err(|e| format!("tokio runtime: {e}"))?;
     let grace = opts.shutdown_grace;
     rt.block_on(async move {
-        let state = AppState::load(&opts).map_err(|e| e.to_string())?;
         let addr = format!("{}:{}", cli.host, cli.port);
         let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("bind {addr}: {e}"))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
+        // Bound before loading, so that health checks read 503 (not refused) meanwhile.
+        let load = tokio::task::spawn_blocking(move || AppState::load(&opts));
+        let state = tl_serve::replica::while_loading(&listener, load)
+            .await
+            .map_err(|e| format!("loading: {e}"))?
+            .map_err(|e| e.to_string())?;
         let info = state.engine.info();
         let signals = Signals::register()?;
         println!(

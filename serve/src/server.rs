@@ -103,13 +103,26 @@ pub(crate) async fn serve(
     let graceful = GracefulShutdown::new();
     let mut signal = std::pin::pin!(signal);
     let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    // After the signal the server drains: it keeps accepting, so that health checks read
+    // 503 and new requests get 503 with Retry-After (a router retries them elsewhere),
+    // until the engine has finished what it accepted (or the grace is over) and stopped.
+    let mut draining = false;
+    let poll = Duration::from_millis(20);
     loop {
         let permit = tokio::select! {
             p = Arc::clone(&open).acquire_owned() => match p {
                 Ok(p) => p,
                 Err(_) => break, // never closed
             },
-            _ = &mut signal => break,
+            _ = &mut signal, if !draining => {
+                draining = true;
+                state.engine.shutdown(state.grace);
+                continue;
+            }
+            _ = sleep(poll), if draining => {
+                if state.engine.stats().stopped { break }
+                continue;
+            }
         };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -120,7 +133,15 @@ pub(crate) async fn serve(
                     continue;
                 }
             },
-            _ = &mut signal => break,
+            _ = &mut signal, if !draining => {
+                draining = true;
+                state.engine.shutdown(state.grace);
+                continue;
+            }
+            _ = sleep(poll), if draining => {
+                if state.engine.stats().stopped { break }
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(StallGuard { inner: stream, stall: limits.write_stall, blocked: None });

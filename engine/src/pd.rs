@@ -1,0 +1,426 @@
+//! Disaggregated prefill/decode (docs/scale-out.md), the engine's half.
+//!
+//! Prefill side: a sequence submitted with [`Engine::submit_held`] does not give its KV
+//! blocks back when it finishes; they move, still referenced, into a lease that a decode
+//! server fetches ([`Engine::take_lease`], which exports them in the KV envelope and
+//! releases them) or that expires ([`Engine::expire_leases`]).
+//!
+//! Decode side: [`Engine::hold_prefix`] takes the leading prompt blocks this pool already
+//! has in its prefix cache, [`Engine::import_into`] appends the blocks fetched from the
+//! prefill server (checking that every full block's hash is the hash of this prompt's
+//! tokens), and [`Engine::submit_preloaded`] starts a sequence whose first
+//! `prompt.len() - 1` positions are already computed: only the last prompt token goes
+//! through the forward here, and its logits are the ones the sampler draws from first.
+//! Because the forward is chunk-invariant bit for bit, that is the same answer as a
+//! whole prefill on one server (the scheduler's prefix-cache path relies on the same).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use tl_core::SharedPool;
+
+use crate::request::{EngineError, Event, Request};
+use crate::{Engine, Shared, UnboundedReceiver};
+
+/// What a held sequence's finish does with its blocks.
+#[derive(Clone, Debug)]
+pub(crate) struct Hold {
+    pub(crate) id: String,
+    pub(crate) ttl: Duration,
+}
+
+/// One prefill's KV, waiting for its decode server.
+struct Lease {
+    /// Block table: position j in blocks[j / B], (ceil(tokens / B),).
+    blocks: Vec<u32>,
+    /// Positions computed.
+    tokens: usize,
+    expires: Instant,
+}
+
+/// The leases and their counters (in [`crate::Shared`], written by the engine thread at
+/// a held sequence's finish and by the server's fetch and expiry).
+#[derive(Default)]
+pub(crate) struct Leases {
+    map: Mutex<HashMap<String, Lease>>,
+    fetched: AtomicUsize,
+    expired: AtomicUsize,
+}
+
+/// A lease as the prefill server describes it to the decode server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// Pool block ids, in block-table order.
+    pub blocks: Vec<u32>,
+    /// Prompt positions whose K/V the blocks hold.
+    pub tokens: usize,
+}
+
+/// Lease counts for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// Leases holding blocks now.
+    pub held: usize,
+    /// Blocks held by them.
+    pub held_blocks: usize,
+    /// Leases released by a fetch, so far.
+    pub fetched: usize,
+    /// Leases released because nobody fetched them in time, so far.
+    pub expired: usize,
+}
+
+/// Why a P/D operation failed. Each names the lease or block at fault.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum PdError {
+    /// No lease of that id (never made, already fetched, or expired).
+    #[error("no KV lease {id:?} (unknown, already fetched or expired)")]
+    UnknownLease {
+        /// The lease id.
+        id: String,
+    },
+    /// A block range outside the lease.
+    #[error("KV lease {id:?} holds {held} blocks; blocks {from}..{to} were asked for")]
+    Range {
+        /// The lease id.
+        id: String,
+        /// First block asked for.
+        from: usize,
+        /// One past the last.
+        to: usize,
+        /// Blocks held.
+        held: usize,
+    },
+    /// The fetched envelope does not hold this prompt's KV.
+    #[error("imported KV: {reason}")]
+    Mismatch {
+        /// What differs (block index, hash, fill, count).
+        reason: String,
+    },
+    /// The pool refused (too few blocks, a bad envelope).
+    #[error(transparent)]
+    Kv(#[from] tl_core::KvError),
+    /// The engine is unusable (a poisoned lock).
+    #[error("{0}")]
+    Engine(String),
+}
+
+impl From<PdError> for EngineError {
+    fn from(e: PdError) -> EngineError {
+        match e {
+            PdError::Engine(m) => EngineError::Internal(m),
+            e => EngineError::BadRequest { field: "kv_transfer_params", reason: e.to_string() },
+        }
+    }
+}
+
+/// Blocks held for one prompt on the decode side before it is submitted: the first
+/// `computed` positions' K/V, block j holding positions j*B.. Dropped unused, it gives
+/// the blocks back.
+pub struct Preload {
+    pool: SharedPool,
+    shared: Arc<Shared>,
+    /// (ceil(computed / B),) once complete; fewer while being assembled.
+    blocks: Vec<u32>,
+    /// Leading blocks taken from the local prefix cache (not imported).
+    local: usize,
+    block_tokens: usize,
+}
+
+impl Preload {
+    /// Blocks held (local hits and imported).
+    pub fn n_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Leading blocks that came from this pool's own prefix cache.
+    pub fn n_local(&self) -> usize {
+        self.local
+    }
+
+    /// Blocks a prompt of `len` tokens needs for its first `len - 1` positions.
+    pub fn needed(&self, len: usize) -> usize {
+        len.saturating_sub(1).div_ceil(self.block_tokens)
+    }
+}
+
+impl Drop for Preload {
+    fn drop(&mut self) {
+        if self.blocks.is_empty() {
+            return;
+        }
+        if let Ok(mut g) = self.pool.lock() {
+            for id in self.blocks.drain(..) {
+                let _ = g.release(id);
+            }
+            republish(&self.shared, g.as_ref());
+        }
+    }
+}
+
+/// The chained hashes of every full block of `tokens`.
+fn chain(tokens: &[u32], b: usize) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::with_capacity(tokens.len() / b);
+    for blk in tokens.chunks_exact(b) {
+        out.push(tl_kv::block_hash(out.last().copied(), blk));
+    }
+    out
+}
+
+fn poisoned() -> PdError {
+    PdError::Engine("KV pool lock poisoned".into())
+}
+
+/// The pool gauges, after blocks were taken or released off the engine thread (which
+/// publishes only after its own steps, and may be idle).
+fn republish(sh: &Shared, g: &dyn tl_core::KvBackend) {
+    sh.kv_free.store(g.n_free(), Ordering::Relaxed);
+    sh.kv_cached.store(g.n_cached(), Ordering::Relaxed);
+    sh.kv_in_use.store(g.n_in_use(), Ordering::Relaxed);
+}
+
+/// Move a finished held sequence's blocks into its lease (engine thread).
+pub(crate) fn keep(leases: &Leases, hold: Hold, blocks: Vec<u32>, tokens: usize, pool: &mut dyn tl_core::KvBackend) {
+    let old = leases
+        .map
+        .lock()
+        .ok()
+        .and_then(|mut m| m.insert(hold.id, Lease { blocks, tokens, expires: Instant::now() + hold.ttl }));
+    // Lease ids are random: a repeat is a client reusing one. The newer KV wins.
+    if let Some(old) = old {
+        for id in old.blocks {
+            let _ = pool.release(id);
+        }
+    }
+}
+
+impl Engine {
+    /// Submit a prefill (the choices of one request share its lease only when `n == 1`:
+    /// the server submits one) whose blocks are kept under the lease `id` for `ttl` after
+    /// it finishes, instead of being released.
+    pub fn submit_held(
+        &self,
+        req: Request,
+        id: String,
+        ttl: Duration,
+    ) -> Result<UnboundedReceiver<Event>, EngineError> {
+        let hold = Hold { id, ttl };
+        let mut v = self.submit_with(vec![req], |s| s.hold = Some(hold.clone()))?;
+        v.pop().ok_or_else(|| EngineError::Internal("no receiver".into()))
+    }
+
+    /// The lease `id`, once its prefill finished.
+    pub fn lease(&self, id: &str) -> Option<LeaseInfo> {
+        let m = self.shared.leases.map.lock().ok()?;
+        m.get(id).map(|l| LeaseInfo { blocks: l.blocks.clone(), tokens: l.tokens })
+    }
+
+    /// Export blocks `from..to` of lease `id` (all from `from` when `to` is `None`) and
+    /// release the whole lease: a lease is fetched once, as vLLM's NIXL connector frees
+    /// the prefill blocks once the decode side read them.
+    pub fn take_lease(&self, id: &str, from: usize, to: Option<usize>) -> Result<Vec<u8>, PdError> {
+        let lease = {
+            let mut m = self.shared.leases.map.lock().map_err(|_| poisoned())?;
+            m.remove(id).ok_or_else(|| PdError::UnknownLease { id: id.into() })?
+        };
+        let held = lease.blocks.len();
+        let to = to.unwrap_or(held);
+        let mut g = self.pool.lock().map_err(|_| poisoned())?;
+        let out = if from <= to && to <= held {
+            g.export(&lease.blocks[from..to]).map_err(PdError::from)
+        } else {
+            Err(PdError::Range { id: id.into(), from, to, held })
+        };
+        for &b in &lease.blocks {
+            g.release(b)?;
+        }
+        republish(&self.shared, g.as_ref());
+        self.shared.leases.fetched.fetch_add(1, Ordering::Relaxed);
+        out
+    }
+
+    /// Release every lease past its expiry; returns how many.
+    pub fn expire_leases(&self) -> Result<usize, PdError> {
+        let now = Instant::now();
+        let gone: Vec<Lease> = {
+            let mut m = self.shared.leases.map.lock().map_err(|_| poisoned())?;
+            let ids: Vec<String> = m.iter().filter(|(_, l)| l.expires <= now).map(|(k, _)| k.clone()).collect();
+            ids.iter().filter_map(|k| m.remove(k)).collect()
+        };
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let mut g = self.pool.lock().map_err(|_| poisoned())?;
+        for l in &gone {
+            for &b in &l.blocks {
+                g.release(b)?;
+            }
+        }
+        republish(&self.shared, g.as_ref());
+        self.shared.leases.expired.fetch_add(gone.len(), Ordering::Relaxed);
+        Ok(gone.len())
+    }
+
+    /// Lease figures (one lock of the lease table, no pool lock: cheap enough per scrape).
+    pub fn lease_counts(&self) -> LeaseCounts {
+        let l = &self.shared.leases;
+        let (held, held_blocks) =
+            l.map.lock().map(|m| (m.len(), m.values().map(|x| x.blocks.len()).sum())).unwrap_or_default();
+        LeaseCounts {
+            held,
+            held_blocks,
+            fetched: l.fetched.load(Ordering::Relaxed),
+            expired: l.expired.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Decode side, step 1: hold the leading full blocks of `prompt`'s first `len - 1`
+    /// positions that this pool has in its prefix cache (none with the cache off).
+    pub fn hold_prefix(&self, prompt: &[u32]) -> Result<Preload, PdError> {
+        let b = self.info.block_tokens.max(1);
+        let mut p = Preload {
+            pool: self.pool.clone(),
+            shared: Arc::clone(&self.shared),
+            blocks: Vec::new(),
+            local: 0,
+            block_tokens: b,
+        };
+        let usable = prompt.len().saturating_sub(1);
+        let hashes = chain(&prompt[..usable], b);
+        let mut g = self.pool.lock().map_err(|_| poisoned())?;
+        for h in hashes {
+            match g.lookup(h) {
+                Some(id) => p.blocks.push(id),
+                None => break,
+            }
+        }
+        p.local = p.blocks.len();
+        republish(&self.shared, g.as_ref());
+        Ok(p)
+    }
+
+    /// Decode side, step 2: import an envelope holding prompt blocks
+    /// `p.n_blocks()..p.needed(prompt.len())` (or more: extra trailing blocks are
+    /// ignored) and append them to `p`. Every record with a hash must carry the hash of
+    /// this prompt's block at its place; a record without one must be the prompt's last,
+    /// partial block, filled at least to position `len - 2`.
+    pub fn import_into(&self, p: &mut Preload, prompt: &[u32], envelope: &[u8]) -> Result<(), PdError> {
+        let b = p.block_tokens;
+        let first = p.blocks.len();
+        let need = p.needed(prompt.len());
+        let want = need.saturating_sub(first);
+        let records = records(envelope, want)?;
+        let hashes = chain(prompt, b);
+        let usable = prompt.len() - 1;
+        for (j, &(fill, hash)) in records.iter().enumerate() {
+            let k = first + j;
+            let upto = (usable - k * b).min(b); // positions of block k that must hold data
+            match hash {
+                Some(h) if hashes.get(k) == Some(&h) => {}
+                Some(h) => {
+                    return Err(PdError::Mismatch {
+                        reason: format!("block {k}: hash {h:#018x} is not this prompt's ({:?})", hashes.get(k)),
+                    })
+                }
+                None if (fill as usize) < upto => {
+                    return Err(PdError::Mismatch {
+                        reason: format!("block {k}: fill {fill}, the prompt needs {upto} positions there"),
+                    })
+                }
+                None if upto == b => {
+                    return Err(PdError::Mismatch { reason: format!("block {k}: a full prompt block without a hash") })
+                }
+                None => {}
+            }
+        }
+        // Only the records needed: re-export is not possible here, so cut the envelope.
+        let buf = if records.len() == record_count(envelope) { envelope.to_vec() } else { truncate(envelope, want)? };
+        let mut g = self.pool.lock().map_err(|_| poisoned())?;
+        let ids = g.import(&buf)?;
+        republish(&self.shared, g.as_ref());
+        p.blocks.extend(ids);
+        Ok(())
+    }
+
+    /// Decode side, step 3: submit `req` starting from the blocks of `p`, which must cover
+    /// every prompt position but the last (checked). With n > 1 choices, use the prefix
+    /// cache path instead (each choice needs its own last block).
+    pub fn submit_preloaded(&self, req: Request, mut p: Preload) -> Result<UnboundedReceiver<Event>, EngineError> {
+        let need = p.needed(req.prompt.len());
+        if p.blocks.len() != need {
+            return Err(EngineError::Internal(format!(
+                "a preload of {} blocks for a prompt that needs {need}",
+                p.blocks.len()
+            )));
+        }
+        let blocks = std::mem::take(&mut p.blocks);
+        let computed = req.prompt.len() - 1;
+        let mut cell = Some(blocks);
+        let r = self.submit_with(vec![req], |s| {
+            if let Some(b) = cell.take() {
+                s.preload(b, computed);
+            }
+        });
+        if let Some(b) = cell {
+            p.blocks = b; // never handed to a sequence: Drop gives them back
+        }
+        let mut v = r?;
+        v.pop().ok_or_else(|| EngineError::Internal("no receiver".into()))
+    }
+}
+
+/// Records in an envelope (0 when too short to say: `import` reports that).
+fn record_count(buf: &[u8]) -> usize {
+    buf.get(32..36).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+}
+
+/// The (fill, hash) of the first `want` records (docs/formats/kv-block.md); an envelope
+/// with fewer is an error. Everything else is checked by the pool's import.
+fn records(buf: &[u8], want: usize) -> Result<Vec<(u32, Option<u64>)>, PdError> {
+    let bad = |reason: String| PdError::Mismatch { reason };
+    let n = record_count(buf);
+    if n < want {
+        return Err(bad(format!("the envelope holds {n} blocks, {want} are needed")));
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let body = buf.len().checked_sub(48).ok_or_else(|| bad("truncated envelope".into()))?;
+    if body % n != 0 {
+        return Err(bad(format!("{body} record bytes do not divide into {n} blocks")));
+    }
+    let rec = body / n;
+    let u32_at = |at: usize| u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+    let mut out = Vec::with_capacity(want);
+    for i in 0..want {
+        let at = 40 + i * rec;
+        if rec < 16 {
+            return Err(bad("records shorter than their header".into()));
+        }
+        let flags = u32_at(at + 4);
+        let mut h = [0u8; 8];
+        h.copy_from_slice(&buf[at + 8..at + 16]);
+        out.push((u32_at(at), (flags & 1 != 0).then(|| u64::from_le_bytes(h))));
+    }
+    Ok(out)
+}
+
+/// The envelope of its first `want` records, checksum recomputed. The original checksum
+/// is verified first, so a corrupted transfer is still refused.
+fn truncate(buf: &[u8], want: usize) -> Result<Vec<u8>, PdError> {
+    let n = record_count(buf);
+    let body = buf.len() - 8;
+    let mut stored = [0u8; 8];
+    stored.copy_from_slice(&buf[body..]);
+    if tl_kv::fnv1a64(&buf[..body]) != u64::from_le_bytes(stored) {
+        return Err(PdError::Kv(tl_core::KvError::BadEnvelope { reason: "checksum mismatch".into() }));
+    }
+    let rec = (buf.len() - 48) / n;
+    let mut out = buf[..40 + want * rec].to_vec();
+    out[32..36].copy_from_slice(&(want as u32).to_le_bytes());
+    let sum = tl_kv::fnv1a64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    Ok(out)
+}

@@ -1,0 +1,135 @@
+//! P/D in the engine (engine/src/pd.rs): a held prefill's blocks wait under a lease that
+//! one fetch (an export) or an expiry releases; a decode engine that imports them and
+//! starts from `len - 1` computed positions produces the same tokens and logprobs, bit
+//! for bit, as one engine running the whole request; an envelope of another prompt's KV
+//! is refused; an unused preload gives its blocks back.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tl_arch_llama as _;
+use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
+use tl_engine::{Engine, EngineOptions, Event, PdError, Request, UnboundedReceiver};
+
+mod support;
+use support::tiny;
+
+fn engine(model: &Path) -> Engine {
+    let cfg = EngineConfig {
+        max_batch_tokens: 96,
+        max_seqs: 4,
+        prefill_chunk: 24,
+        threads: 1,
+        kv: KvConfig { block_tokens: 16, n_blocks: Some(64), ..KvConfig::default() },
+        ..EngineConfig::default()
+    };
+    let runner = ModelRunner::load(model, &cfg).expect("load");
+    let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
+    Engine::start(runner, tok, EngineOptions { max_queue: 16, observer: None }).expect("start")
+}
+
+fn req(prompt: &[u32], max_tokens: usize) -> Request {
+    Request {
+        prompt: prompt.to_vec(),
+        params: SamplingParams { temperature: 0.9, ..SamplingParams::default() },
+        seed: 77,
+        choice: 0,
+        max_tokens,
+        stop: vec![],
+        logprobs: Some(2),
+        grammar: None,
+        logit_bias: vec![],
+    }
+}
+
+/// (id, logprob bits, top bits) per token.
+fn tokens(mut rx: UnboundedReceiver<Event>) -> Vec<(u32, u64, Vec<(u32, u64)>)> {
+    let mut out = Vec::new();
+    loop {
+        match rx.blocking_recv().expect("engine hung up") {
+            Event::Token { token, .. } => out.push((
+                token.id,
+                token.logprob.to_bits(),
+                token.top.iter().map(|&(i, l)| (i, l.to_bits())).collect(),
+            )),
+            Event::Done { .. } => return out,
+            Event::Error(e) => panic!("{e}"),
+        }
+    }
+}
+
+fn wait_idle(e: &Engine) {
+    let t0 = Instant::now();
+    while e.stats().running + e.stats().waiting > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn imported_kv_gives_the_single_engine_answer_bit_for_bit() {
+    let (p, d, one) = (engine(&tiny()), engine(&tiny()), engine(&tiny()));
+    // Shorter than a block, block aligned (len - 1 = 32), and a partial last block.
+    for len in [7usize, 33, 45] {
+        let prompt: Vec<u32> = (0..len as u32).map(|i| 3 + (i * 7) % 250).collect();
+        let want = tokens(one.submit(req(&prompt, 12)).expect("submit"));
+
+        let id = format!("lease-{len}");
+        tokens(p.submit_held(req(&prompt, 1), id.clone(), Duration::from_secs(30)).expect("prefill"));
+        let lease = p.lease(&id).expect("the lease exists once the prefill finished");
+        assert_eq!(lease.tokens, len);
+        assert_eq!(lease.blocks.len(), len.div_ceil(16));
+        assert_eq!(p.lease_counts().held, 1);
+        assert_eq!(p.stats().kv_blocks_in_use, lease.blocks.len(), "the lease holds its blocks");
+
+        let mut pre = d.hold_prefix(&prompt).expect("hold");
+        let need = pre.needed(len);
+        let env = p.take_lease(&id, pre.n_blocks(), Some(need)).expect("fetch");
+        assert_eq!(p.lease_counts().held, 0);
+        assert_eq!(p.stats().kv_blocks_in_use, 0, "the fetch released the lease");
+        assert!(matches!(p.take_lease(&id, 0, None), Err(PdError::UnknownLease { .. })), "fetched once");
+        d.import_into(&mut pre, &prompt, &env).expect("import");
+        assert_eq!(pre.n_blocks(), need);
+        let got = tokens(d.submit_preloaded(req(&prompt, 12), pre).expect("decode"));
+        assert_eq!(got, want, "prompt of {len}: decode from imported KV differs from one engine");
+        wait_idle(&d);
+        assert_eq!(d.stats().kv_blocks_in_use, 0);
+    }
+}
+
+#[test]
+fn another_prompts_kv_is_refused_and_an_unused_preload_gives_its_blocks_back() {
+    let (p, d) = (engine(&tiny()), engine(&tiny()));
+    let a: Vec<u32> = (0..40).map(|i| 5 + i).collect();
+    let mut b = a.clone();
+    b[3] = 200; // same length, another first block
+    tokens(p.submit_held(req(&a, 1), "a".into(), Duration::from_secs(30)).expect("prefill"));
+    let env = p.take_lease("a", 0, Some(3)).expect("fetch");
+    let mut pre = d.hold_prefix(&b).expect("hold");
+    let err = d.import_into(&mut pre, &b, &env).expect_err("a's KV for b");
+    assert!(matches!(err, PdError::Mismatch { .. }), "{err}");
+    assert_eq!(d.stats().kv_blocks_in_use, 0, "nothing imported");
+    // The right prompt imports; dropping the preload unused releases the blocks.
+    let mut pre = d.hold_prefix(&a).expect("hold");
+    d.import_into(&mut pre, &a, &env).expect("import");
+    assert_eq!(pre.n_blocks(), 3);
+    assert_eq!(d.stats().kv_blocks_in_use, 3, "the preload holds what it imported");
+    drop(pre);
+    let g = d.stats();
+    assert_eq!(g.kv_blocks_in_use, 0, "{g:?}");
+}
+
+#[test]
+fn an_unfetched_lease_expires() {
+    let p = engine(&tiny());
+    let prompt: Vec<u32> = (0..20).collect();
+    tokens(p.submit_held(req(&prompt, 1), "x".into(), Duration::from_millis(50)).expect("prefill"));
+    assert_eq!(p.expire_leases().expect("expire"), 0, "not yet");
+    std::thread::sleep(Duration::from_millis(80));
+    assert_eq!(p.expire_leases().expect("expire"), 1);
+    let c = p.lease_counts();
+    assert_eq!((c.held, c.expired, c.fetched), (0, 1, 0));
+    assert_eq!(p.stats().kv_blocks_in_use, 0);
+    assert!(p.lease("x").is_none());
+}

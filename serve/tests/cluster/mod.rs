@@ -1,0 +1,246 @@
+//! Replicas, routers and requests for the scale-out tests (docs/scale-out.md): `serve`
+//! processes on loopback (1 thread each), HAProxy and vllm-router as installed by
+//! scripts/scale_tools.sh, and a blocking HTTP client that knows which replica answered
+//! from the replicas' own counters.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{listening_addr, metric, request, tiny, Resp};
+
+/// One `serve` replica, killed on drop.
+pub struct Replica {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Replica {
+    /// `serve --model MODEL --port 0 --threads 1 ARGS...`.
+    pub fn spawn(model: &PathBuf, args: &[&str]) -> Replica {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_serve"))
+            .args(["--model", &model.to_string_lossy(), "--port", "0", "--threads", "1"])
+            .args(["--kv-blocks", "256", "--block-tokens", "16", "--max-batch-tokens", "128"])
+            .args(args)
+            .env_remove("TL_API_KEY")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn serve");
+        let addr = listening_addr(&mut child);
+        Replica { child, addr }
+    }
+
+    pub fn tiny(args: &[&str]) -> Replica {
+        Replica::spawn(&tiny(), args)
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn metric(&self, name: &str) -> f64 {
+        metric(self.addr, name)
+    }
+
+    /// A counter's value, 0 before its first increment (a labelled counter appears then).
+    pub fn counter(&self, name: &str) -> f64 {
+        let text = String::from_utf8(request(self.addr, "GET", "/metrics", b"", &[]).body).expect("utf8");
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .map_or(0.0, |v| v.parse().expect("a number"))
+    }
+
+    /// Completions answered 200 so far.
+    pub fn served(&self) -> f64 {
+        self.counter("tl_requests_total{endpoint=\"/v1/completions\",code=\"200\"}")
+    }
+
+    pub fn post(&self, body: &Value) -> Resp {
+        request(self.addr, "POST", "/v1/completions", body.to_string().as_bytes(), &[])
+    }
+
+    /// SIGKILL, by pid.
+    pub fn kill(&mut self) {
+        let ok = Command::new("kill").args(["-KILL", &self.child.id().to_string()]).status().expect("kill");
+        assert!(ok.success());
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port (bound and released: the router binds it next).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// Wait until `GET path` on `addr` answers `want`, for at most `within`.
+pub fn wait_status(addr: SocketAddr, path: &str, want: u16, within: Duration) {
+    let t0 = Instant::now();
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            let r = request(addr, "GET", path, b"", &[]);
+            if r.status == want {
+                return;
+            }
+        }
+        assert!(t0.elapsed() < within, "GET {path} on {addr} did not answer {want} within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A router process (HAProxy or vllm-router), killed on drop.
+pub struct Router {
+    pub child: Child,
+    pub addr: SocketAddr,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn haproxy_bin() -> PathBuf {
+    for p in ["/usr/sbin/haproxy", "/usr/bin/haproxy", "/usr/local/sbin/haproxy"] {
+        if std::path::Path::new(p).is_file() {
+            return PathBuf::from(p);
+        }
+    }
+    panic!("haproxy is not installed: run scripts/scale_tools.sh (scripts/test.sh does)");
+}
+
+/// HAProxy in the foreground with `config` (`{PORT}` is replaced by its port).
+pub fn haproxy(config: &str) -> Router {
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("haproxy.cfg");
+    std::fs::write(&cfg, config.replace("{PORT}", &port.to_string())).expect("write cfg");
+    let child = Command::new(haproxy_bin())
+        .args(["-db", "-f"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn haproxy");
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    Router { child, addr, _dir: Some(dir) }
+}
+
+/// The HAProxy backend lines for `replicas`: active `GET /health` checks every 200 ms.
+pub fn haproxy_servers(replicas: &[&Replica]) -> String {
+    replicas
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("    server r{i} {} check inter 200ms fall 2 rise 1\n", r.addr))
+        .collect()
+}
+
+fn vllm_router_bin() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv-vllm-router/bin/vllm-router");
+    assert!(p.is_file(), "{} is missing: run scripts/scale_tools.sh (scripts/test.sh does)", p.display());
+    p
+}
+
+/// vllm-router on a free port with `args`; returns once it answers `/health`. A router
+/// that exits first (its port taken meanwhile: `free_port` releases it) is started again
+/// on another port; its log is shown when it never gets ready.
+pub fn vllm_router(args: &[String]) -> Router {
+    for _ in 0..3 {
+        let port = free_port();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = std::fs::File::create(dir.path().join("router.log")).expect("log");
+        let mut child = Command::new(vllm_router_bin())
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--health-check-interval-secs", "1", "--worker-startup-check-interval", "1"])
+            .args(["--log-level", "warning"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn vllm-router");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let t0 = Instant::now();
+        loop {
+            if child.try_wait().expect("wait").is_some() {
+                break; // start again
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                && request(addr, "GET", "/health", b"", &[]).status == 200
+            {
+                return Router { child, addr, _dir: Some(dir) };
+            }
+            if t0.elapsed() > Duration::from_secs(90) {
+                let _ = child.kill();
+                let text = std::fs::read_to_string(dir.path().join("router.log")).unwrap_or_default();
+                panic!("vllm-router on {addr} was not ready within 90 s:\n{text}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    panic!("vllm-router exited at start three times");
+}
+
+/// A completion request body: `max_tokens` tokens, seeded sampling at temperature 0.8
+/// (or greedy with `seed == None`).
+pub fn completion(prompt: &str, max_tokens: usize, seed: Option<i64>) -> Value {
+    match seed {
+        Some(s) => json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.8, "seed": s, "logprobs": 1}),
+        None => json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "logprobs": 1}),
+    }
+}
+
+/// What must be equal bit for bit between two answers: the text, the token strings and
+/// their logprobs (as JSON numbers: the f64 round-trips exactly), the finish reason.
+pub fn answer(r: &Resp) -> Value {
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    let c = &v["choices"][0];
+    json!({"text": c["text"], "logprobs": c["logprobs"]["token_logprobs"], "tokens": c["logprobs"]["tokens"],
+           "finish": c["finish_reason"]})
+}
+
+/// POST a completion through `addr` with extra headers.
+pub fn post_via(addr: SocketAddr, body: &Value, headers: &[(&str, &str)]) -> Resp {
+    request(addr, "POST", "/v1/completions", body.to_string().as_bytes(), headers)
+}
+
+/// Which replicas' served counters rose between `before` and now.
+pub fn deltas(replicas: &[&Replica], before: &[f64]) -> Vec<f64> {
+    replicas.iter().zip(before).map(|(r, b)| r.served() - b).collect()
+}
+
+pub fn counts(replicas: &[&Replica]) -> Vec<f64> {
+    replicas.iter().map(|r| r.served()).collect()
+}
+
+/// A long prompt of `words` words from `seed` (shared prefixes for the cache tests).
+pub fn words(seed: u64, n: usize) -> String {
+    const W: [&str; 16] = [
+        "river", "stone", "lamp", "orbit", "maple", "copper", "violet", "harbor", "signal", "meadow", "pixel",
+        "canyon", "ember", "quartz", "willow", "falcon",
+    ];
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            W[(x % 16) as usize]
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
