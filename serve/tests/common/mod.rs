@@ -34,6 +34,8 @@ pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize
         shutdown_grace: Duration::from_secs(5),
         api_key: None,
         limits: tl_serve::Limits::default(),
+        speculate: None,
+        draft_model: None,
     }
 }
 
