@@ -97,8 +97,25 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--extra", default="{}")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--ab", default=None, help="tl only: alternate requests with this speculate value "
+                    "and with speculate false on one server, batch 1; prints both medians and their ratio")
     a = ap.parse_args()
     extra = json.loads(a.extra)
+    if a.ab is not None:
+        spec = json.loads(a.ab)
+        for name in a.workloads.split(","):
+            on, off, same = [], [], True
+            for _ in range(a.repeats):
+                r_off = one(a.addr, a.model, WORKLOADS[name], a.max_tokens, {**extra, "speculate": False})
+                r_on = one(a.addr, a.model, WORKLOADS[name], a.max_tokens, {**extra, "speculate": spec})
+                off.append(r_off["decode_tps"])
+                on.append(r_on["decode_tps"])
+                same = same and r_on["text"] == r_off["text"]
+            m_on, m_off = statistics.median(on), statistics.median(off)
+            print(json.dumps({"workload": name, "speculate": spec, "off_tps": round(m_off, 2),
+                              "on_tps": round(m_on, 2), "ratio": round(m_on / m_off, 2),
+                              "tokens": r_on["tokens"], "identical_text": same}), flush=True)
+        return
     for name in a.workloads.split(","):
         prompt = WORKLOADS[name]
         rates, texts, total_tokens, wall = [], set(), 0, []
