@@ -95,7 +95,7 @@ done
 # A/B on one tl server, batch 1: requests alternate between speculation off and on (the
 # per-request `speculate` field), so both sides see the same machine load.
 if [[ "${AB:-1}" == 1 && " $servers " == *" tl "* ]]; then
-    for mode in ngram draft; do
+    for mode in ${AB_MODES:-ngram draft}; do
         model="$q41"; spec="ngram:${NGRAM_K:-4}"; ab=true
         if [[ "$mode" == draft ]]; then
             model="$f32"; spec="draft:$q41:4"; ab='{"kind": "draft"}'

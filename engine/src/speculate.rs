@@ -102,11 +102,12 @@ pub fn ngram_draft(tokens: &[u32], k: usize, out: &mut Vec<u32>) {
     }
 }
 
-/// The adaptive rule, per sequence: two verify steps in a row that accept no draft token
-/// pause drafting for `cool` plain steps; `cool` starts at 4 and doubles with every pause
-/// up to 64; a step that accepts a draft token resets both. So text where lookups keep
-/// missing soon runs at plain speed, and a copy-heavy stretch is found again within at
-/// most 64 tokens.
+/// The adaptive rule, per sequence: a verify step *misses* when it accepts fewer than half
+/// of its drafted tokens (a k+1-row step that yields one or two tokens costs more than it
+/// saves). Two misses in a row pause drafting for `cool` plain steps; `cool` starts at 4
+/// and doubles with every pause up to 64; a step that accepts at least half resets both.
+/// So text where lookups keep missing soon runs at plain speed, and a copy-heavy stretch
+/// is found again within at most 64 tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Adapt {
     misses: u32,
@@ -135,9 +136,9 @@ impl Adapt {
         true
     }
 
-    /// After a verify step that proposed drafts and accepted `accepted` of them.
-    pub fn verified(&mut self, accepted: usize) {
-        if accepted > 0 {
+    /// After a verify step that drafted `drafted` tokens and accepted `accepted` of them.
+    pub fn verified(&mut self, accepted: usize, drafted: usize) {
+        if accepted * 2 >= drafted.max(1) {
             *self = Adapt::default();
             return;
         }
@@ -259,7 +260,7 @@ impl Scheduler {
         self.shared.draft_accepted.fetch_add(accepted, Ordering::Relaxed);
         let b = self.lim.block_tokens;
         let s = &mut self.running[i];
-        s.adapt.verified(accepted);
+        s.adapt.verified(accepted, draft.len());
         if let Some(kv) = s.draft_kv.as_mut() {
             // The draft model's K/V holds the draft's tokens: only accepted ones stay valid.
             kv.computed = kv.computed.min(s.computed);

@@ -309,17 +309,17 @@ fn ngram_lookup_proposes_what_followed_the_longest_latest_match() {
 fn the_adaptive_rule_pauses_after_two_misses_and_backs_off() {
     let mut a = Adapt::default();
     assert!(a.may_draft());
-    a.verified(0);
+    a.verified(0, 4);
     assert!(a.may_draft(), "one miss does not pause");
-    a.verified(0);
+    a.verified(1, 4); // fewer than half accepted: a miss too
     let paused = (0..COOL_START).filter(|_| !a.may_draft()).count();
     assert_eq!(paused as u32, COOL_START, "two misses pause for COOL_START steps");
     assert!(a.may_draft());
     // The next two misses pause twice as long, up to COOL_MAX.
     let mut want = COOL_START * 2;
     for _ in 0..6 {
-        a.verified(0);
-        a.verified(0);
+        a.verified(0, 4);
+        a.verified(0, 1);
         let mut n = 0;
         while !a.may_draft() {
             n += 1;
@@ -327,9 +327,14 @@ fn the_adaptive_rule_pauses_after_two_misses_and_backs_off() {
         assert_eq!(n, want);
         want = (want * 2).min(COOL_MAX);
     }
-    // One accepted token resets everything.
-    a.verified(2);
+    // Half the draft accepted resets everything; one miss between hits never pauses.
+    a.verified(2, 4);
     assert_eq!(a, Adapt::default());
+    for _ in 0..10 {
+        a.verified(0, 4);
+        a.verified(1, 1);
+        assert!(a.may_draft());
+    }
 }
 
 proptest! {
