@@ -67,17 +67,22 @@ impl Model for Bigram {
     }
 
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
-        let mut data = Vec::with_capacity(batch.seqs.len() * self.vocab); // (seqs, vocab)
+        // The token rows whose logits are asked (each sequence's last, every one, or
+        // tails); a token's prediction is its own row of the table: (rows, vocab).
+        let ids: Vec<u32> = batch.seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        let mut last = Vec::with_capacity(batch.seqs.len());
+        let mut end = 0;
         for s in &batch.seqs {
-            let last = *s.tokens.last().ok_or_else(|| ModelError::BadBatch("empty sequence".into()))?;
-            if ctx.all_logits {
-                // Every token's prediction is its own row: (tokens, vocab).
-                for &t in s.tokens {
-                    data.extend_from_slice(self.row(t));
-                }
-            } else {
-                data.extend_from_slice(self.row(last));
+            if s.tokens.is_empty() {
+                return Err(ModelError::BadBatch("empty sequence".into()));
             }
+            end += s.tokens.len();
+            last.push(end - 1);
+        }
+        let rows = ctx.logit_rows(&last);
+        let mut data = Vec::with_capacity(rows.len() * self.vocab); // (rows, vocab)
+        for &r in &rows {
+            data.extend_from_slice(self.row(ids[r]));
         }
         // The bigram's "hidden state" of a token is its row of the table.
         let hidden = ctx.want_hidden.then(|| {

@@ -256,3 +256,37 @@ fn every_position_logits_equal_each_prefix_alone() {
     release(&r, &ta);
     release(&r, &tb);
 }
+
+/// A speculative verify step asks for the last `tails[i]` rows of each sequence: each row
+/// has the bits of that position's row scored on its own, beside a prefill chunk that
+/// asks for its last row only; a tail of 0 or past the chunk is refused.
+#[test]
+fn tail_logits_equal_each_position_alone() {
+    let mut r = load("tiny-llama", 0, Weights::Native);
+    let p = &reference("tiny-llama")[3].ids;
+    let all = r.score(p).expect("score");
+    let other: Vec<u32> = (0..9u32).map(|k| k * 37 % 320).collect();
+    let other_alone = r.score(&other).expect("score other");
+    let (ta, tb) = (alloc(&r, other.len()), alloc(&r, p.len()));
+    let batch = ForwardBatch {
+        seqs: vec![
+            ForwardSeq { tokens: &other, start: 0, blocks: &ta },
+            ForwardSeq { tokens: p, start: 0, blocks: &tb },
+        ],
+    };
+    let k = 4.min(p.len());
+    let tails = r.forward_tails(&batch, &[1, k]).expect("forward_tails");
+    assert_eq!(tails.rows(), 1 + k);
+    assert!(bits(tails.row(0)) == bits(other_alone.row(other.len() - 1)), "the plain row differs");
+    for j in 0..k {
+        let t = p.len() - k + j;
+        assert!(bits(tails.row(1 + j)) == bits(all.row(t)), "tail row {j} (position {t}) differs");
+    }
+    for bad in [[1, 0], [1, p.len() + 1]] {
+        let err = r.forward_tails(&batch, &bad).err().map(|e| e.to_string());
+        assert!(err.as_deref().is_some_and(|e| e.contains("logit rows")), "{bad:?}: {err:?}");
+    }
+    assert!(r.forward_tails(&batch, &[1]).is_err(), "one tail for two sequences");
+    release(&r, &ta);
+    release(&r, &tb);
+}

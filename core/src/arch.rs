@@ -57,13 +57,33 @@ pub struct ForwardCtx<'a> {
     /// sequence's last token. Each row must be the bits the token's row would have in any
     /// other batch (a perplexity run compares every position with the next token).
     pub all_logits: bool,
+    /// When set (and `all_logits` is not): logits for the last `tails[i]` tokens of
+    /// sequence `i` (each in `1..=len`), rows in batch order. A speculative verify step
+    /// needs every row of its `[last, d1..dk]` chunk but only the last row of a prefill
+    /// chunk beside it. The same per-row bit promise as `all_logits`.
+    pub tails: Option<&'a [usize]>,
+}
+
+impl ForwardCtx<'_> {
+    /// The batch-order indices of the tokens whose logits the step returns, given the
+    /// index of each sequence's last token (`last`, one per sequence, increasing).
+    pub fn logit_rows(&self, last: &[usize]) -> Vec<usize> {
+        if self.all_logits {
+            return (0..last.last().map_or(0, |&l| l + 1)).collect();
+        }
+        match self.tails {
+            Some(tails) => last.iter().zip(tails).flat_map(|(&l, &t)| (l + 1 - t.max(1))..=l).collect(),
+            None => last.to_vec(),
+        }
+    }
 }
 
 /// What one forward step returns.
 #[derive(Clone, Debug)]
 pub struct ForwardOutput {
     /// One row per sequence (its last token's logits), or with `all_logits` one row per
-    /// token of the step, in batch order.
+    /// token of the step, or with `tails` the last `tails[i]` tokens of each sequence, in
+    /// batch order.
     pub logits: Logits,
     /// With `want_hidden`: `(N, hidden_size)`, every token of the step in batch order.
     pub hidden: Option<Vec<f32>>,

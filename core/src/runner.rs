@@ -135,29 +135,57 @@ impl ModelRunner {
 
     /// Run one step; one row of logits per sequence (its last token).
     pub fn forward(&mut self, batch: &ForwardBatch) -> Result<Logits, RunnerError> {
-        Ok(self.step(batch, false, false)?.logits)
+        Ok(self.step(batch, false, false, None)?.logits)
     }
 
     /// Run one step; one row of logits per token of the step, in batch order. Each row
     /// has the bits that token's row has in any other batch or chunking.
     pub fn forward_all(&mut self, batch: &ForwardBatch) -> Result<Logits, RunnerError> {
-        Ok(self.step(batch, false, true)?.logits)
+        Ok(self.step(batch, false, true, None)?.logits)
+    }
+
+    /// Run one step; logits for the last `tails[i]` tokens of sequence `i` (each in
+    /// `1..=len`), in batch order: `tails.iter().sum()` rows. Each row has the bits that
+    /// token's row has in any other batch or chunking (a speculative verify step).
+    pub fn forward_tails(&mut self, batch: &ForwardBatch, tails: &[usize]) -> Result<Logits, RunnerError> {
+        if tails.len() != batch.seqs.len() {
+            return Err(RunnerError::BadBatch(format!("{} tails for {} sequences", tails.len(), batch.seqs.len())));
+        }
+        for (i, (&t, s)) in tails.iter().zip(&batch.seqs).enumerate() {
+            if t == 0 || t > s.tokens.len() {
+                return Err(RunnerError::BadBatch(format!(
+                    "sequence {i}: {t} logit rows asked of {} tokens",
+                    s.tokens.len()
+                )));
+            }
+        }
+        Ok(self.step(batch, false, false, Some(tails))?.logits)
     }
 
     /// Run one step, also returning every token's final hidden state.
     pub fn forward_hidden(&mut self, batch: &ForwardBatch) -> Result<ForwardOutput, RunnerError> {
-        self.step(batch, true, false)
+        self.step(batch, true, false, None)
     }
 
-    fn step(&self, batch: &ForwardBatch, want_hidden: bool, all_logits: bool) -> Result<ForwardOutput, RunnerError> {
+    fn step(
+        &self,
+        batch: &ForwardBatch,
+        want_hidden: bool,
+        all_logits: bool,
+        tails: Option<&[usize]>,
+    ) -> Result<ForwardOutput, RunnerError> {
         let mut guard = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
         let kv: &mut dyn KvBackend = guard.as_mut();
         self.check_batch(batch, kv)?;
         let model = self.model.as_ref();
         let slabs: &mut dyn KvSlabs = &mut *kv;
-        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits };
+        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits, tails };
         let out = self.threads.install(|| model.forward(batch, &mut ctx))?;
-        let rows = if all_logits { batch.n_tokens() } else { batch.seqs.len() };
+        let rows = match tails {
+            _ if all_logits => batch.n_tokens(),
+            Some(t) => t.iter().sum(),
+            None => batch.seqs.len(),
+        };
         if out.logits.vocab != self.config.vocab_size || out.logits.data.len() != rows * out.logits.vocab {
             return Err(RunnerError::Other(format!(
                 "the model returned {} logits of rows of {}, expected {rows} rows of {}",
@@ -239,7 +267,7 @@ impl ModelRunner {
         }
         let b = self.block_tokens();
         let blocks = self.lock()?.alloc(tokens.len().div_ceil(b))?;
-        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), true, false);
+        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), true, false, None);
         let mut pool = self.lock()?;
         for &id in &blocks {
             pool.release(id)?;
@@ -258,7 +286,7 @@ impl ModelRunner {
         }
         let b = self.block_tokens();
         let blocks = self.lock()?.alloc(tokens.len().div_ceil(b))?;
-        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), false, true);
+        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), false, true, None);
         let mut pool = self.lock()?;
         for &id in &blocks {
             pool.release(id)?;

@@ -32,7 +32,7 @@ pub struct LmHead<'a> {
 
 impl LmHead<'_> {
     /// Logits for the rows the caller asks for: each sequence's last token, or every token
-    /// with `ctx.all_logits`; with `ctx.want_hidden`, also every token's normed hidden state
+    /// with `ctx.all_logits`, each sequence's last `ctx.tails[i]` tokens with `ctx.tails`; with `ctx.want_hidden`, also every token's normed hidden state
     /// `(N, d)`. `x` is the residual stream `(N, d)`; `scratch` holds the rows to norm.
     /// Each row is normed and projected by functions of that row alone, so a token's
     /// logits are the same bits whichever rows are asked for.
@@ -46,13 +46,8 @@ impl LmHead<'_> {
     ) -> Result<ForwardOutput, ModelError> {
         let (n, dm) = (plan.n_tokens(), self.norm.len());
         let x = &x[..n * dm];
-        let all: Vec<usize>;
-        let rows: &[usize] = if ctx.all_logits {
-            all = (0..n).collect();
-            &all
-        } else {
-            &plan.last
-        };
+        let rows = ctx.logit_rows(&plan.last);
+        let rows = rows.as_slice();
         let s_rows = rows.len();
         let mut last = vec![0.0f32; s_rows * dm]; // (R, d)
         let hidden = if ctx.want_hidden {

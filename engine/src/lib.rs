@@ -14,11 +14,13 @@
 //! sequence's tokens or logprobs: see docs/serving.md.
 #![deny(missing_docs)]
 
+mod draft;
 mod fingerprint;
 mod grammar;
 mod pd;
 mod request;
 mod scheduler;
+mod speculate;
 mod text;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -30,6 +32,7 @@ pub use fingerprint::fingerprint;
 pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
 pub use pd::{LeaseCounts, LeaseInfo, PdError, Preload};
 pub use request::{EngineError, Event, FinishReason, Request, Timings, TokenInfo, Usage};
+pub use speculate::{ngram_draft, Adapt, Speculation, COOL_MAX, COOL_START, MAX_DRAFT, NGRAM_MAX};
 pub use text::top_logprobs;
 use tl_core::{ModelRunner, SharedPool, Tokenizer};
 pub use tokio::sync::mpsc::UnboundedReceiver;
@@ -73,6 +76,9 @@ pub struct EngineOptions {
     pub max_queue: usize,
     /// Timing figures go here.
     pub observer: Option<Arc<dyn Observer>>,
+    /// Speculative decoding for requests that do not choose ([`Request::speculate`]):
+    /// `None` is [`Speculation::Off`]. Output is the same bits either way.
+    pub speculate: Option<Speculation>,
 }
 
 /// Counters and gauges the engine thread publishes after every step.
@@ -91,6 +97,8 @@ pub(crate) struct Shared {
     generated: AtomicUsize,
     finished: AtomicUsize,
     cancelled: AtomicUsize,
+    pub(crate) draft_proposed: AtomicUsize,
+    pub(crate) draft_accepted: AtomicUsize,
     stopped: AtomicBool,
     /// P/D: finished prefills' KV waiting for a decode server.
     leases: pd::Leases,
@@ -123,6 +131,10 @@ pub struct Stats {
     pub finished: usize,
     /// Sequences dropped because their receiver went away.
     pub cancelled: usize,
+    /// Tokens drafted for speculative verification.
+    pub draft_tokens: usize,
+    /// Drafted tokens that verification accepted (the sampled token was the draft's).
+    pub draft_accepted: usize,
     /// The engine thread has exited.
     pub stopped: bool,
 }
@@ -140,6 +152,10 @@ pub struct EngineInfo {
     pub block_tokens: usize,
     /// Bound on waiting submissions.
     pub max_queue: usize,
+    /// Speculation for requests that do not choose.
+    pub speculate: Speculation,
+    /// A draft model is loaded (`Speculation::Draft` is allowed).
+    pub draft_model: bool,
 }
 
 enum Cmd {
@@ -162,6 +178,27 @@ pub struct Engine {
 impl Engine {
     /// Start the engine thread over `runner` (which it owns from now on).
     pub fn start(runner: ModelRunner, tok: Arc<Tokenizer>, opts: EngineOptions) -> Result<Engine, EngineError> {
+        Engine::start_with_draft(runner, None, tok, opts)
+    }
+
+    /// [`Engine::start`] with a draft model for [`Speculation::Draft`]: a second runner
+    /// with its own KV pool, of the same vocabulary size as `runner` (its ids are the
+    /// target's). Drafts never change an answer; a poor draft model only slows it.
+    pub fn start_with_draft(
+        runner: ModelRunner,
+        draft: Option<ModelRunner>,
+        tok: Arc<Tokenizer>,
+        opts: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        if let Some(d) = &draft {
+            let (dv, tv) = (d.config().vocab_size, runner.config().vocab_size);
+            if dv != tv {
+                return Err(EngineError::BadRequest {
+                    field: "draft",
+                    reason: format!("the draft model's vocabulary has {dv} ids, the model's {tv}"),
+                });
+            }
+        }
         let n_blocks =
             runner.pool().lock().map_err(|_| EngineError::Internal("KV pool lock poisoned".into()))?.n_blocks()
                 as usize;
@@ -172,12 +209,20 @@ impl Engine {
             n_blocks,
             block_tokens: runner.block_tokens(),
             max_queue,
+            speculate: opts.speculate.unwrap_or(Speculation::Off),
+            draft_model: draft.is_some(),
         };
+        if let Err(e) = info.speculate.check() {
+            return Err(EngineError::BadRequest { field: "speculate", reason: e });
+        }
+        if matches!(info.speculate, Speculation::Draft { .. }) && draft.is_none() {
+            return Err(EngineError::BadRequest { field: "speculate", reason: "no draft model is loaded".into() });
+        }
         let shared = Arc::new(Shared { accepting: AtomicBool::new(true), ..Shared::default() });
         let eos = runner.config().eos_token_ids.first().copied();
         let grammars = GrammarCompiler::new(Arc::clone(&tok), info.vocab_size, eos);
         let pool = runner.pool();
-        let sched = Scheduler::new(runner, tok, Arc::clone(&shared), opts.observer, n_blocks);
+        let sched = Scheduler::new(runner, draft, tok, Arc::clone(&shared), opts.observer, n_blocks);
         sched.publish()?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -249,7 +294,8 @@ impl Engine {
         let mut out = Vec::with_capacity(n);
         for (k, (req, matcher)) in reqs.into_iter().zip(matchers).enumerate() {
             let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
-            let mut seq = Seq::new(self.next.fetch_add(1, Ordering::SeqCst), req, matcher, etx);
+            let spec = req.speculate.unwrap_or(self.info.speculate);
+            let mut seq = Seq::new(self.next.fetch_add(1, Ordering::SeqCst), req, spec, matcher, etx);
             setup(&mut seq);
             let sent = guard.as_ref().is_some_and(|tx| tx.send(Cmd::Submit(Box::new(seq))).is_ok());
             if !sent {
@@ -272,6 +318,12 @@ impl Engine {
         }
         if r.max_tokens == 0 {
             return bad("max_tokens", "must be at least 1".into());
+        }
+        if let Some(spec) = r.speculate {
+            spec.check().or_else(|e| bad("speculate", e))?;
+            if matches!(spec, Speculation::Draft { .. }) && !self.info.draft_model {
+                return bad("speculate", "this engine has no draft model".into());
+            }
         }
         let mut biased = std::collections::HashSet::new();
         for &(id, b) in &r.logit_bias {
@@ -317,6 +369,8 @@ impl Engine {
             generated_tokens: l(&s.generated),
             finished: l(&s.finished),
             cancelled: l(&s.cancelled),
+            draft_tokens: l(&s.draft_proposed),
+            draft_accepted: l(&s.draft_accepted),
             stopped: s.stopped.load(Ordering::SeqCst),
         }
     }

@@ -6,6 +6,7 @@ use thiserror::Error;
 use tl_core::SamplingParams;
 
 use crate::grammar::Grammar;
+use crate::speculate::Speculation;
 
 /// One sequence to generate: a prompt, how to sample, and when to stop.
 ///
@@ -31,6 +32,9 @@ pub struct Request {
     /// OpenAI's `logit_bias` (step 3a): `(id, bias)`, each id once, bias in [-100, 100];
     /// -100 bans the id.
     pub logit_bias: Vec<(u32, f64)>,
+    /// Speculative decoding for this request; `None` takes the engine's setting
+    /// ([`crate::EngineOptions::speculate`]). Never changes the output, only its speed.
+    pub speculate: Option<Speculation>,
 }
 
 /// Why a sequence ended (OpenAI's `finish_reason`).

@@ -18,7 +18,9 @@ use tl_core::{
 use tl_sampling::{Constraint, Pcg32, SpecSampler};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::draft::DraftKv;
 use crate::request::{EngineError, Event, FinishReason, Request, TokenInfo, Usage};
+use crate::speculate::{Adapt, Speculation};
 use crate::text::TextOut;
 use crate::{Observer, Shared, StepFigures};
 
@@ -28,12 +30,12 @@ pub(crate) struct Seq {
     pub(crate) order: u64,
     pub(crate) req: Request,
     /// Prompt then output, (n_prompt + generated,).
-    tokens: Vec<u32>,
-    n_prompt: usize,
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) n_prompt: usize,
     /// Leading tokens whose K/V are in `blocks`.
-    computed: usize,
+    pub(crate) computed: usize,
     /// Block table: position j lives in blocks[j / B], (>= computed.div_ceil(B),).
-    blocks: Vec<u32>,
+    pub(crate) blocks: Vec<u32>,
     /// Leading blocks registered in the prefix index.
     registered: usize,
     /// Chained block hash of each full block of `tokens`, (<= tokens.len() / B,). A pure
@@ -49,16 +51,33 @@ pub(crate) struct Seq {
     pub(crate) counted: bool,
     preempted: bool,
     /// Tokens planned for the current step.
-    take: usize,
+    pub(crate) take: usize,
     arrived: Instant,
     last_token: Option<Instant>,
     ttft: Option<Duration>,
     /// P/D prefill: keep the blocks under this lease at finish (pd.rs).
     pub(crate) hold: Option<crate::pd::Hold>,
+    /// How this sequence drafts (the request's setting, else the engine's).
+    pub(crate) spec: Speculation,
+    /// Tokens drafted for the current step, fed after its `take` tokens, (<= MAX_DRAFT,).
+    pub(crate) draft: Vec<u32>,
+    /// The current step's chunk when it drafts: `take` tokens then `draft`.
+    pub(crate) feed: Vec<u32>,
+    /// Blocks held before the current step's drafts took more (those go back after).
+    pub(crate) spec_blocks: usize,
+    pub(crate) adapt: Adapt,
+    /// Its K/V in the draft model's pool (draft-model speculation only).
+    pub(crate) draft_kv: Option<DraftKv>,
 }
 
 impl Seq {
-    pub(crate) fn new(order: u64, req: Request, matcher: Option<Matcher>, tx: UnboundedSender<Event>) -> Seq {
+    pub(crate) fn new(
+        order: u64,
+        req: Request,
+        spec: Speculation,
+        matcher: Option<Matcher>,
+        tx: UnboundedSender<Event>,
+    ) -> Seq {
         let rng = tl_sampling::choice_stream(req.seed, req.choice);
         Seq {
             order,
@@ -81,6 +100,12 @@ impl Seq {
             last_token: None,
             ttft: None,
             hold: None,
+            spec,
+            draft: Vec::new(),
+            feed: Vec::new(),
+            spec_blocks: 0,
+            adapt: Adapt::default(),
+            draft_kv: None,
         }
     }
 
@@ -91,7 +116,7 @@ impl Seq {
         self.computed = computed;
     }
 
-    fn generated(&self) -> usize {
+    pub(crate) fn generated(&self) -> usize {
         self.tokens.len() - self.n_prompt
     }
 
@@ -134,8 +159,10 @@ impl Limits {
 }
 
 pub(crate) struct Scheduler {
-    runner: ModelRunner,
-    pool: SharedPool,
+    pub(crate) runner: ModelRunner,
+    /// The draft model, when the engine has one.
+    pub(crate) drafter: Option<ModelRunner>,
+    pub(crate) pool: SharedPool,
     tok: Arc<Tokenizer>,
     sampler: SpecSampler,
     eos: Vec<u32>,
@@ -149,11 +176,11 @@ pub(crate) struct Scheduler {
 
 type Pool<'a> = MutexGuard<'a, Box<dyn KvBackend>>;
 
-fn lock(pool: &SharedPool) -> Result<Pool<'_>, EngineError> {
+pub(crate) fn lock(pool: &SharedPool) -> Result<Pool<'_>, EngineError> {
     pool.lock().map_err(|_| EngineError::Internal("KV pool lock poisoned".into()))
 }
 
-fn kv_err(e: impl std::fmt::Display) -> EngineError {
+pub(crate) fn kv_err(e: impl std::fmt::Display) -> EngineError {
     EngineError::Internal(e.to_string())
 }
 
@@ -165,12 +192,14 @@ fn release_blocks(pool: &mut dyn KvBackend, s: &mut Seq) -> Result<(), EngineErr
     }
     s.computed = 0;
     s.registered = 0;
+    s.draft_kv = None; // its draft-pool blocks go back with it
     Ok(())
 }
 
 impl Scheduler {
     pub(crate) fn new(
         runner: ModelRunner,
+        drafter: Option<ModelRunner>,
         tok: Arc<Tokenizer>,
         shared: Arc<Shared>,
         observer: Option<Arc<dyn Observer>>,
@@ -181,6 +210,7 @@ impl Scheduler {
             pool: runner.pool(),
             eos: runner.config().eos_token_ids.clone(),
             runner,
+            drafter,
             tok,
             sampler: SpecSampler::new(),
             lim,
@@ -376,8 +406,10 @@ impl Scheduler {
         Ok(())
     }
 
-    /// One step: plan, one forward over every planned piece, then sampling for each
-    /// sequence whose last token was fed. Returns false when there was nothing to run.
+    /// One step: plan, drafts for the sequences that speculate (in what is left of the
+    /// token budget), one forward over every planned piece, then sampling (and, for a
+    /// drafting sequence, verification) for each sequence whose last token was fed.
+    /// Returns false when there was nothing to run.
     pub(crate) fn step(&mut self) -> Result<bool, EngineError> {
         self.plan()?;
         let planned: Vec<usize> = (0..self.running.len()).filter(|&i| self.running[i].take > 0).collect();
@@ -385,40 +417,37 @@ impl Scheduler {
             return Ok(false);
         }
         let t0 = Instant::now();
+        let drafting = self.plan_drafts(&planned)?;
+        // Logit rows per sequence: its last token's, plus one per drafted token.
+        let tails: Vec<usize> = planned.iter().map(|&i| 1 + self.running[i].draft.len()).collect();
         let batch = ForwardBatch {
             seqs: planned
                 .iter()
                 .map(|&i| {
                     let s = &self.running[i];
-                    ForwardSeq {
-                        tokens: &s.tokens[s.computed..s.computed + s.take],
-                        start: s.computed,
-                        blocks: &s.blocks,
-                    }
+                    let tokens =
+                        if s.draft.is_empty() { &s.tokens[s.computed..s.computed + s.take] } else { &s.feed[..] };
+                    ForwardSeq { tokens, start: s.computed, blocks: &s.blocks }
                 })
                 .collect(),
         };
         let n_tokens = batch.n_tokens();
-        let logits = self.runner.forward(&batch).map_err(kv_err)?;
-        let b = self.lim.block_tokens;
+        let logits = if drafting { self.runner.forward_tails(&batch, &tails) } else { self.runner.forward(&batch) };
+        let logits = logits.map_err(kv_err)?;
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
-        for (row, &i) in planned.iter().enumerate() {
+        let mut first = 0; // the first logits row of the current sequence
+        for (&i, &rows) in planned.iter().zip(&tails) {
             let s = &mut self.running[i];
             s.computed += s.take;
             s.take = 0;
-            if self.lim.prefix {
-                let full = s.computed / b;
-                s.chain_upto(full, b);
-                let mut g = lock(&self.pool)?;
-                for k in s.registered..full {
-                    g.register(s.blocks[k], s.chain[k]).map_err(kv_err)?;
-                }
-                s.registered = s.registered.max(full);
-            }
-            if s.computed < s.tokens.len() {
-                continue; // mid-prefill: this row's logits are not the sequence's next token
-            }
-            match self.sample(i, logits.row(row)) {
+            let outcome = if s.computed < s.tokens.len() {
+                Ok(None) // mid-prefill: this row's logits are not the sequence's next token
+            } else {
+                self.verify(i, &logits, first)
+            };
+            first += rows;
+            self.register_full(i)?;
+            match outcome {
                 Ok(Some(reason)) => finished.push((i, reason)),
                 Ok(None) => {}
                 Err(e) => {
@@ -442,8 +471,26 @@ impl Scheduler {
         Ok(true)
     }
 
+    /// Register `running[i]`'s full blocks of computed tokens in the prefix index (only
+    /// positions whose K/V belong to the sequence's accepted tokens).
+    fn register_full(&mut self, i: usize) -> Result<(), EngineError> {
+        if !self.lim.prefix {
+            return Ok(());
+        }
+        let b = self.lim.block_tokens;
+        let s = &mut self.running[i];
+        let full = s.computed / b;
+        s.chain_upto(full, b);
+        let mut g = lock(&self.pool)?;
+        for k in s.registered..full {
+            g.register(s.blocks[k], s.chain[k]).map_err(kv_err)?;
+        }
+        s.registered = s.registered.max(full);
+        Ok(())
+    }
+
     /// Sample `running[i]`'s next token from its logits row; `Some` when it is done.
-    fn sample(&mut self, i: usize, row: &[f32]) -> Result<Option<FinishReason>, EngineError> {
+    pub(crate) fn sample(&mut self, i: usize, row: &[f32]) -> Result<Option<FinishReason>, EngineError> {
         let s = &mut self.running[i];
         let (prompt, output) = s.tokens.split_at(s.n_prompt);
         let field = s.req.grammar.as_ref().map_or("logit_bias", |g| g.field);

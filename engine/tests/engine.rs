@@ -24,7 +24,7 @@ fn engine(model: &Path, block_tokens: u32, n_blocks: u32, max_seqs: usize, max_q
     };
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    Engine::start(runner, tok, EngineOptions { max_queue, observer: None }).expect("start")
+    Engine::start(runner, tok, EngineOptions { max_queue, observer: None, speculate: None }).expect("start")
 }
 
 /// A token with its logprobs as bits.
@@ -71,6 +71,7 @@ fn req(prompt: Vec<u32>, seed: u64, max_tokens: usize, temperature: f64) -> Requ
         logprobs: Some(3),
         grammar: None,
         logit_bias: vec![],
+        speculate: None,
     }
 }
 

@@ -89,7 +89,7 @@ fn engine(n_blocks: u32, observer: Option<Arc<dyn Observer>>) -> Engine {
     };
     let runner = ModelRunner::load(&tiny(), &cfg).expect("load");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    Engine::start(runner, tok, EngineOptions { max_queue: 4096, observer }).expect("start")
+    Engine::start(runner, tok, EngineOptions { max_queue: 4096, observer, speculate: None }).expect("start")
 }
 
 /// xorshift64*: the test's own reproducible randomness.
@@ -149,6 +149,7 @@ fn requests(rng: &mut Rng, n: usize) -> Vec<Request> {
                 logprobs: (rng.below(2) == 0).then_some(2),
                 grammar: None,
                 logit_bias: vec![],
+                speculate: None,
             }
         })
         .collect()

@@ -26,7 +26,11 @@ fn engine(model: &Path, n_blocks: u32) -> (Engine, Arc<Tokenizer>) {
     };
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    (Engine::start(runner, Arc::clone(&tok), EngineOptions { max_queue: 64, observer: None }).expect("start"), tok)
+    (
+        Engine::start(runner, Arc::clone(&tok), EngineOptions { max_queue: 64, observer: None, speculate: None })
+            .expect("start"),
+        tok,
+    )
 }
 
 fn schema_grammar(schema: Value) -> Option<Grammar> {
@@ -44,6 +48,7 @@ fn req(prompt: Vec<u32>, seed: u64, temperature: f64, max_tokens: usize, grammar
         logprobs: Some(2),
         grammar,
         logit_bias: vec![],
+        speculate: None,
     }
 }
 

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tl_core::SamplingParams;
-use tl_engine::{EngineError, Request};
+use tl_engine::{EngineError, Request, Speculation};
 
 /// An error answered with OpenAI's body `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug, Clone)]
@@ -179,6 +179,9 @@ pub struct Body {
     pub parallel_tool_calls: Option<Value>,
     /// vLLM's P/D hand-off fields (docs/scale-out.md).
     pub kv_transfer_params: Option<Value>,
+    /// tl's speculative decoding for this request: `false` (off), `true` (n-gram, k 4)
+    /// or `{"kind": "off" | "ngram" | "draft", "k"?: 1..=16}`; absent: the server's.
+    pub speculate: Option<Value>,
 }
 
 /// A checked request: the engine requests (one per choice) and how to answer.
@@ -304,6 +307,7 @@ impl Body {
         };
         let grammar = crate::structured::response_format(self.response_format.as_ref())?;
         let logit_bias = crate::structured::logit_bias(self.logit_bias.as_ref())?;
+        let speculate = speculate(self.speculate.as_ref())?;
         // OpenAI's seed is a signed 64-bit integer; its bits are the stream's seed.
         let seed = self.seed.map_or_else(random_seed, |s| s as u64);
         let reqs = (0..n)
@@ -317,6 +321,7 @@ impl Body {
                 logprobs,
                 grammar: grammar.clone(),
                 logit_bias: logit_bias.clone(),
+                speculate,
             })
             .collect();
         Ok(Plan {
@@ -326,6 +331,40 @@ impl Body {
             logprobs,
             kv_transfer: self.kv_transfer_params.clone(),
         })
+    }
+}
+
+/// The `speculate` field: `null`/absent (the server's setting), a boolean, or
+/// `{"kind": "off" | "ngram" | "draft", "k"?: integer}`.
+pub fn speculate(v: Option<&Value>) -> Result<Option<Speculation>, ApiError> {
+    let bad = |m: String| Err(ApiError::bad("speculate", m));
+    let spec = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Bool(false)) => Speculation::Off,
+        Some(Value::Bool(true)) => Speculation::Ngram { k: 4 },
+        Some(Value::Object(o)) => {
+            if let Some(key) = o.keys().find(|k| *k != "kind" && *k != "k") {
+                return bad(format!("speculate: unknown field {key:?} (expected kind, k)"));
+            }
+            let k = match o.get("k") {
+                None | Some(Value::Null) => 4,
+                Some(v) => match v.as_u64() {
+                    Some(k) => k as usize,
+                    None => return bad("speculate.k must be a positive integer".into()),
+                },
+            };
+            match o.get("kind").and_then(Value::as_str) {
+                Some("off") => Speculation::Off,
+                Some("ngram") => Speculation::Ngram { k },
+                Some("draft") => Speculation::Draft { k },
+                _ => return bad("speculate.kind must be \"off\", \"ngram\" or \"draft\"".into()),
+            }
+        }
+        Some(_) => return bad("speculate must be a boolean or {\"kind\", \"k\"}".into()),
+    };
+    match spec.check() {
+        Ok(()) => Ok(Some(spec)),
+        Err(e) => bad(format!("speculate: {e}")),
     }
 }
 

@@ -83,6 +83,12 @@ pub struct Options {
     pub limits: Limits,
     /// Replica and P/D settings (docs/scale-out.md).
     pub scale: replica::ScaleOptions,
+    /// Speculative decoding for requests that do not choose (`--speculate`); `None` is
+    /// off. Never changes an answer, only its speed (docs/serving.md).
+    pub speculate: Option<tl_engine::Speculation>,
+    /// A draft model of the same vocabulary for `draft` speculation (`--speculate
+    /// draft:PATH`), loaded with `engine`'s settings and its own KV pool.
+    pub draft_model: Option<PathBuf>,
 }
 
 /// Limits against slow, stuck or oversized clients; all on by default
@@ -155,6 +161,16 @@ impl AppState {
         }
         let fail = |e: &dyn std::fmt::Display| ServeError::Model { path: opts.model.clone(), reason: e.to_string() };
         let runner = ModelRunner::load(&opts.model, &opts.engine).map_err(|e| fail(&e))?;
+        let draft = match &opts.draft_model {
+            None => None,
+            Some(path) => {
+                // The draft's K/V is never shared between sequences: no prefix cache.
+                let cfg = EngineConfig { prefix_cache: tl_core::PrefixCache::Off, ..opts.engine.clone() };
+                let r = ModelRunner::load(path, &cfg)
+                    .map_err(|e| ServeError::Model { path: path.clone(), reason: e.to_string() })?;
+                Some(r)
+            }
+        };
         let tok = Arc::new(Tokenizer::load(runner.config()).map_err(|e| fail(&e))?);
         let template = match ChatTemplate::load(runner.config()).map_err(|e| fail(&e))? {
             Some(t) => t,
@@ -165,10 +181,11 @@ impl AppState {
         let fingerprint = tl_engine::fingerprint(&opts.model, &opts.engine)?;
         let metrics = Arc::new(metrics::Metrics::new());
         let observer: Arc<dyn tl_engine::Observer> = Arc::new(metrics::Feed(Arc::clone(&metrics)));
-        let engine = Engine::start(
+        let engine = Engine::start_with_draft(
             runner,
+            draft,
             Arc::clone(&tok),
-            EngineOptions { max_queue: opts.max_queue, observer: Some(observer) },
+            EngineOptions { max_queue: opts.max_queue, observer: Some(observer), speculate: opts.speculate },
         )?;
         let model_id = opts.model_name.clone().unwrap_or_else(|| {
             let stem = if opts.model.is_file() { opts.model.file_stem() } else { opts.model.file_name() };

@@ -101,6 +101,11 @@ struct Cli {
     /// Seconds a KV fetch from a prefill server may take.
     #[arg(long, default_value_t = 10)]
     pd_fetch_timeout: u64,
+    /// Speculative decoding for requests that do not choose: off, ngram or ngram:K
+    /// (prompt lookup, K drafted tokens per step, 1..=16), or draft:PATH[:K] (a draft
+    /// model of the same vocabulary). Output never changes.
+    #[arg(long, default_value = "off")]
+    speculate: String,
 }
 
 /// SIGTERM and SIGINT, registered when made: before the server says it is listening, so
@@ -144,6 +149,7 @@ fn run(cli: Cli) -> Result<(), String> {
         std::env::set_var("CANDLE_NUM_THREADS", cli.threads.to_string());
     }
     let weights = cli.weights.parse::<Weights>().map_err(|e| format!("--{e}"))?;
+    let (speculate, draft_model) = speculate_flag(&cli.speculate)?;
     let engine = EngineConfig {
         max_batch_tokens: cli.max_batch_tokens,
         max_seqs: cli.max_seqs,
@@ -180,6 +186,8 @@ fn run(cli: Cli) -> Result<(), String> {
             pd_fetch_failure: cli.pd_fetch_failure,
             pd_fetch_timeout: Duration::from_secs(cli.pd_fetch_timeout),
         },
+        speculate: Some(speculate),
+        draft_model,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -237,4 +245,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--speculate`: off, ngram[:K], or draft:PATH[:K] (a trailing `:K` is read as K only
+/// when it is a number, so a path may hold colons).
+fn speculate_flag(s: &str) -> Result<(tl_engine::Speculation, Option<PathBuf>), String> {
+    let Some(rest) = s.strip_prefix("draft:") else {
+        return Ok((s.parse().map_err(|e| format!("--{e}"))?, None));
+    };
+    let (path, k) = match rest.rsplit_once(':') {
+        Some((p, k)) if !k.is_empty() && k.bytes().all(|c| c.is_ascii_digit()) => (p, k),
+        _ => (rest, "4"),
+    };
+    if path.is_empty() {
+        return Err("--speculate draft:PATH[:K]: no path".into());
+    }
+    let spec: tl_engine::Speculation = format!("draft:{k}").parse().map_err(|e| format!("--{e}"))?;
+    Ok((spec, Some(PathBuf::from(path))))
 }

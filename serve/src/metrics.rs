@@ -39,6 +39,9 @@ pub struct Metrics {
     preemptions: Counter,
     generated: Counter,
     cancelled: Counter,
+    draft: Counter,
+    accepted: Counter,
+    acceptance: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Requests answered, by endpoint and status.
     pub requests: Family<Status, Counter>,
     step: Histogram,
@@ -68,6 +71,9 @@ impl Metrics {
             preemptions: Counter::default(),
             generated: Counter::default(),
             cancelled: Counter::default(),
+            draft: Counter::default(),
+            accepted: Counter::default(),
+            acceptance: Gauge::default(),
             requests: Family::default(),
             step: secs(),
             step_tokens: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
@@ -87,6 +93,17 @@ impl Metrics {
         registry.register("preemptions", "Sequences preempted to free KV blocks", m.preemptions.clone());
         registry.register("generated_tokens", "Tokens generated", m.generated.clone());
         registry.register("cancelled_sequences", "Sequences dropped because the client left", m.cancelled.clone());
+        registry.register("speculative_draft_tokens", "Tokens drafted for speculative verification", m.draft.clone());
+        registry.register(
+            "speculative_accepted_tokens",
+            "Drafted tokens that verification accepted",
+            m.accepted.clone(),
+        );
+        registry.register(
+            "speculative_acceptance_rate",
+            "Accepted over drafted tokens since start (0 before any draft)",
+            m.acceptance.clone(),
+        );
         registry.register("requests", "HTTP requests answered", m.requests.clone());
         registry.register("step_seconds", "Wall time of one engine step", m.step.clone());
         registry.register("step_tokens", "Tokens fed in one engine step", m.step_tokens.clone());
@@ -110,8 +127,12 @@ impl Metrics {
             self.preemptions.inc_by(d(stats.preemptions, last.preemptions));
             self.generated.inc_by(d(stats.generated_tokens, last.generated_tokens));
             self.cancelled.inc_by(d(stats.cancelled, last.cancelled));
+            self.draft.inc_by(d(stats.draft_tokens, last.draft_tokens));
+            self.accepted.inc_by(d(stats.draft_accepted, last.draft_accepted));
             *last = *stats;
         }
+        let rate = if stats.draft_tokens > 0 { stats.draft_accepted as f64 / stats.draft_tokens as f64 } else { 0.0 };
+        self.acceptance.set(rate);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

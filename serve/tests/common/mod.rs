@@ -35,6 +35,8 @@ pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize
         api_key: None,
         limits: tl_serve::Limits::default(),
         scale: tl_serve::replica::ScaleOptions::default(),
+        speculate: None,
+        draft_model: None,
     }
 }
 

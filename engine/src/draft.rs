@@ -1,0 +1,115 @@
+//! Drafting with a second, smaller model of the same vocabulary: its own [`ModelRunner`]
+//! and KV pool inside the engine. Each drafting sequence keeps its own K/V in the draft
+//! pool, in step with the tokens verification accepted; drafts are greedy (largest
+//! logit, smallest id on a tie). A draft only proposes: whatever it says, the target's
+//! verification emits exactly the tokens of plain decoding (speculate.rs).
+
+use tl_core::{ForwardBatch, ForwardSeq, SharedPool};
+
+use crate::request::EngineError;
+use crate::scheduler::{kv_err, lock, Scheduler};
+
+/// A sequence's K/V in the draft model's pool. Dropping it gives its blocks back (the
+/// scheduler drops it wherever it releases the sequence's target blocks).
+pub(crate) struct DraftKv {
+    pool: SharedPool,
+    /// Block table in the draft pool, (>= computed.div_ceil(B),).
+    blocks: Vec<u32>,
+    /// Leading tokens of the sequence whose draft K/V is in `blocks`.
+    pub(crate) computed: usize,
+}
+
+impl Drop for DraftKv {
+    fn drop(&mut self) {
+        // A poisoned lock means the draft pool is unusable anyway; nothing to give back to.
+        if let Ok(mut g) = self.pool.lock() {
+            for id in self.blocks.drain(..) {
+                let _ = g.release(id);
+            }
+        }
+    }
+}
+
+/// The largest logit's id (smallest id on a tie); `None` for an empty or NaN row.
+fn argmax(row: &[f32]) -> Option<u32> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in row.iter().enumerate() {
+        if v.is_nan() {
+            return None;
+        }
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| i as u32)
+}
+
+impl Scheduler {
+    /// Draft `k` tokens for each `(running index, k)` with the draft model: one batched
+    /// draft forward per drafted position. The first feeds each sequence's tokens the
+    /// draft pool does not hold yet (at least its last); each next one feeds the previous
+    /// draft token. A sequence whose draft blocks the pool cannot give drafts nothing.
+    pub(crate) fn draft_with_model(&mut self, seqs: &[(usize, usize)]) -> Result<(), EngineError> {
+        let Some(drafter) = self.drafter.as_mut() else { return Ok(()) };
+        let b = drafter.block_tokens();
+        let dpool = drafter.pool();
+        let mut active: Vec<(usize, usize)> = Vec::new();
+        {
+            let mut g = lock(&dpool)?;
+            for &(i, k) in seqs {
+                let s = &mut self.running[i];
+                let kv = s.draft_kv.get_or_insert_with(|| DraftKv {
+                    pool: std::sync::Arc::clone(&dpool),
+                    blocks: Vec::new(),
+                    computed: 0,
+                });
+                kv.computed = kv.computed.min(s.tokens.len() - 1);
+                // Positions fed: the catch-up up to tokens.len() - 1, then d1..d(k-1).
+                let need = (s.tokens.len() + k - 1).div_ceil(b);
+                if kv.blocks.len() < need {
+                    match g.alloc(need - kv.blocks.len()) {
+                        Ok(ids) => kv.blocks.extend(ids),
+                        Err(_) => continue,
+                    }
+                }
+                active.push((i, k));
+            }
+        }
+        let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); active.len()];
+        let kmax = active.iter().map(|&(_, k)| k).max().unwrap_or(0);
+        for j in 0..kmax {
+            // Sequences still drafting at position j (a missing logit row ends a draft).
+            let live: Vec<usize> = (0..active.len()).filter(|&a| active[a].1 > j && drafts[a].len() == j).collect();
+            if live.is_empty() {
+                break;
+            }
+            let seqs = live
+                .iter()
+                .map(|&a| {
+                    let s = &self.running[active[a].0];
+                    let kv = s.draft_kv.as_ref().ok_or_else(|| kv_err("draft K/V missing"))?;
+                    let (tokens, start) = if j == 0 {
+                        (&s.tokens[kv.computed..], kv.computed)
+                    } else {
+                        (&drafts[a][j - 1..j], s.tokens.len() + j - 1)
+                    };
+                    Ok(ForwardSeq { tokens, start, blocks: &kv.blocks })
+                })
+                .collect::<Result<Vec<_>, EngineError>>()?;
+            let logits = drafter.forward(&ForwardBatch { seqs }).map_err(kv_err)?;
+            for (row, &a) in live.iter().enumerate() {
+                let s = &mut self.running[active[a].0];
+                if let Some(kv) = s.draft_kv.as_mut() {
+                    kv.computed = s.tokens.len() + j;
+                }
+                if let Some(id) = argmax(logits.row(row)) {
+                    drafts[a].push(id);
+                }
+            }
+        }
+        for ((i, _), d) in active.into_iter().zip(drafts) {
+            self.running[i].draft = d;
+        }
+        Ok(())
+    }
+}
