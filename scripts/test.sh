@@ -16,6 +16,8 @@ python3 scripts/reference/test_reference.py 2>&1 | tail -n 3 || status=$?
 # The official `openai` Python client for serve's openai_client test (git-ignored venv
 # under target/; a no-op when it is up to date). If it cannot be built, that test fails.
 scripts/openai_venv.sh 2>&1 | tail -n 2 || status=$?
+# Headless Chromium (Debian's package) for serve's chat page test; installed when missing.
+scripts/chromium.sh 2>&1 | tail -n 2 || status=$?
 cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
 # cargo's last line is the last crate's (often empty) doc-test run: close with the totals.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "summary: %d passed, %d failed\n", p, f }' "$log"

@@ -19,6 +19,7 @@ mod auth;
 mod extra;
 mod handlers;
 pub mod metrics;
+pub mod page;
 mod server;
 pub mod structured;
 
@@ -194,6 +195,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(extra::detokenize))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
+        .merge(page::routes())
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), auth::require_key))
         .with_state(state)
