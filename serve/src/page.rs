@@ -27,7 +27,11 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 
 /// The page's routes: `GET /` and `GET /assets/{name}`.
 pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new().route("/", get(index)).route("/assets/{name}", get(asset))
+    Router::new()
+        .route("/", get(index))
+        .route("/assets/{name}", get(asset))
+        // Browsers ask for it on every page; there is none (an empty answer, not a 404).
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
 }
 
 fn answer(content_type: &'static str, body: &'static str) -> Response {
