@@ -309,3 +309,30 @@ fn the_chat_page_streams_and_stops_a_real_answer() {
     assert!(!b.eval("document.getElementById('send').disabled").as_bool().expect("bool"));
     no_page_errors(&mut b);
 }
+
+#[test]
+fn the_page_reads_server_sent_events_split_anywhere() {
+    // sse.js against the SSE format itself: CRLF and LF line ends, a comment, an event of
+    // two data lines and a character of two bytes, with the stream cut into two reads at
+    // every byte (a CRLF and the "é" split included).
+    let server = Server::start(options(tiny(), 64, 16, 8, 64));
+    let mut b = Browser::launch();
+    b.open(&format!("http://{}/", server.addr));
+    let got = b.eval(
+        r#"(async () => {
+            const { sseData } = await import('/assets/sse.js');
+            const bytes = new TextEncoder().encode('data: h\u00e9llo\r\n\r\n: a comment\n\ndata: b\r\ndata:c\r\rdata: [DONE]\n\n');
+            const results = [];
+            for (let cut = 0; cut <= bytes.length; cut++) {
+              const body = new ReadableStream({ start(c) {
+                c.enqueue(bytes.slice(0, cut)); c.enqueue(bytes.slice(cut)); c.close(); } });
+              const out = [];
+              for await (const d of sseData(body)) out.push(d);
+              results.push(JSON.stringify(out));
+            }
+            return [...new Set(results)];
+        })()"#,
+    );
+    assert_eq!(got, json!([json!(["h\u{e9}llo", "b\nc", "[DONE]"]).to_string()]));
+    no_page_errors(&mut b);
+}
