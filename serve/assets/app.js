@@ -97,6 +97,7 @@ function addTurn(role, content) {
   finish.className = "finish";
   li.append(who, body, finish);
   $("messages").append(li);
+  li.scrollIntoView({ block: "nearest" });
   const turn = { role, content, li };
   state.turns.push(turn);
   return turn;
@@ -179,7 +180,7 @@ async function complete(extra) {
     // message stays, for Regenerate to send again.
     if (turn.content === "" && finish !== "stop" && finish !== "length") {
       turn.li.remove();
-      state.turns.pop();
+      state.turns = state.turns.filter((t) => t !== turn); // Clear may have emptied them
     } else {
       turn.li.dataset.finish = finish ?? "";
       turn.li.querySelector(".finish").textContent = finish ? `finish: ${finish}` : "";
