@@ -21,6 +21,8 @@ scripts/agents_venv.sh 2>&1 | tail -n 2 || status=$?
 # HAProxy (apt) and vllm-router (pip, git-ignored venv under target/) for serve's
 # scale-out tests. If they cannot be installed, those tests fail.
 scripts/scale_tools.sh 2>&1 | tail -n 2 || status=$?
+# Headless Chromium (Debian's package) for serve's chat page test; installed when missing.
+scripts/chromium.sh 2>&1 | tail -n 2 || status=$?
 cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
 # cargo's last line is the last crate's (often empty) doc-test run: close with the totals.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "summary: %d passed, %d failed\n", p, f }' "$log"

@@ -21,6 +21,7 @@ mod handlers;
 pub mod metrics;
 mod pd;
 pub mod replica;
+pub mod page;
 mod server;
 pub mod structured;
 pub mod tools;
@@ -228,6 +229,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/load", get(replica::load))
         .route("/v1/kv/{id}", get(pd::kv))
         .route("/metrics", get(handlers::metrics))
+        .merge(page::routes())
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), replica::track_load))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), auth::require_key))
