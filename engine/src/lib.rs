@@ -16,6 +16,7 @@
 
 mod fingerprint;
 mod grammar;
+mod prefix;
 mod request;
 mod scheduler;
 mod text;
@@ -41,6 +42,12 @@ pub struct StepFigures {
     pub tokens: usize,
     /// Sequences in the step.
     pub seqs: usize,
+    /// Of `tokens`, those that were prompt (or recompute) rather than one decode token.
+    pub prefill_tokens: usize,
+    /// Sequences admitted in this step's plan.
+    pub admitted: usize,
+    /// Wall time of the forward alone.
+    pub forward: Duration,
     /// Wall time of the forward and sampling.
     pub elapsed: Duration,
 }
@@ -51,6 +58,9 @@ pub trait Observer: Send + Sync {
     fn step(&self, _figures: &StepFigures) {}
     /// A sequence's first token, measured from its submit.
     fn first_token(&self, _ttft: Duration) {}
+    /// A sequence was admitted `wait` after its submit (first admission only), with
+    /// `cached` of its prompt tokens served from the prefix cache.
+    fn admitted(&self, _wait: Duration, _cached: usize) {}
     /// The gap between two tokens of one sequence.
     fn inter_token(&self, _gap: Duration) {}
     /// Whether [`Observer::pool`] wants calls (it costs a pool lock and a walk of the

@@ -19,8 +19,10 @@ mod auth;
 mod extra;
 mod handlers;
 pub mod metrics;
+pub mod prompt;
 mod server;
 pub mod structured;
+pub mod verify;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -146,10 +148,7 @@ impl AppState {
         let fail = |e: &dyn std::fmt::Display| ServeError::Model { path: opts.model.clone(), reason: e.to_string() };
         let runner = ModelRunner::load(&opts.model, &opts.engine).map_err(|e| fail(&e))?;
         let tok = Arc::new(Tokenizer::load(runner.config()).map_err(|e| fail(&e))?);
-        let template = match ChatTemplate::load(runner.config()).map_err(|e| fail(&e))? {
-            Some(t) => t,
-            None => ChatTemplate::new(FALLBACK_TEMPLATE, vec![]).map_err(|e| fail(&e))?,
-        };
+        let template = prompt::template_of(runner.config()).map_err(|e| fail(&e))?;
         let bos = runner.config().bos_token_id;
         let fingerprint = tl_engine::fingerprint(&opts.model, &opts.engine)?;
         let metrics = Arc::new(metrics::Metrics::new());
