@@ -10,6 +10,8 @@
 # file, the same THREADS and the same `load` clients: llama-server with -np = concurrency
 # slots, --cont-batching and LLAMA_SERVER_ARGS (default --no-repack: this machine's CPUID
 # reports AMX, which llama.cpp's repacked paths cannot run in this VM; docs/benchmarks.md).
+# SERVERS may also name tl-blocks: the same serve with TL_PREFIX_REUSE=blocks (the prefix
+# cache reuses whole blocks only, as before the partial-block reuse; a before/after in one run).
 # Every (round, level, server) gets a fresh server, so no run starts with another's cache.
 # ROUNDS=3 repeats the whole set; the last lines are the medians over rounds per server
 # and level. llama-server comes from LLAMA_SERVER or scripts/build_llama_cpp.sh --serve.
@@ -39,13 +41,14 @@ pid=""
 stop() { [[ -n "$pid" ]] && { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; }; pid=""; }
 trap 'stop; rm -f "$out" "$results"' EXIT
 
-start_tl() {
-    "target/$dir/serve" --model "$model" --port 0 --threads "$threads" --max-seqs 64 --max-queue 256 \
+start_tl() { # $1: the serve binary
+    "$1" --model "$model" --port 0 --threads "$threads" --max-seqs 64 --max-queue 256 \
         --max-batch-tokens "${MAX_BATCH_TOKENS:-512}" >"$out" 2>&1 &
     pid=$!
-    for _ in $(seq 300); do grep -q listening "$out" && break; sleep 0.2; done
+    # A 1B model on a busy machine takes a while to hash (the fingerprint) and load.
+    for _ in $(seq 1500); do grep -q listening "$out" && break; sleep 0.2; done
     addr="$(grep -o 'http://[0-9.:]*' "$out" | head -1 | sed 's#http://##')"
-    [[ -n "$addr" ]] || { cat "$out" >&2; exit 1; }
+    [[ -n "$addr" ]] || { echo "load.sh: serve did not start in 300 s" >&2; cat "$out" >&2; exit 1; }
 }
 
 start_llama() { # $1: slots
@@ -55,8 +58,8 @@ start_llama() { # $1: slots
         -c $(( $1 * ${CTX_PER_SLOT:-512} )) ${LLAMA_SERVER_ARGS:---no-repack} >"$out" 2>&1 &
     pid=$!
     addr="127.0.0.1:$port"
-    for _ in $(seq 600); do curl -sf "http://$addr/health" >/dev/null 2>&1 && return; sleep 0.2; done
-    cat "$out" >&2; exit 1
+    for _ in $(seq 1500); do curl -sf "http://$addr/health" >/dev/null 2>&1 && return; sleep 0.2; done
+    echo "load.sh: llama-server did not start in 300 s" >&2; cat "$out" >&2; exit 1
 }
 
 echo "load.sh: $(basename "$model"), $threads threads, levels $levels, $seconds s each, servers: $servers, rounds $rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -64,8 +67,14 @@ status=0
 for round in $(seq "$rounds"); do
     for c in $levels; do
         for s in $servers; do
-            if [[ "$s" == tl ]]; then start_tl; else start_llama "$c"; fi
-            "target/$dir/load" --server "$s" --addr "$addr" --model "$name" --concurrency "$c" \
+            case "$s" in
+                tl) start_tl "target/$dir/serve" ;;
+                tl-blocks) TL_PREFIX_REUSE=blocks start_tl "target/$dir/serve" ;;
+                llama-server) start_llama "$c" ;;
+                *) echo "load.sh: unknown server $s (tl, tl-blocks, llama-server)" >&2; exit 1 ;;
+            esac
+            kind=tl; [[ "$s" == llama-server ]] && kind=llama-server
+            "target/$dir/load" --server "$kind" --label "$s" --addr "$addr" --model "$name" --concurrency "$c" \
                 --seconds "$seconds" --max-tokens "${MAX_TOKENS:-32}" | tee -a "$results" || status=$?
             stop
         done

@@ -108,6 +108,10 @@ pub(crate) struct Limits {
     pub(crate) n_blocks: usize,
     pub(crate) max_ctx: Option<usize>,
     pub(crate) prefix: bool,
+    /// Reuse cached prefixes below block granularity (prefix.rs). On unless the
+    /// environment says `TL_PREFIX_REUSE=blocks` (whole blocks only, as before: a knob for
+    /// before/after benchmarks; answers are the same either way).
+    pub(crate) partial: bool,
     pub(crate) policy: SchedPolicy,
 }
 
@@ -122,6 +126,7 @@ impl Limits {
             n_blocks,
             max_ctx: runner.config().max_position_embeddings,
             prefix: e.prefix_cache == PrefixCache::On,
+            partial: std::env::var("TL_PREFIX_REUSE").map_or(true, |v| v != "blocks"),
             policy: e.policy,
         }
     }
@@ -347,7 +352,7 @@ impl Scheduler {
             // Below block granularity: a registered child of the last hit that shares
             // the next few tokens lends them (its block stays held until copied).
             let mut partial = None;
-            if self.lim.prefix {
+            if self.lim.prefix && self.lim.partial {
                 let h = hits.len();
                 let room = (len - 1 - h * b).min(b);
                 let parent = h.checked_sub(1).map(|k| s.chain[k]);

@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
-use tl_core::Message;
 use tl_engine::{Event, FinishReason, TokenInfo, UnboundedReceiver, Usage};
 use tokio::sync::mpsc;
 use tokio::time::Instant;

@@ -27,7 +27,9 @@ fn all_identical(stdout: &str, batches: usize, chunks: usize, threads: usize) {
     let conditions: Vec<&&str> = lines.iter().filter(|l| l.contains(": identical")).collect();
     let expected = batches + chunks + (threads - 1) + 3;
     assert_eq!(conditions.len(), expected, "{stdout}");
-    for (what, n) in [("batch of ", batches), ("prefill chunks of ", chunks), ("prefix-cache hit", 2), ("preemption", 1)] {
+    for (what, n) in
+        [("batch of ", batches), ("prefill chunks of ", chunks), ("prefix-cache hit", 2), ("preemption", 1)]
+    {
         assert_eq!(conditions.iter().filter(|l| l.starts_with(what)).count(), n, "{what}: {stdout}");
     }
     assert!(!stdout.contains("DIFFERS"), "{stdout}");

@@ -41,6 +41,9 @@ struct Cli {
     /// `llama-server`.
     #[arg(long, default_value = "tl", value_parser = ["tl", "llama-server"])]
     server: String,
+    /// The name printed at the start of the summary line (default: --server).
+    #[arg(long)]
+    label: Option<String>,
 }
 
 #[derive(Default)]
@@ -178,7 +181,7 @@ fn breakdown(before: &str, after: &str, answered: usize) -> String {
     let mean = |name: &str| d(&format!("{name}_sum")) / d(&format!("{name}_count")).max(1.0);
     let steps = d("tl_step_seconds_count");
     format!(
-        "engine: queue wait mean {:.0} ms; engine TTFT mean {:.0} ms; {:.0} steps, mean {:.0} ms (forward {:.0} ms),          {:.1} tokens/step of which {:.1} prefill; prefix cache {:.1} prompt tokens/request",
+        "engine: queue wait mean {:.0} ms; engine TTFT mean {:.0} ms; {:.0} steps, mean {:.0} ms (forward {:.0} ms), {:.1} tokens/step of which {:.1} prefill; prefix cache {:.1} prompt tokens/request",
         mean("tl_queue_wait_seconds") * 1e3,
         mean("tl_time_to_first_token_seconds") * 1e3,
         steps,
@@ -242,7 +245,7 @@ fn main() -> ExitCode {
         "[{}] concurrency {:>3}: {} answered, {} refused {:?}, {} failed; {:.1} output tok/s over {:.1} s; \
          TTFT p50 {:.0} ms p99 {:.0} ms; ITL p50 {:.1} ms p99 {:.1} ms; {:.1} prompt tokens/request; \
          KV blocks in use at the end: {}",
-        cli.server,
+        cli.label.as_deref().unwrap_or(&cli.server),
         cli.concurrency,
         t.ok,
         t.refused.len(),

@@ -149,7 +149,10 @@ pub fn first_difference(a: &Trace, b: &Trace) -> Option<String> {
         }
         let bits = |t: &TokenInfo| t.top.iter().map(|p| (p.0, p.1.to_bits())).collect::<Vec<_>>();
         if bits(x) != bits(y) {
-            return Some(format!("token {i}: id {} in both, its top logprobs differ: {:?} vs {:?}", x.id, x.top, y.top));
+            return Some(format!(
+                "token {i}: id {} in both, its top logprobs differ: {:?} vs {:?}",
+                x.id, x.top, y.top
+            ));
         }
     }
     let n = a.tokens.len().min(b.tokens.len());

@@ -87,7 +87,8 @@ impl Replay {
             .build()
             .map_err(|e| VerifyError::Request(format!("tokio runtime: {e}")))?;
         let answer = rt.block_on(async {
-            let st = AppState::load(&opts).map_err(|e| VerifyError::Model { path: model.clone(), reason: e.to_string() })?;
+            let st =
+                AppState::load(&opts).map_err(|e| VerifyError::Model { path: model.clone(), reason: e.to_string() })?;
             if st.fingerprint != self.fingerprint {
                 return Err(VerifyError::Replay {
                     path: path.to_path_buf(),
@@ -125,7 +126,12 @@ impl Replay {
 fn tokens(choice: &Value) -> Option<Vec<(String, Value, Value)>> {
     let lp = choice.get("logprobs").filter(|l| !l.is_null())?;
     if let Some(content) = lp.get("content").and_then(Value::as_array) {
-        return Some(content.iter().map(|e| (e["token"].as_str().unwrap_or("").into(), e["logprob"].clone(), e.clone())).collect());
+        return Some(
+            content
+                .iter()
+                .map(|e| (e["token"].as_str().unwrap_or("").into(), e["logprob"].clone(), e.clone()))
+                .collect(),
+        );
     }
     let toks = lp.get("tokens")?.as_array()?;
     let lps = lp.get("token_logprobs")?.as_array()?;
@@ -165,14 +171,22 @@ pub fn compare(saved: &Value, now: &Value) -> Outcome {
             if let (Some(tx), Some(ty)) = (tokens(x), tokens(y)) {
                 for (i, (p, q)) in tx.iter().zip(&ty).enumerate() {
                     if p.0 != q.0 || p.1 != q.1 {
-                        return format!("choice {c}, token {i}: saved {:?} (logprob {}), now {:?} (logprob {})", p.0, p.1, q.0, q.1);
+                        return format!(
+                            "choice {c}, token {i}: saved {:?} (logprob {}), now {:?} (logprob {})",
+                            p.0, p.1, q.0, q.1
+                        );
                     }
                     if p.2 != q.2 {
                         return format!("choice {c}, token {i} ({:?}): its top logprobs differ", p.0);
                     }
                 }
                 if tx.len() != ty.len() {
-                    return format!("choice {c}, token {}: saved {} tokens, now {}", tx.len().min(ty.len()), tx.len(), ty.len());
+                    return format!(
+                        "choice {c}, token {}: saved {} tokens, now {}",
+                        tx.len().min(ty.len()),
+                        tx.len(),
+                        ty.len()
+                    );
                 }
             }
             let (sx, sy) = (text(x), text(y));
