@@ -18,6 +18,7 @@ mod draft;
 mod fingerprint;
 mod grammar;
 mod pd;
+mod prefix;
 mod request;
 mod scheduler;
 mod speculate;
@@ -46,6 +47,12 @@ pub struct StepFigures {
     pub tokens: usize,
     /// Sequences in the step.
     pub seqs: usize,
+    /// Of `tokens`, those that were prompt (or recompute) rather than one decode token.
+    pub prefill_tokens: usize,
+    /// Sequences admitted in this step's plan.
+    pub admitted: usize,
+    /// Wall time of the forward alone.
+    pub forward: Duration,
     /// Wall time of the forward and sampling.
     pub elapsed: Duration,
 }
@@ -56,6 +63,9 @@ pub trait Observer: Send + Sync {
     fn step(&self, _figures: &StepFigures) {}
     /// A sequence's first token, measured from its submit.
     fn first_token(&self, _ttft: Duration) {}
+    /// A sequence was admitted `wait` after its submit (first admission only), with
+    /// `cached` of its prompt tokens served from the prefix cache.
+    fn admitted(&self, _wait: Duration, _cached: usize) {}
     /// The gap between two tokens of one sequence.
     fn inter_token(&self, _gap: Duration) {}
     /// Whether [`Observer::pool`] wants calls (it costs a pool lock and a walk of the

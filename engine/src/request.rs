@@ -85,6 +85,8 @@ pub struct Timings {
     pub ttft: Option<Duration>,
     /// Submit to finish.
     pub total: Duration,
+    /// Times this sequence was preempted (its blocks released) and recomputed.
+    pub preempted: u32,
 }
 
 /// What the engine streams back for one sequence, in order: any number of `Token`s, then

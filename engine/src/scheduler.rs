@@ -19,6 +19,7 @@ use tl_sampling::{Constraint, Pcg32, SpecSampler};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::draft::DraftKv;
+use crate::prefix::{self, PartialIndex};
 use crate::request::{EngineError, Event, FinishReason, Request, TokenInfo, Usage};
 use crate::speculate::{Adapt, Speculation};
 use crate::text::TextOut;
@@ -50,6 +51,8 @@ pub(crate) struct Seq {
     /// Still counted in the bounded submit queue (not yet admitted once).
     pub(crate) counted: bool,
     preempted: bool,
+    /// Times preempted so far.
+    n_preempted: u32,
     /// Tokens planned for the current step.
     pub(crate) take: usize,
     arrived: Instant,
@@ -95,6 +98,7 @@ impl Seq {
             cached_tokens: None,
             counted: true,
             preempted: false,
+            n_preempted: 0,
             take: 0,
             arrived: Instant::now(),
             last_token: None,
@@ -139,6 +143,10 @@ pub(crate) struct Limits {
     pub(crate) n_blocks: usize,
     pub(crate) max_ctx: Option<usize>,
     pub(crate) prefix: bool,
+    /// Reuse cached prefixes below block granularity (prefix.rs). On unless the
+    /// environment says `TL_PREFIX_REUSE=blocks` (whole blocks only, as before: a knob for
+    /// before/after benchmarks; answers are the same either way).
+    pub(crate) partial: bool,
     pub(crate) policy: SchedPolicy,
 }
 
@@ -153,6 +161,7 @@ impl Limits {
             n_blocks,
             max_ctx: runner.config().max_position_embeddings,
             prefix: e.prefix_cache == PrefixCache::On,
+            partial: std::env::var("TL_PREFIX_REUSE").map_or(true, |v| v != "blocks"),
             policy: e.policy,
         }
     }
@@ -172,6 +181,8 @@ pub(crate) struct Scheduler {
     pub(crate) running: Vec<Seq>,
     pub(crate) shared: Arc<Shared>,
     observer: Option<Arc<dyn Observer>>,
+    /// Registered blocks by id, for reuse below block granularity.
+    partial: PartialIndex,
 }
 
 type Pool<'a> = MutexGuard<'a, Box<dyn KvBackend>>;
@@ -218,6 +229,7 @@ impl Scheduler {
             running: Vec::new(),
             shared,
             observer,
+            partial: PartialIndex::new(n_blocks),
         }
     }
 
@@ -294,6 +306,7 @@ impl Scheduler {
         let mut s = self.running.remove(i);
         release_blocks(pool, &mut s)?;
         s.preempted = true;
+        s.n_preempted += 1;
         self.waiting.push_front(s);
         self.shared.preemptions.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -316,8 +329,9 @@ impl Scheduler {
     /// Plan one step: blocks for every running sequence's next piece (preempting the
     /// newest when the pool is short), then admission of waiting prompts into the rest of
     /// the token budget. Sets each running sequence's `take`.
-    fn plan(&mut self) -> Result<(), EngineError> {
+    fn plan(&mut self) -> Result<usize, EngineError> {
         let b = self.lim.block_tokens;
+        let mut admitted = 0;
         let mut budget = self.lim.max_batch_tokens;
         let pool = Arc::clone(&self.pool);
         let mut g = lock(&pool)?;
@@ -378,23 +392,49 @@ impl Scheduler {
                     }
                 }
             }
+            // Below block granularity: a registered child of the last hit that shares
+            // the next few tokens lends them (its block stays held until copied).
+            let mut partial = None;
+            if self.lim.prefix && self.lim.partial && preloaded == 0 {
+                let h = hits.len();
+                let room = (len - 1 - h * b).min(b);
+                let parent = h.checked_sub(1).map(|k| s.chain[k]);
+                for (hash, n) in self.partial.candidates(parent, &s.tokens[h * b..h * b + room]) {
+                    if let Some(src) = g.lookup(hash) {
+                        partial = Some((src, n.min(room)));
+                        break;
+                    }
+                }
+            }
             let ids = match g.alloc(need - hits.len() - preloaded) {
                 Ok(ids) => ids,
                 Err(_) => {
-                    for id in hits {
+                    for id in hits.into_iter().chain(partial.map(|p| p.0)) {
                         g.release(id).map_err(kv_err)?;
                     }
                     break;
                 }
             };
+            let mut shared = 0;
+            if let Some((src, n)) = partial {
+                prefix::copy_slots(g.as_mut(), src, ids[0], n).map_err(kv_err)?;
+                g.release(src).map_err(kv_err)?;
+                shared = n;
+            }
             let mut s = self.waiting.remove(w).ok_or_else(|| kv_err("waiting index"))?;
             self.uncount(&mut s);
             if preloaded == 0 {
-                s.computed = hits.len() * b;
+                s.computed = hits.len() * b + shared;
                 s.registered = hits.len();
                 s.blocks = hits;
             }
-            s.cached_tokens.get_or_insert(s.computed);
+            if s.cached_tokens.is_none() {
+                s.cached_tokens = Some(s.computed);
+                if let Some(o) = &self.observer {
+                    o.admitted(s.arrived.elapsed(), s.computed);
+                }
+            }
+            admitted += 1;
             self.shared.prefix_hit_tokens.fetch_add(s.computed, Ordering::Relaxed);
             s.blocks.extend(ids);
             s.preempted = false;
@@ -403,7 +443,7 @@ impl Scheduler {
             let at = self.running.partition_point(|r| r.order < s.order);
             self.running.insert(at, s);
         }
-        Ok(())
+        Ok(admitted)
     }
 
     /// One step: plan, drafts for the sequences that speculate (in what is left of the
@@ -411,7 +451,7 @@ impl Scheduler {
     /// drafting sequence, verification) for each sequence whose last token was fed.
     /// Returns false when there was nothing to run.
     pub(crate) fn step(&mut self) -> Result<bool, EngineError> {
-        self.plan()?;
+        let admitted = self.plan()?;
         let planned: Vec<usize> = (0..self.running.len()).filter(|&i| self.running[i].take > 0).collect();
         if planned.is_empty() {
             return Ok(false);
@@ -432,8 +472,17 @@ impl Scheduler {
                 .collect(),
         };
         let n_tokens = batch.n_tokens();
+        // A decode row feeds one sampled token; anything else is prompt or recompute.
+        let decode_rows = planned
+            .iter()
+            .filter(|&&i| {
+                let s = &self.running[i];
+                s.take == 1 && s.computed + 1 == s.tokens.len() && s.generated() > 0
+            })
+            .count();
         let logits = if drafting { self.runner.forward_tails(&batch, &tails) } else { self.runner.forward(&batch) };
         let logits = logits.map_err(kv_err)?;
+        let forward = t0.elapsed();
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
         let mut first = 0; // the first logits row of the current sequence
         for (&i, &rows) in planned.iter().zip(&tails) {
@@ -462,7 +511,14 @@ impl Scheduler {
         let elapsed = t0.elapsed();
         self.shared.steps.fetch_add(1, Ordering::Relaxed);
         if let Some(o) = &self.observer {
-            o.step(&StepFigures { tokens: n_tokens, seqs: planned.len(), elapsed });
+            o.step(&StepFigures {
+                tokens: n_tokens,
+                seqs: planned.len(),
+                prefill_tokens: n_tokens - decode_rows,
+                admitted,
+                forward,
+                elapsed,
+            });
         }
         for &(i, reason) in finished.iter().rev() {
             let s = self.running.remove(i);
@@ -484,6 +540,9 @@ impl Scheduler {
         let mut g = lock(&self.pool)?;
         for k in s.registered..full {
             g.register(s.blocks[k], s.chain[k]).map_err(kv_err)?;
+            // Indexed below block granularity too (prefix.rs).
+            let parent = k.checked_sub(1).map(|p| s.chain[p]);
+            self.partial.record(s.blocks[k], parent, s.chain[k], &s.tokens[k * b..(k + 1) * b]);
         }
         s.registered = s.registered.max(full);
         Ok(())
@@ -575,7 +634,7 @@ impl Scheduler {
             completion_tokens: s.generated(),
             cached_tokens: s.cached_tokens.unwrap_or(0),
         };
-        let timings = crate::Timings { ttft: s.ttft, total: s.arrived.elapsed() };
+        let timings = crate::Timings { ttft: s.ttft, total: s.arrived.elapsed(), preempted: s.n_preempted };
         let text = s.text.finish();
         let _ = s.tx.send(Event::Done { finish, text, usage, timings });
         Ok(())

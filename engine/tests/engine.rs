@@ -232,3 +232,32 @@ fn shutdown_finishes_running_then_refuses() {
     e.join();
     assert!(e.stats().stopped);
 }
+
+/// The prefix cache below block granularity: a prompt whose tail shares a few tokens with
+/// a registered block (not a whole block) borrows those slots' K/V, and its answer keeps
+/// its bits. Blocks of 16: a 45-token prompt has two full blocks and 13 tokens in its
+/// third; the first run's third block fills with output and registers.
+#[test]
+fn partial_block_prefix_hits_change_nothing() {
+    let prompt: Vec<u32> = b"You are a careful assistant. What is a KV cache".iter().map(|&b| b as u32).collect();
+    assert_eq!(prompt.len(), 47);
+    let target = req(prompt.clone(), 7, 24, 0.9);
+    // A prompt sharing the first 40 tokens: two full blocks and 8 tokens of the third.
+    let mut other = prompt[..40].to_vec();
+    other.extend(b" and why".iter().map(|&b| b as u32));
+    let other = req(other, 9, 24, 0.9);
+    let alone = |r: &Request| collect(engine(&tiny(), 16, 64, 4, 16).submit(r.clone()).expect("submit"));
+    let (target_alone, other_alone) = (alone(&target), alone(&other));
+
+    let e = engine(&tiny(), 16, 64, 4, 16);
+    let mut warm = target.clone();
+    warm.seed = 1;
+    collect(e.submit(warm).expect("submit")); // registers blocks 0..2 (47 + 24 tokens)
+    let again = collect(e.submit(target.clone()).expect("submit"));
+    // Every prompt token but the last (its logits are the ones to sample from).
+    assert_eq!(again.usage.cached_tokens, 46, "{:?}", again.usage);
+    assert_eq!(again.tokens, target_alone.tokens, "the answer changed after a partial-block hit");
+    let shared = collect(e.submit(other.clone()).expect("submit"));
+    assert_eq!(shared.usage.cached_tokens, 40, "{:?}", shared.usage);
+    assert_eq!(shared.tokens, other_alone.tokens, "the answer changed after a partial-block hit");
+}

@@ -162,31 +162,12 @@ async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) 
     let deadline = Instant::now() + st.limits.request_timeout;
     let b = read(st, headers, body).await?;
     check_model(st, &b)?;
-    let bad = || ApiError::bad("prompt", "prompt must be a string, a list of one string, or a list of token ids");
-    let mut prompt = match &b.prompt {
-        Some(Value::String(s)) => st.tok.encode_with_special(s).map_err(tok_err("prompt"))?,
-        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
-            st.tok.encode_with_special(a[0].as_str().unwrap_or_default()).map_err(tok_err("prompt"))?
-        }
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(bad))
-            .collect::<Result<_, _>>()?,
-        _ => return Err(bad()),
-    };
-    if prompt.is_empty() {
-        // An empty prompt starts from BOS, as the command-line tools do.
-        prompt.extend(st.engine_bos());
-    }
+    let prompt = crate::prompt::completion(&st.tok, st.bos, &b)?;
     let plan = b.plan(prompt.clone(), false, st.engine.info().max_context, default_max(st, false, prompt.len()))?;
     generate(st, plan, false, deadline, None).await
 }
 
 impl AppState {
-    fn engine_bos(&self) -> Option<u32> {
-        self.bos
-    }
-
     pub(crate) fn token_text(&self, id: u32) -> (String, Vec<u8>) {
         let bytes = self.tok.decode_bytes(&[id]).unwrap_or_default();
         (String::from_utf8_lossy(&bytes).into_owned(), bytes)

@@ -19,12 +19,14 @@ mod auth;
 mod extra;
 mod handlers;
 pub mod metrics;
-mod pd;
-pub mod replica;
 pub mod page;
+mod pd;
+pub mod prompt;
+pub mod replica;
 mod server;
 pub mod structured;
 pub mod tools;
+pub mod verify;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -173,10 +175,7 @@ impl AppState {
             }
         };
         let tok = Arc::new(Tokenizer::load(runner.config()).map_err(|e| fail(&e))?);
-        let template = match ChatTemplate::load(runner.config()).map_err(|e| fail(&e))? {
-            Some(t) => t,
-            None => ChatTemplate::new(FALLBACK_TEMPLATE, vec![]).map_err(|e| fail(&e))?,
-        };
+        let template = prompt::template_of(runner.config()).map_err(|e| fail(&e))?;
         let tool_format = tools::Format::of(&template);
         let bos = runner.config().bos_token_id;
         let fingerprint = tl_engine::fingerprint(&opts.model, &opts.engine)?;

@@ -46,6 +46,9 @@ pub struct Metrics {
     pub requests: Family<Status, Counter>,
     step: Histogram,
     step_tokens: Histogram,
+    step_prefill: Histogram,
+    step_forward: Histogram,
+    queue_wait: Histogram,
     ttft: Histogram,
     itl: Histogram,
     /// Engine counters as of the last scrape (prometheus counters only go up by deltas).
@@ -77,6 +80,9 @@ impl Metrics {
             requests: Family::default(),
             step: secs(),
             step_tokens: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
+            step_prefill: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
+            step_forward: secs(),
+            queue_wait: secs(),
             ttft: secs(),
             itl: secs(),
             last: Mutex::new(tl_engine::Stats::default()),
@@ -107,6 +113,13 @@ impl Metrics {
         registry.register("requests", "HTTP requests answered", m.requests.clone());
         registry.register("step_seconds", "Wall time of one engine step", m.step.clone());
         registry.register("step_tokens", "Tokens fed in one engine step", m.step_tokens.clone());
+        registry.register(
+            "step_prefill_tokens",
+            "Tokens of one engine step that were prompt or recompute, not a decode token",
+            m.step_prefill.clone(),
+        );
+        registry.register("step_forward_seconds", "Wall time of one step's forward alone", m.step_forward.clone());
+        registry.register("queue_wait_seconds", "Submit to first admission", m.queue_wait.clone());
         registry.register("time_to_first_token_seconds", "Submit to first token", m.ttft.clone());
         registry.register("inter_token_latency_seconds", "Gap between two tokens of a sequence", m.itl.clone());
         Metrics { registry, ..m }
@@ -147,6 +160,11 @@ impl Observer for Feed {
     fn step(&self, f: &StepFigures) {
         self.0.step.observe(f.elapsed.as_secs_f64());
         self.0.step_tokens.observe(f.tokens as f64);
+        self.0.step_prefill.observe(f.prefill_tokens as f64);
+        self.0.step_forward.observe(f.forward.as_secs_f64());
+    }
+    fn admitted(&self, wait: Duration, _cached: usize) {
+        self.0.queue_wait.observe(wait.as_secs_f64());
     }
     fn first_token(&self, ttft: Duration) {
         self.0.ttft.observe(ttft.as_secs_f64());

@@ -5,6 +5,10 @@
 //! question, its own seed), timing the first token and the gaps between tokens. Prints
 //! one summary line: requests answered / refused (by status) / failed, output tokens per
 //! second, TTFT and inter-token latency p50/p99, and the KV blocks in use at the end.
+//! Against tl's `serve` a second line says where the first token waited (from /metrics,
+//! the level's deltas): queue wait, step and forward time, tokens and prefill tokens per
+//! step, prompt tokens served from the prefix cache. `--server llama-server` runs the same
+//! clients against llama.cpp's server (no tl metrics, no KV check).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -33,6 +37,13 @@ struct Cli {
     /// max_tokens of each request.
     #[arg(long, default_value_t = 32)]
     max_tokens: u32,
+    /// What answers: `tl` (serve: its metrics are read and its pool checked) or
+    /// `llama-server`.
+    #[arg(long, default_value = "tl", value_parser = ["tl", "llama-server"])]
+    server: String,
+    /// The name printed at the start of the summary line (default: --server).
+    #[arg(long)]
+    label: Option<String>,
 }
 
 #[derive(Default)]
@@ -41,6 +52,7 @@ struct Tally {
     refused: Vec<u16>,
     failed: Vec<String>,
     tokens: usize,
+    prompt_tokens: usize,
     ttft: Vec<f64>,
     itl: Vec<f64>,
 }
@@ -72,8 +84,16 @@ fn head(r: &mut BufReader<TcpStream>) -> std::io::Result<(u16, bool)> {
     Ok((status, chunked))
 }
 
-/// One streamed request: (completion tokens, ttft, inter-token gaps) or a status.
-fn one(cli: &Cli, i: usize) -> Result<(usize, f64, Vec<f64>), Result<u16, String>> {
+/// What one streamed request measured.
+struct Done {
+    tokens: usize,
+    prompt_tokens: usize,
+    ttft: f64,
+    gaps: Vec<f64>,
+}
+
+/// One streamed request, or a status.
+fn one(cli: &Cli, i: usize) -> Result<Done, Result<u16, String>> {
     let questions = ["What is a cache?", "Name three colours.", "Why do cats purr?", "Explain rain in one line."];
     let body = json!({"model": cli.model, "seed": i, "temperature": 0.8, "max_tokens": cli.max_tokens,
         "stream": true, "stream_options": {"include_usage": true}, "logprobs": true,
@@ -86,7 +106,7 @@ fn one(cli: &Cli, i: usize) -> Result<(usize, f64, Vec<f64>), Result<u16, String
     if status != 200 || !chunked {
         return Err(Ok(status));
     }
-    let (mut first, mut last, mut gaps, mut tokens) = (None, t0, Vec::new(), 0);
+    let (mut first, mut last, mut gaps, mut tokens, mut prompt_tokens) = (None, t0, Vec::new(), 0, 0);
     let mut buf = String::new();
     loop {
         let mut line = String::new();
@@ -110,8 +130,15 @@ fn one(cli: &Cli, i: usize) -> Result<(usize, f64, Vec<f64>), Result<u16, String
             }
             if let Some(u) = v["usage"]["completion_tokens"].as_u64() {
                 tokens = u as usize;
+                prompt_tokens = v["usage"]["prompt_tokens"].as_u64().unwrap_or(0) as usize;
             }
-            let k = v["choices"][0]["logprobs"]["content"].as_array().map_or(0, Vec::len);
+            let c = &v["choices"][0];
+            // Tokens in this chunk: its logprobs entries, or one for a chunk of text from a
+            // server that sends no logprobs.
+            let k = match c["logprobs"]["content"].as_array() {
+                Some(a) => a.len(),
+                None => usize::from(c["delta"]["content"].as_str().is_some_and(|t| !t.is_empty())),
+            };
             if k > 0 {
                 let now = Instant::now();
                 match first {
@@ -123,7 +150,7 @@ fn one(cli: &Cli, i: usize) -> Result<(usize, f64, Vec<f64>), Result<u16, String
             }
         }
     }
-    Ok((tokens, first.unwrap_or(0.0), gaps))
+    Ok(Done { tokens, prompt_tokens, ttft: first.unwrap_or(0.0), gaps })
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -134,11 +161,36 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-fn metric(addr: &str, name: &str) -> Option<f64> {
+fn scrape(addr: &str) -> Option<String> {
     let mut r = http(addr, "GET", "/metrics", "").ok()?;
     let mut text = String::new();
     r.read_to_string(&mut text).ok()?;
-    text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+    Some(text)
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.split([' ', '{']).next() == Some(name) || l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Where the first token waited, from two scrapes of tl's /metrics around the level.
+fn breakdown(before: &str, after: &str, answered: usize) -> String {
+    let d = |name: &str| metric(after, name).unwrap_or(0.0) - metric(before, name).unwrap_or(0.0);
+    let mean = |name: &str| d(&format!("{name}_sum")) / d(&format!("{name}_count")).max(1.0);
+    let steps = d("tl_step_seconds_count");
+    format!(
+        "engine: queue wait mean {:.0} ms; engine TTFT mean {:.0} ms; {:.0} steps, mean {:.0} ms (forward {:.0} ms), {:.1} tokens/step of which {:.1} prefill; prefix cache {:.1} prompt tokens/request",
+        mean("tl_queue_wait_seconds") * 1e3,
+        mean("tl_time_to_first_token_seconds") * 1e3,
+        steps,
+        mean("tl_step_seconds") * 1e3,
+        mean("tl_step_forward_seconds") * 1e3,
+        mean("tl_step_tokens"),
+        mean("tl_step_prefill_tokens"),
+        d("tl_prefix_cache_hit_tokens_total") / answered.max(1) as f64,
+    )
 }
 
 fn main() -> ExitCode {
@@ -149,6 +201,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let tl = cli.server == "tl";
+    let before = if tl { scrape(&cli.addr).unwrap_or_default() } else { String::new() };
     let tally = Arc::new(Mutex::new(Tally::default()));
     let deadline = Instant::now() + Duration::from_secs(cli.seconds);
     let t0 = Instant::now();
@@ -162,11 +216,12 @@ fn main() -> ExitCode {
                     i += cli.concurrency;
                     let Ok(mut t) = tally.lock() else { return };
                     match res {
-                        Ok((n, ttft, gaps)) => {
+                        Ok(d) => {
                             t.ok += 1;
-                            t.tokens += n;
-                            t.ttft.push(ttft);
-                            t.itl.extend(gaps);
+                            t.tokens += d.tokens;
+                            t.prompt_tokens += d.prompt_tokens;
+                            t.ttft.push(d.ttft);
+                            t.itl.extend(d.gaps);
                         }
                         Err(Ok(status)) => t.refused.push(status),
                         Err(Err(e)) => t.failed.push(e),
@@ -180,14 +235,17 @@ fn main() -> ExitCode {
     }
     let wall = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(200));
-    let in_use = metric(&cli.addr, "tl_kv_blocks{state=\"in_use\"}");
+    let after = if tl { scrape(&cli.addr).unwrap_or_default() } else { String::new() };
+    let in_use = metric(&after, "tl_kv_blocks{state=\"in_use\"}");
     let Ok(mut t) = tally.lock() else { return ExitCode::FAILURE };
     let ms = |x: f64| x * 1e3;
     let (ttft50, ttft99) = (ms(pct(&mut t.ttft, 0.5)), ms(pct(&mut t.ttft, 0.99)));
     let (itl50, itl99) = (ms(pct(&mut t.itl, 0.5)), ms(pct(&mut t.itl, 0.99)));
     println!(
-        "concurrency {:>3}: {} answered, {} refused {:?}, {} failed; {:.1} output tok/s over {:.1} s; \
-         TTFT p50 {:.0} ms p99 {:.0} ms; ITL p50 {:.1} ms p99 {:.1} ms; KV blocks in use at the end: {}",
+        "[{}] concurrency {:>3}: {} answered, {} refused {:?}, {} failed; {:.1} output tok/s over {:.1} s; \
+         TTFT p50 {:.0} ms p99 {:.0} ms; ITL p50 {:.1} ms p99 {:.1} ms; {:.1} prompt tokens/request; \
+         KV blocks in use at the end: {}",
+        cli.label.as_deref().unwrap_or(&cli.server),
         cli.concurrency,
         t.ok,
         t.refused.len(),
@@ -199,12 +257,16 @@ fn main() -> ExitCode {
         ttft99,
         itl50,
         itl99,
+        t.prompt_tokens as f64 / t.ok.max(1) as f64,
         in_use.map_or("unknown".into(), |v| v.to_string()),
     );
+    if tl {
+        println!("    {}", breakdown(&before, &after, t.ok));
+    }
     for f in t.failed.iter().take(3) {
         eprintln!("failed: {f}");
     }
-    if t.failed.is_empty() && in_use == Some(0.0) {
+    if t.failed.is_empty() && (!tl || in_use == Some(0.0)) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -1,0 +1,81 @@
+//! Partial-block prefix reuse: the prefix cache below block granularity.
+//!
+//! The pool's prefix index finds whole blocks by their chained hash. A prompt rarely ends
+//! on a block boundary, so the tail of a shared prompt (a system prompt plus the same
+//! question, say) would be prefilled again on every request: up to `block_tokens - 1`
+//! tokens, which at 1B on two cores is most of a step. This index remembers, for every
+//! registered block, its parent hash and its tokens; on admission the scheduler takes
+//! the registered child of its last full hit that shares the longest run of leading
+//! tokens with its own next block, and copies those slots' K/V into its fresh block.
+//!
+//! The copy changes no bit of any answer: the K/V of position j is a function of tokens
+//! 0..=j only, and the forward gives it the same bits in any chunking and batch
+//! (docs/forward.md), so copied slots hold exactly what a prefill would have written.
+
+use tl_core::{KvBackend, KvError};
+
+/// What was registered in one block: its parent's chained hash (`None` for a first
+/// block), its own hash, and its tokens, `(block_tokens,)`.
+struct Entry {
+    parent: Option<u64>,
+    hash: u64,
+    tokens: Box<[u32]>,
+}
+
+/// One entry per block id, overwritten when the id is registered again. An entry whose
+/// block was evicted since is stale; the pool's `lookup` tells (the hash is gone).
+pub(crate) struct PartialIndex {
+    by_block: Vec<Option<Entry>>,
+}
+
+impl PartialIndex {
+    pub(crate) fn new(n_blocks: usize) -> PartialIndex {
+        PartialIndex { by_block: (0..n_blocks).map(|_| None).collect() }
+    }
+
+    /// Block `id` was registered under `hash` with these tokens.
+    pub(crate) fn record(&mut self, id: u32, parent: Option<u64>, hash: u64, tokens: &[u32]) {
+        if let Some(slot) = self.by_block.get_mut(id as usize) {
+            *slot = Some(Entry { parent, hash, tokens: tokens.into() });
+        }
+    }
+
+    /// Registered children of `parent` sharing at least one leading token with `want`,
+    /// as (hash, shared tokens), longest first (ties: lowest block id first, so the
+    /// choice is reproducible; any of them holds the same K/V for the shared slots).
+    pub(crate) fn candidates(&self, parent: Option<u64>, want: &[u32]) -> Vec<(u64, usize)> {
+        let mut out: Vec<(u64, usize)> = self
+            .by_block
+            .iter()
+            .flatten()
+            .filter(|e| e.parent == parent)
+            .map(|e| (e.hash, e.tokens.iter().zip(want).take_while(|(a, b)| a == b).count()))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1));
+        out
+    }
+}
+
+/// Copy slots `0..n` of every layer's K and V, every KV head, from block `src` to `dst`,
+/// and mark `dst` as holding `n` slots.
+pub(crate) fn copy_slots(pool: &mut dyn KvBackend, src: u32, dst: u32, n: usize) -> Result<(), KvError> {
+    let g = pool.geometry();
+    let span = n * g.head_dim as usize; // (n, head_dim) per head, contiguous in a slab
+    let mut buf = vec![0u16; span * g.n_kv_heads as usize]; // (n_kv_heads, n, head_dim)
+    for layer in 0..g.n_layers {
+        for is_v in [false, true] {
+            let from = pool.slab(src, layer, is_v)?;
+            for h in 0..g.n_kv_heads as usize {
+                let o = g.offset(h, 0);
+                buf[h * span..(h + 1) * span].copy_from_slice(&from[o..o + span]);
+            }
+            let to = pool.slab_mut(dst, layer, is_v)?;
+            for h in 0..g.n_kv_heads as usize {
+                let o = g.offset(h, 0);
+                to[o..o + span].copy_from_slice(&buf[h * span..(h + 1) * span]);
+            }
+        }
+    }
+    pool.set_fill(dst, n as u32)
+}

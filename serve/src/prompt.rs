@@ -1,0 +1,55 @@
+//! A request body's prompt tokens, as `serve` makes them: chat turns through the model's
+//! chat template, completion prompts as text (special tokens parsed) or ids. Shared by the
+//! handlers and `verify`, so both feed the engine the same tokens for the same body.
+
+use serde_json::Value;
+use tl_core::{ChatTemplate, Message, ModelConfig, Tokenizer};
+
+use crate::api::{self, ApiError, Body};
+
+/// The model's chat template, or ChatML ([`crate::FALLBACK_TEMPLATE`]) when it has none.
+pub fn template_of(cfg: &ModelConfig) -> Result<ChatTemplate, String> {
+    match ChatTemplate::load(cfg).map_err(|e| e.to_string())? {
+        Some(t) => Ok(t),
+        None => ChatTemplate::new(crate::FALLBACK_TEMPLATE, vec![]).map_err(|e| e.to_string()),
+    }
+}
+
+fn tok_err(param: &str) -> impl Fn(tl_core::TokenizerError) -> ApiError + '_ {
+    move |e| ApiError::bad(param, e.to_string())
+}
+
+/// `messages` rendered with `template` (with the generation prompt) and tokenized.
+pub fn chat(tok: &Tokenizer, template: &ChatTemplate, b: &Body) -> Result<Vec<u32>, ApiError> {
+    let msgs = b.messages.as_deref().unwrap_or_default();
+    if msgs.is_empty() {
+        return Err(ApiError::bad("messages", "messages must be a non-empty list"));
+    }
+    // As handlers::chat without `tools` (a request with tools adds them: tools.rs).
+    let turns: Vec<Message> = msgs.iter().enumerate().map(|(i, m)| api::message(i, m)).collect::<Result<_, _>>()?;
+    let text =
+        template.render_with_tools(&turns, None, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    // The template writes any BOS itself.
+    tok.encode(&text).map_err(tok_err("messages"))
+}
+
+/// `prompt`: a string, a list of one string, or token ids; an empty one is `bos`.
+pub fn completion(tok: &Tokenizer, bos: Option<u32>, b: &Body) -> Result<Vec<u32>, ApiError> {
+    let bad = || ApiError::bad("prompt", "prompt must be a string, a list of one string, or a list of token ids");
+    let mut prompt = match &b.prompt {
+        Some(Value::String(s)) => tok.encode_with_special(s).map_err(tok_err("prompt"))?,
+        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
+            tok.encode_with_special(a[0].as_str().unwrap_or_default()).map_err(tok_err("prompt"))?
+        }
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(bad))
+            .collect::<Result<_, _>>()?,
+        _ => return Err(bad()),
+    };
+    if prompt.is_empty() {
+        // An empty prompt starts from BOS, as the command-line tools do.
+        prompt.extend(bos);
+    }
+    Ok(prompt)
+}

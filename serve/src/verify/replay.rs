@@ -1,0 +1,206 @@
+//! `verify --replay FILE`: rerun a saved `serve` request and compare its `choices`.
+//!
+//! The file is one JSON object, `{"request": <the request body>, "response": <serve's
+//! JSON answer>}` (a non-streamed `/v1/chat/completions` or `/v1/completions` answer with
+//! its `system_fingerprint`). The response's fingerprint must be this model's and build's:
+//! only then does the promise hold (docs/serving.md), and a different one is an error, not
+//! a difference. The request goes through serve's own router in process, so the bytes
+//! compared are the ones serve would send.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::VerifyError;
+use crate::{AppState, Options};
+
+/// A replay file, checked.
+#[derive(Debug)]
+pub struct Replay {
+    /// The request body.
+    pub request: Value,
+    /// The saved answer.
+    pub response: Value,
+    /// `/v1/chat/completions` or `/v1/completions`.
+    pub endpoint: &'static str,
+    /// The saved answer's `system_fingerprint`.
+    pub fingerprint: String,
+}
+
+/// What the rerun showed.
+#[derive(Debug)]
+pub struct Outcome {
+    /// `None`: the `choices` are byte-identical; else where they first depart.
+    pub diff: Option<String>,
+    /// Choices and tokens compared, for the report line.
+    pub summary: String,
+}
+
+impl Replay {
+    /// Read and check `path`.
+    pub fn open(path: &Path) -> Result<Replay, VerifyError> {
+        let bad = |reason: String| VerifyError::Replay { path: path.to_path_buf(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let shape = "expected {\"request\": <request body>, \"response\": <serve's answer>}";
+        let (Some(request), Some(response)) = (v.get("request"), v.get("response")) else {
+            return Err(bad(format!("no \"request\" or \"response\" field; {shape}")));
+        };
+        if !request.is_object() || !response.is_object() {
+            return Err(bad(format!("\"request\" and \"response\" must be objects; {shape}")));
+        }
+        if request.get("stream").and_then(Value::as_bool) == Some(true) {
+            return Err(bad("the request streams; replay needs a non-streamed request and its JSON answer".into()));
+        }
+        if let Some(e) = response.get("error") {
+            return Err(bad(format!("the response is an error, nothing to reproduce: {e}")));
+        }
+        let fingerprint = response
+            .get("system_fingerprint")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("the response has no \"system_fingerprint\"".into()))?
+            .to_string();
+        if !response.get("choices").is_some_and(Value::is_array) {
+            return Err(bad("the response has no \"choices\" list".into()));
+        }
+        if request.get("seed").and_then(Value::as_i64).is_none() {
+            return Err(bad("the request has no integer \"seed\": an unseeded answer cannot be reproduced".into()));
+        }
+        let endpoint = match (response.get("object").and_then(Value::as_str), request.get("messages")) {
+            (Some("chat.completion"), _) | (None, Some(_)) => "/v1/chat/completions",
+            (Some("text_completion"), _) | (None, None) => "/v1/completions",
+            (Some(o), _) => return Err(bad(format!("the response's object {o:?} is not a completion"))),
+        };
+        Ok(Replay { request: request.clone(), response: response.clone(), endpoint, fingerprint })
+    }
+
+    /// Load the model with `opts` (the request's `model` name is taken from the file's
+    /// answer), check the fingerprint, rerun the request, compare.
+    pub fn run(&self, path: &Path, mut opts: Options) -> Result<Outcome, VerifyError> {
+        opts.model_name = self.response.get("model").and_then(Value::as_str).map(String::from).or(opts.model_name);
+        let model: PathBuf = opts.model.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| VerifyError::Request(format!("tokio runtime: {e}")))?;
+        let answer = rt.block_on(async {
+            let st =
+                AppState::load(&opts).map_err(|e| VerifyError::Model { path: model.clone(), reason: e.to_string() })?;
+            if st.fingerprint != self.fingerprint {
+                return Err(VerifyError::Replay {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "saved with system_fingerprint {}, this model and build give {} (another model file, \
+                         --weights mode or tl version): the answer is not promised to be reproducible",
+                        self.fingerprint, st.fingerprint
+                    ),
+                });
+            }
+            let req = axum::http::Request::post(self.endpoint)
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(self.request.to_string()))
+                .map_err(|e| VerifyError::Request(e.to_string()))?;
+            let resp = crate::router(Arc::clone(&st))
+                .oneshot(req)
+                .await
+                .map_err(|e| VerifyError::Request(format!("serve: {e}")))?;
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .map_err(|e| VerifyError::Request(format!("serve's answer: {e}")))?;
+            st.engine.shutdown(std::time::Duration::ZERO);
+            let v: Value = serde_json::from_slice(&bytes).map_err(|e| VerifyError::Request(e.to_string()))?;
+            if !status.is_success() {
+                return Err(VerifyError::Request(format!("serve answered {status}: {}", v["error"]["message"])));
+            }
+            Ok(v)
+        })?;
+        Ok(compare(&self.response["choices"], &answer["choices"]))
+    }
+}
+
+/// Per token of one choice: (text, logprob, the whole entry), from either answer shape.
+fn tokens(choice: &Value) -> Option<Vec<(String, Value, Value)>> {
+    let lp = choice.get("logprobs").filter(|l| !l.is_null())?;
+    if let Some(content) = lp.get("content").and_then(Value::as_array) {
+        return Some(
+            content
+                .iter()
+                .map(|e| (e["token"].as_str().unwrap_or("").into(), e["logprob"].clone(), e.clone()))
+                .collect(),
+        );
+    }
+    let toks = lp.get("tokens")?.as_array()?;
+    let lps = lp.get("token_logprobs")?.as_array()?;
+    let tops = lp.get("top_logprobs").and_then(Value::as_array);
+    Some(
+        toks.iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let top = tops.and_then(|v| v.get(i)).cloned().unwrap_or(Value::Null);
+                let lp = lps.get(i).cloned().unwrap_or(Value::Null);
+                (t.as_str().unwrap_or("").into(), lp.clone(), serde_json::json!([t, lp, top]))
+            })
+            .collect(),
+    )
+}
+
+fn text(choice: &Value) -> &str {
+    choice["message"]["content"].as_str().or_else(|| choice["text"].as_str()).unwrap_or("")
+}
+
+/// Where `now` first departs from `saved` (both `choices` lists), by choice and token.
+pub fn compare(saved: &Value, now: &Value) -> Outcome {
+    let (a, b) = (saved.as_array().cloned().unwrap_or_default(), now.as_array().cloned().unwrap_or_default());
+    let n_tokens: usize = a.iter().filter_map(tokens).map(|t| t.len()).sum();
+    let summary = format!("{} choice{}, {n_tokens} tokens with logprobs", a.len(), if a.len() == 1 { "" } else { "s" });
+    if saved.to_string() == now.to_string() {
+        return Outcome { diff: None, summary };
+    }
+    let diff = (|| {
+        if a.len() != b.len() {
+            return format!("the number of choices: {} saved, {} now", a.len(), b.len());
+        }
+        for (c, (x, y)) in a.iter().zip(&b).enumerate() {
+            if x.to_string() == y.to_string() {
+                continue;
+            }
+            if let (Some(tx), Some(ty)) = (tokens(x), tokens(y)) {
+                for (i, (p, q)) in tx.iter().zip(&ty).enumerate() {
+                    if p.0 != q.0 || p.1 != q.1 {
+                        return format!(
+                            "choice {c}, token {i}: saved {:?} (logprob {}), now {:?} (logprob {})",
+                            p.0, p.1, q.0, q.1
+                        );
+                    }
+                    if p.2 != q.2 {
+                        return format!("choice {c}, token {i} ({:?}): its top logprobs differ", p.0);
+                    }
+                }
+                if tx.len() != ty.len() {
+                    return format!(
+                        "choice {c}, token {}: saved {} tokens, now {}",
+                        tx.len().min(ty.len()),
+                        tx.len(),
+                        ty.len()
+                    );
+                }
+            }
+            let (sx, sy) = (text(x), text(y));
+            if sx != sy {
+                let k = sx.chars().zip(sy.chars()).take_while(|(p, q)| p == q).count();
+                let rest = |s: &str| s.chars().skip(k).take(20).collect::<String>();
+                return format!("choice {c}, text character {k}: saved {:?}, now {:?}", rest(sx), rest(sy));
+            }
+            if x["finish_reason"] != y["finish_reason"] {
+                return format!("choice {c}, finish_reason: saved {}, now {}", x["finish_reason"], y["finish_reason"]);
+            }
+            return format!("choice {c}: saved {x}, now {y}");
+        }
+        "the choices' bytes".into()
+    })();
+    Outcome { diff: Some(diff), summary }
+}

@@ -1,0 +1,198 @@
+//! `verify`, as a user runs it: every condition identical on the tiny fixture and on
+//! SmolLM2 (exit 0); `--replay` of a pair saved from a running `serve` says identical, a
+//! tampered one (one token changed) exits 1 naming the position, and bad files or another
+//! model's fingerprint are one-line errors (exit 2).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::{json, Value};
+use tl_engine::{FinishReason, TokenInfo};
+use tl_serve::verify::{first_difference, Trace};
+
+fn verify(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_verify")).args(args).output().expect("run verify");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// Every condition line, checked: the reference first, then each condition identical, the
+/// summary last.
+fn all_identical(stdout: &str, batches: usize, chunks: usize, threads: usize) {
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("reference: alone"), "{stdout}");
+    let conditions: Vec<&&str> = lines.iter().filter(|l| l.contains(": identical")).collect();
+    let expected = batches + chunks + (threads - 1) + 3;
+    assert_eq!(conditions.len(), expected, "{stdout}");
+    for (what, n) in
+        [("batch of ", batches), ("prefill chunks of ", chunks), ("prefix-cache hit", 2), ("preemption", 1)]
+    {
+        assert_eq!(conditions.iter().filter(|l| l.starts_with(what)).count(), n, "{what}: {stdout}");
+    }
+    assert!(!stdout.contains("DIFFERS"), "{stdout}");
+    assert!(stdout.contains(&format!("all {expected} conditions identical")), "{stdout}");
+    // The conditions were exercised: the cache served tokens, the pool preempted.
+    let pre = lines.iter().find(|l| l.starts_with("preemption")).expect("preemption line");
+    assert!(!pre.contains("(0 preemptions"), "{pre}");
+}
+
+#[test]
+fn verify_on_the_tiny_fixture_finds_every_condition_identical() {
+    let model = tiny();
+    let (code, out, err) = verify(&[
+        "--model",
+        &model.to_string_lossy(),
+        "--prompt",
+        "You are a careful assistant. What is a KV cache?",
+        "--seed",
+        "7",
+        "--temperature",
+        "0.9",
+        "--top-p",
+        "0.95",
+        "--repetition-penalty",
+        "1.1",
+        "--max-tokens",
+        "40",
+        "--threads",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    all_identical(&out, 6, 3, 2);
+}
+
+#[test]
+fn verify_on_smollm2_finds_every_condition_identical() {
+    let Some(model) = smollm2() else { return };
+    let (code, out, err) = verify(&[
+        "--model",
+        &model.to_string_lossy(),
+        "--messages",
+        r#"[{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Name a colour."}]"#,
+        "--seed",
+        "3",
+        "--temperature",
+        "0.8",
+        "--max-tokens",
+        "12",
+        "--threads",
+        "2",
+        "--batches",
+        "2,8,64",
+        "--chunks",
+        "1,13",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    all_identical(&out, 3, 2, 2);
+}
+
+/// A request/response pair saved from a running serve, as the docs say to make one.
+fn saved_pair(dir: &Path) -> (PathBuf, Value) {
+    let s = Server::start(options(tiny(), 256, 16, 8, 16));
+    let request = json!({"model": "tiny-llama", "seed": 11, "temperature": 0.9, "max_tokens": 16,
+        "logprobs": true, "top_logprobs": 2,
+        "messages": [{"role": "user", "content": "What is a cache?"}]});
+    let r = s.post("/v1/chat/completions", &request);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let pair = json!({"request": request, "response": r.json()});
+    let path = dir.join("pair.json");
+    std::fs::write(&path, pair.to_string()).expect("write");
+    (path, pair)
+}
+
+#[test]
+fn replay_confirms_a_saved_answer_and_names_where_a_tampered_one_departs() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let (path, pair) = saved_pair(d.path());
+    let model = tiny();
+    let m = model.to_string_lossy();
+    let (code, out, err) = verify(&["--model", &m, "--replay", &path.to_string_lossy()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": identical (1 choice, 16 tokens"), "{out}");
+
+    // One token changed: its text and logprob, and the message text with it.
+    let mut bad = pair.clone();
+    let tok = &mut bad["response"]["choices"][0]["logprobs"]["content"][5];
+    let old = tok["token"].as_str().expect("token").to_string();
+    let new = if old == "x" { "y" } else { "x" };
+    tok["token"] = json!(new);
+    tok["logprob"] = json!(-0.125);
+    let tampered = d.path().join("tampered.json");
+    std::fs::write(&tampered, bad.to_string()).expect("write");
+    let (code, out, err) = verify(&["--model", &m, "--replay", &tampered.to_string_lossy()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("DEPARTS at choice 0, token 5:"), "{out}");
+    assert!(out.contains(&format!("saved {new:?} (logprob -0.125)")), "{out}");
+}
+
+#[test]
+fn replay_refuses_bad_files_and_another_fingerprint_in_one_line() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let (_, pair) = saved_pair(d.path());
+    let model = tiny();
+    let m = model.to_string_lossy();
+    let write = |name: &str, text: String| {
+        let p = d.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p.to_string_lossy().into_owned()
+    };
+    let mut other = pair.clone();
+    other["response"]["system_fingerprint"] = json!("fp_0123456789abcdef");
+    let mut streamed = pair.clone();
+    streamed["request"]["stream"] = json!(true);
+    let mut unseeded = pair.clone();
+    unseeded["request"].as_object_mut().expect("object").remove("seed");
+    let cases = [
+        (d.path().join("missing.json").to_string_lossy().into_owned(), "cannot read it"),
+        (write("garbage.json", "{\"request\": ".into()), "not JSON"),
+        (write("shape.json", json!({"req": {}, "resp": {}}).to_string()), "no \"request\" or \"response\""),
+        (write("other.json", other.to_string()), "saved with system_fingerprint fp_0123456789abcdef"),
+        (write("streamed.json", streamed.to_string()), "the request streams"),
+        (write("unseeded.json", unseeded.to_string()), "no integer \"seed\""),
+    ];
+    for (file, want) in cases {
+        let (code, out, err) = verify(&["--model", &m, "--replay", &file]);
+        assert_eq!(code, 2, "{file}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "{file}: one line: {err}");
+        assert!(err.starts_with("error: ") && err.contains(want), "{file}: {err}");
+    }
+    let (code, _, err) = verify(&["--model", &m]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--prompt, --messages or --request"), "{err}");
+}
+
+#[test]
+fn first_difference_names_the_token_the_ids_and_the_logprob_difference() {
+    let tok = |id, logprob: f64, top: &[(u32, f64)]| TokenInfo { id, logprob, top: top.to_vec() };
+    let trace = |tokens: Vec<TokenInfo>| Trace {
+        tokens,
+        text: "ab".into(),
+        finish: FinishReason::Length,
+        cached: 0,
+        preempted: 0,
+    };
+    let a = trace(vec![tok(1, -0.5, &[(1, -0.5), (2, -1.0)]), tok(3, -0.25, &[(3, -0.25), (4, -2.0)])]);
+    assert_eq!(first_difference(&a, &a.clone()), None);
+    // Another id at token 1; the reference's id is among this run's alternatives.
+    let b = trace(vec![a.tokens[0].clone(), tok(4, -0.5, &[(4, -0.5), (3, -0.75)])]);
+    let d = first_difference(&a, &b).expect("differs");
+    assert!(d.starts_with("token 1: id 3 vs id 4;") && d.contains("-0.75 here, logprob difference -5e-1"), "{d}");
+    // The same id, one bit of its logprob off.
+    let mut c = a.clone();
+    c.tokens[1].logprob = f64::from_bits((-0.25f64).to_bits() + 1);
+    let d = first_difference(&a, &c).expect("differs");
+    assert!(d.starts_with("token 1: id 3 in both, logprob -0.25 vs -0.25000000000000006"), "{d}");
+    // A top alternative's bits.
+    let mut t = a.clone();
+    t.tokens[0].top[1].1 = -1.0000001;
+    assert!(first_difference(&a, &t).expect("differs").starts_with("token 0: id 1 in both, its top logprobs differ"));
+    // One output stops early.
+    let mut e = a.clone();
+    e.tokens.pop();
+    e.finish = FinishReason::Stop;
+    let d = first_difference(&a, &e).expect("differs");
+    assert!(d.starts_with("token 1: only the reference goes on (id 3)"), "{d}");
+}
