@@ -166,21 +166,22 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
     }
 }
 
-/// `(a, b)` of sub-block `s` for the 16 rows of the panel block at `blk`, whose `d` and
-/// `dm` (loaded once per block, see [`scales`]) are given.
+/// `(a, b)` of sub-block `s` for the 16 rows of the panel block at `blk`.
 #[inline(always)]
-unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, (d, dm): (I::V, I::V), s: usize) -> (I::V, I::V) {
+unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I::V) {
+    let d = I::ld_f16(blk as *const u16);
+    let dm = || I::ld_f16(blk.add(NR * 2) as *const u16);
     let sc = blk.add(l.sc + s * NR);
     match f {
         Blk::Q5_0 => (d, I::mul(d, I::splat_v(-16.0))),
-        Blk::Q5_1 => (d, dm),
+        Blk::Q5_1 => (d, dm()),
         Blk::Iq4Nl => (d, I::zero()),
         Blk::Q2K => {
             let byte = I::ld_u8(sc);
-            (I::mul(d, I::cvt(I::and(byte, 15))), I::mul(dm, I::cvt(I::shr(byte, 4))))
+            (I::mul(d, I::cvt(I::and(byte, 15))), I::mul(dm(), I::cvt(I::shr(byte, 4))))
         }
         Blk::Q4K | Blk::Q5K => {
-            (I::mul(d, I::ld_i8(sc as *const i8)), I::mul(dm, I::ld_i8(blk.add(l.sc + (8 + s) * NR) as *const i8)))
+            (I::mul(d, I::ld_i8(sc as *const i8)), I::mul(dm(), I::ld_i8(blk.add(l.sc + (8 + s) * NR) as *const i8)))
         }
         Blk::Q3K => {
             let a = I::mul(d, I::ld_i8(sc as *const i8));
@@ -193,20 +194,14 @@ unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, (d, dm): (I::V, I::V),
     }
 }
 
-/// The block's `d` and `dm` (zero where the type has none), widened.
+/// `(q >> from) & (2^width - 1)`, moved to bit `to`: one shift and one mask.
 #[inline(always)]
-unsafe fn scales<I: Isa>(l: Layout, blk: *const u8) -> (I::V, I::V) {
-    let d = I::ld_f16(blk as *const u16);
-    (d, if l.dm { I::ld_f16(blk.add(NR * 2) as *const u16) } else { I::zero() })
-}
-
-/// `q` with bit `from` moved to bit `to` (the other bits moved alike, not masked).
-#[inline(always)]
-unsafe fn moved<I: Isa>(q: I::U, from: u32, to: u32) -> I::U {
-    match from.cmp(&to) {
-        std::cmp::Ordering::Equal => q,
-        std::cmp::Ordering::Greater => I::shr(q, from - to),
-        std::cmp::Ordering::Less => I::shl(q, to - from),
+unsafe fn field<I: Isa>(q: I::U, from: u32, width: u32, to: u32) -> I::U {
+    let mask = ((1u32 << width) - 1) << to;
+    if from >= to {
+        I::and(I::shr(q, from - to), mask)
+    } else {
+        I::and(I::shl(q, to - from), mask)
     }
 }
 
@@ -230,12 +225,10 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
     let per_lo = 32 / l.lb as usize;
     let per_hi = 32 / l.hb.max(1) as usize;
     let blk = |p: usize| panel(p).add(b * l.bytes);
-    let ds: [(I::V, I::V); NP] = std::array::from_fn(|p| scales::<I>(l, blk(p)));
-    let lmask = (1u32 << l.lb) - 1;
     for s in 0..k / sub {
         let (mut a, mut c) = ([I::zero(); NP], [I::zero(); NP]);
         for p in 0..NP {
-            (a[p], c[p]) = coef::<I>(f, l, blk(p), ds[p], s);
+            (a[p], c[p]) = coef::<I>(f, l, blk(p), s);
         }
         for wi in 0..sub / per_lo {
             let k0 = s * sub + wi * per_lo;
@@ -250,13 +243,11 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
             for j in 0..per_lo {
                 let mut w = [I::zero(); NP];
                 for p in 0..NP {
-                    // The code's low bits at bit 0 and its high bits above them; the bits
-                    // further up are other codes', which `small` and `lut` never read.
-                    let mut u = moved::<I>(lo[p], l.lb * j as u32, 0);
+                    let mut u = field::<I>(lo[p], l.lb * j as u32, l.lb, 0);
                     if l.hb > 0 {
-                        u = I::sel(u, moved::<I>(hi[p], hs + l.hb * j as u32, l.lb), lmask);
+                        u = I::or(u, field::<I>(hi[p], hs + l.hb * j as u32, l.hb, l.lb));
                     }
-                    let v = if f == Blk::Iq4Nl { I::lut(u, table) } else { I::small(u, l.lb + l.hb) };
+                    let v = if f == Blk::Iq4Nl { I::lut(u, table) } else { I::cvt(u) };
                     w[p] = I::fma(v, a[p], c[p]);
                 }
                 emit(k0 + j, &w);
@@ -274,6 +265,8 @@ pub(crate) unsafe fn table<I: Isa>() -> I::T {
 /// `acc[r][p] += x[r] . W[panel p]` over all of k, for a tile of `MR` rows of `x` (row
 /// stride `inp`) and `NP` panels (`panel(p)`: the start of panel `p`); `next(p, off)`
 /// prefetches. Each lane is one FMA chain over k ascending (the crate's contract).
+// Panel index `p` addresses several arrays at once.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
     f: Blk,
@@ -284,22 +277,52 @@ pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
     acc: &mut [[I::V; NP]; MR],
 ) {
     let l = layout(f);
-    let table = table::<I>();
-    for b in 0..inp / f.k() {
+    let (k, sub) = (f.k(), f.sub());
+    let per_lo = 32 / l.lb as usize;
+    let per_hi = 32 / l.hb.max(1) as usize;
+    let table = I::table(&IQ4NL.map(|t| t as f32));
+    for b in 0..inp / k {
+        let blk = |p: usize| panel(p).add(b * l.bytes);
         for p in 0..NP {
             for c in 0..l.bytes.div_ceil(64) {
                 next(p, b * l.bytes + c * 64);
             }
         }
-        let xb = x.add(b * f.k());
-        block_weights::<I, NP>(f, panel, b, table, &mut |kk, w| {
-            for r in 0..MR {
-                let xs = I::splat(xb.add(r * inp + kk));
-                for p in 0..NP {
-                    acc[r][p] = I::fma(xs, w[p], acc[r][p]);
+        for s in 0..k / sub {
+            let (mut a, mut c) = ([I::zero(); NP], [I::zero(); NP]);
+            for p in 0..NP {
+                (a[p], c[p]) = coef::<I>(f, l, blk(p), s);
+            }
+            for wi in 0..sub / per_lo {
+                let k0 = s * sub + wi * per_lo;
+                let lo: [I::U; NP] =
+                    std::array::from_fn(|p| I::ld_u32(blk(p).add(l.lo + k0 / per_lo * NR * 4) as *const u32));
+                let hi: [I::U; NP] = if l.hb > 0 {
+                    std::array::from_fn(|p| I::ld_u32(blk(p).add(l.hi + k0 / per_hi * NR * 4) as *const u32))
+                } else {
+                    lo
+                };
+                let hs = (k0 % per_hi) as u32 * l.hb;
+                for j in 0..per_lo {
+                    let mut w = [I::zero(); NP];
+                    for p in 0..NP {
+                        let mut u = field::<I>(lo[p], l.lb * j as u32, l.lb, 0);
+                        if l.hb > 0 {
+                            u = I::or(u, field::<I>(hi[p], hs + l.hb * j as u32, l.hb, l.lb));
+                        }
+                        let v = if f == Blk::Iq4Nl { I::lut(u, table) } else { I::cvt(u) };
+                        w[p] = I::fma(v, a[p], c[p]);
+                    }
+                    let kk = b * k + k0 + j;
+                    for r in 0..MR {
+                        let xb = I::splat(x.add(r * inp + kk));
+                        for p in 0..NP {
+                            acc[r][p] = I::fma(xb, w[p], acc[r][p]);
+                        }
+                    }
                 }
             }
-        });
+        }
     }
 }
 

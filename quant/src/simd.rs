@@ -49,21 +49,17 @@ pub(crate) trait Isa: Copy {
     unsafe fn ld_u8(p: *const u8) -> Self::U;
     /// `q & m` per lane.
     unsafe fn and(q: Self::U, m: u32) -> Self::U;
+    /// `a | b` per lane.
+    unsafe fn or(a: Self::U, b: Self::U) -> Self::U;
     /// `q >> s` per lane (logical; `s < 32`).
     unsafe fn shr(q: Self::U, s: u32) -> Self::U;
     /// `q << s` per lane (`s < 32`).
     unsafe fn shl(q: Self::U, s: u32) -> Self::U;
     /// `q as f32` per lane (exact: callers pass small codes).
     unsafe fn cvt(q: Self::U) -> Self::V;
-    /// `(q & (2^bits - 1)) as f32` per lane (`bits` <= 8), the bits above ignored.
-    unsafe fn small(q: Self::U, bits: u32) -> Self::V {
-        Self::cvt(Self::and(q, (1 << bits) - 1))
-    }
-    /// `(a & m) | (b & !m)` per lane.
-    unsafe fn sel(a: Self::U, b: Self::U, m: u32) -> Self::U;
     /// A 16-entry f32 table held in registers, for [`Isa::lut`].
     unsafe fn table(t: &[f32; 16]) -> Self::T;
-    /// `t[q & 15]` per lane (the bits above ignored).
+    /// `t[q]` per lane (`q < 16`).
     unsafe fn lut(q: Self::U, t: Self::T) -> Self::V;
     /// `((q >> shift) & 15) as f32` per lane.
     unsafe fn nib(q: Self::U, shift: u32) -> Self::V;
@@ -95,8 +91,8 @@ impl Isa for Portable {
         q.map(|v| v & m)
     }
     #[inline(always)]
-    unsafe fn sel(a: Self::U, b: Self::U, m: u32) -> Self::U {
-        std::array::from_fn(|l| (a[l] & m) | (b[l] & !m))
+    unsafe fn or(a: Self::U, b: Self::U) -> Self::U {
+        std::array::from_fn(|l| a[l] | b[l])
     }
     #[inline(always)]
     unsafe fn shr(q: Self::U, s: u32) -> Self::U {
@@ -198,34 +194,8 @@ mod x86 {
             _mm512_and_si512(q, _mm512_set1_epi32(m as i32))
         }
         #[inline(always)]
-        unsafe fn sel(a: __m512i, b: __m512i, m: u32) -> __m512i {
-            // 0xE4: per bit, C ? A : B (C the mask).
-            _mm512_ternarylogic_epi32::<0xE4>(a, b, _mm512_set1_epi32(m as i32))
-        }
-        #[inline(always)]
-        unsafe fn small(q: __m512i, bits: u32) -> __m512 {
-            // vpermps reads the index's low 4 bits, vpermt2ps its low 5: a table of
-            // `i & mask` turns the code into its float in one instruction, mask included.
-            match bits {
-                2 => _mm512_permutexvar_ps(
-                    q,
-                    _mm512_setr_ps(0., 1., 2., 3., 0., 1., 2., 3., 0., 1., 2., 3., 0., 1., 2., 3.),
-                ),
-                3 => _mm512_permutexvar_ps(
-                    q,
-                    _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 0., 1., 2., 3., 4., 5., 6., 7.),
-                ),
-                4 => _mm512_permutexvar_ps(
-                    q,
-                    _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.),
-                ),
-                5 => _mm512_permutex2var_ps(
-                    _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.),
-                    q,
-                    _mm512_setr_ps(16., 17., 18., 19., 20., 21., 22., 23., 24., 25., 26., 27., 28., 29., 30., 31.),
-                ),
-                _ => _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32((1 << bits) - 1))),
-            }
+        unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
+            _mm512_or_si512(a, b)
         }
         #[inline(always)]
         unsafe fn shr(q: __m512i, s: u32) -> __m512i {
@@ -324,10 +294,8 @@ mod x86 {
             (_mm256_and_si256(q.0, m), _mm256_and_si256(q.1, m))
         }
         #[inline(always)]
-        unsafe fn sel(a: Self::U, b: Self::U, m: u32) -> Self::U {
-            let m = _mm256_set1_epi32(m as i32);
-            let f = |a, b| _mm256_or_si256(_mm256_and_si256(a, m), _mm256_andnot_si256(m, b));
-            (f(a.0, b.0), f(a.1, b.1))
+        unsafe fn or(a: Self::U, b: Self::U) -> Self::U {
+            (_mm256_or_si256(a.0, b.0), _mm256_or_si256(a.1, b.1))
         }
         #[inline(always)]
         unsafe fn shr(q: Self::U, s: u32) -> Self::U {
