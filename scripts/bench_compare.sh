@@ -34,6 +34,9 @@
 #   LLAMA_BENCH_ARGS  extra llama-bench arguments (e.g. "--poll 0"); default none, i.e.
 #             llama.cpp as its users run it
 #   LLAMA_CPP_DIR  an already-built llama.cpp to use instead of building one
+#   LLAMA_CPP_NO_AMX=1  build and use llama.cpp without AMX (scripts/build_llama_cpp.sh):
+#             for VMs whose CPUID reports AMX the kernel does not enable, where the native
+#             build dies of SIGILL unless llama-bench runs with `--repack 0`
 #   TL_BIN    a directory with tl's bench, convert and probe already built (e.g. a copy of
 #             another commit's target/release): used as they are, nothing is built;
 #             TL_COMMIT names their commit in the table
@@ -336,7 +339,7 @@ def table_1b():
     return out
 
 lines = [
-    f"machine: {machine()}; tl kernels: {tl_isa}; llama.cpp {llama_commit or '?'}"
+    f"machine: {machine()}; tl kernels: {tl_isa}; llama.cpp {llama_commit or '?'} ({llama_bin})"
     + (f" (extra llama-bench args: {' '.join(llama_extra)})" if llama_extra else ""),
     "",
     f"prefill = pp{prompt}, decode = tg{gen} after a {prompt}-token context, tok/s, "

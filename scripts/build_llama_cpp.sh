@@ -8,6 +8,12 @@
 #   Everything is cached under ${TL_CACHE:-~/.cache/tl}/llama.cpp/; a second run with the
 #   binaries present does nothing but print the path.
 #   LLAMA_CPP_PYTHON_VERSION pins the sdist (default below); JOBS sets the build's -j.
+# - LLAMA_CPP_NO_AMX=1: build into build-<version>-noamx with GGML_NATIVE=OFF and the
+#   x86 extensions named explicitly (AVX2, FMA, F16C, BMI2, AVX-512 F/VBMI/VNNI/BF16,
+#   AVX-VNNI) but no AMX. Some VMs report AMX in CPUID without enabling it (the kernel
+#   refuses the tile state), and the native build then dies of SIGILL in its repacked
+#   (`--repack 1`, llama-bench's default) path; this build runs llama.cpp as its users
+#   run it there, repacking included. The default build is left as it is.
 # - `--source`: only fetch and unpack the source; print its directory (its
 #   models/templates/ holds real chat templates: scripts/check_chat_templates.sh).
 # - `--serve`: also build llama-server, llama-speculative and llama-lookup (the serving
@@ -50,6 +56,15 @@ SRC_PARENT="$ROOT/src"
 SDIST="$SRC_PARENT/llama_cpp_python-$VERSION.tar.gz"
 SRC="$SRC_PARENT/llama_cpp_python-$VERSION/vendor/llama.cpp"
 BUILD="$ROOT/build-$VERSION"
+NO_AMX="${LLAMA_CPP_NO_AMX:-0}"
+ISA_FLAGS=(-DGGML_NATIVE=ON)
+if [ "$NO_AMX" = 1 ]; then
+    BUILD="$BUILD-noamx"
+    ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+        -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON
+        -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+        -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+fi
 BIN="$BUILD/bin"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
@@ -99,11 +114,12 @@ command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v c
     die "no C++ compiler (apt-get install g++)"
 
 # 3. Configure and build only the targets asked for. CPU backend only, tuned for this CPU
-#    (GGML_NATIVE), no network features, no web UI (which would download one).
+#    (GGML_NATIVE, or the explicit list above), no network features, no web UI (which would
+#    download one).
 log "configuring $SRC -> $BUILD"
 cmake -S "$SRC" -B "$BUILD" \
     -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON \
+    "${ISA_FLAGS[@]}" \
     -DGGML_CCACHE=OFF \
     -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_CURL=OFF \

@@ -205,6 +205,63 @@ unsafe fn field<I: Isa>(q: I::U, from: u32, width: u32, to: u32) -> I::U {
     }
 }
 
+/// The weights of GGUF block `b` of `NP` panels (`panel(p)`: the start of panel `p`), k
+/// ascending: `emit(kk, w)` gets `w[p]`, the 16 rows of panel `p` at k = `b * f.k() + kk`,
+/// each `fma(u, a, b)` as the module comment says. Both kernels read the codes through this
+/// one loop: [`accumulate`] multiplies the weights straight into its tile, [`widen`] writes
+/// them out as f32 for a tile of many rows to reuse.
+// Panel index `p` addresses several arrays at once.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn block_weights<I: Isa, const NP: usize>(
+    f: Blk,
+    panel: &impl Fn(usize) -> *const u8,
+    b: usize,
+    table: I::T,
+    emit: &mut impl FnMut(usize, &[I::V; NP]),
+) {
+    let l = layout(f);
+    let (k, sub) = (f.k(), f.sub());
+    let per_lo = 32 / l.lb as usize;
+    let per_hi = 32 / l.hb.max(1) as usize;
+    let blk = |p: usize| panel(p).add(b * l.bytes);
+    for s in 0..k / sub {
+        let (mut a, mut c) = ([I::zero(); NP], [I::zero(); NP]);
+        for p in 0..NP {
+            (a[p], c[p]) = coef::<I>(f, l, blk(p), s);
+        }
+        for wi in 0..sub / per_lo {
+            let k0 = s * sub + wi * per_lo;
+            let lo: [I::U; NP] =
+                std::array::from_fn(|p| I::ld_u32(blk(p).add(l.lo + k0 / per_lo * NR * 4) as *const u32));
+            let hi: [I::U; NP] = if l.hb > 0 {
+                std::array::from_fn(|p| I::ld_u32(blk(p).add(l.hi + k0 / per_hi * NR * 4) as *const u32))
+            } else {
+                lo
+            };
+            let hs = (k0 % per_hi) as u32 * l.hb;
+            for j in 0..per_lo {
+                let mut w = [I::zero(); NP];
+                for p in 0..NP {
+                    let mut u = field::<I>(lo[p], l.lb * j as u32, l.lb, 0);
+                    if l.hb > 0 {
+                        u = I::or(u, field::<I>(hi[p], hs + l.hb * j as u32, l.hb, l.lb));
+                    }
+                    let v = if f == Blk::Iq4Nl { I::lut(u, table) } else { I::cvt(u) };
+                    w[p] = I::fma(v, a[p], c[p]);
+                }
+                emit(k0 + j, &w);
+            }
+        }
+    }
+}
+
+/// The 16-entry table [`block_weights`] needs (IQ4_NL's code book; unused by the others).
+#[inline(always)]
+pub(crate) unsafe fn table<I: Isa>() -> I::T {
+    I::table(&IQ4NL.map(|t| t as f32))
+}
+
 /// `acc[r][p] += x[r] . W[panel p]` over all of k, for a tile of `MR` rows of `x` (row
 /// stride `inp`) and `NP` panels (`panel(p)`: the start of panel `p`); `next(p, off)`
 /// prefetches. Each lane is one FMA chain over k ascending (the crate's contract).
@@ -267,4 +324,23 @@ pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
             }
         }
     }
+}
+
+/// Widen GGUF block `b` of `NP` panels into f32: panel `p`'s `(f.k(), 16)` weights at
+/// `dst + p * stride`, k-major (the layout of an f32 panel), the same values
+/// [`accumulate`] multiplies by.
+#[inline(always)]
+pub(crate) unsafe fn widen<I: Isa, const NP: usize>(
+    f: Blk,
+    panel: &impl Fn(usize) -> *const u8,
+    b: usize,
+    table: I::T,
+    dst: *mut f32,
+    stride: usize,
+) {
+    block_weights::<I, NP>(f, panel, b, table, &mut |kk, w| {
+        for p in 0..NP {
+            I::st(dst.add(p * stride + kk * NR), w[p]);
+        }
+    });
 }

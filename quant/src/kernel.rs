@@ -229,6 +229,9 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
 /// flight to hide the FMA latency (each chain is serial in k by contract).
 #[inline(always)]
 unsafe fn run<I: Isa, const MRX: usize, const NPX: usize, const NPS: usize>(j: &Job, m: usize, pa: usize, pe: usize) {
+    if crate::staged::wanted(j.kind, m, MRX) {
+        return crate::staged::run::<I, MRX, NPX>(j, m, pa, pe);
+    }
     let wide = if m <= 2 { NPS } else { NPX };
     let mut p = pa;
     while p < pe {

@@ -21,6 +21,7 @@ mod kernel;
 mod linear;
 mod pack;
 mod simd;
+mod staged;
 
 pub use error::QuantError;
 pub use ggml::dequantize;

@@ -4,7 +4,9 @@
 #   FILES_1B  a JSON file: config name -> path, tensor bytes, bytes per token, FLOPs terms
 #   PROBE_1B  the probe's JSON lines (read bandwidth and FMA peak at each thread count)
 # Every step writes NAME.tmp and renames it, so an interrupted build leaves no half file
-# under a final name; each step's tool output goes to a .log beside its file.
+# under a final name: only final names are ever tested or used, and a rerun deletes the
+# .tmp a killed run left and makes that file again. Each step's tool output goes to a .log
+# beside its file.
 
 DIR_1B="$CACHE/llama-1b-shape"
 HF_1B="$DIR_1B/hf"
@@ -34,6 +36,7 @@ CONVERT_PY="$(extra_venv)"
 BF16_1B="$DIR_1B/llama-1b-shape.BF16.gguf"
 if [ ! -s "$BF16_1B" ]; then
     log "making $BF16_1B (convert_hf_to_gguf.py of the llama.cpp source, --outtype bf16)"
+    rm -f "$BF16_1B.tmp"
     "$CONVERT_PY" "$LLAMA_SRC/convert_hf_to_gguf.py" "$HF_1B" --outtype bf16 --outfile "$BF16_1B.tmp" \
         >"$BF16_1B.log" 2>&1 || { log "error: convert_hf_to_gguf.py failed, see $BF16_1B.log"; exit 1; }
     mv "$BF16_1B.tmp" "$BF16_1B"
@@ -50,6 +53,7 @@ for type in Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0; do
     out="$DIR_1B/llama-1b-shape.$type.gguf"
     if [ ! -s "$out" ]; then
         log "making $out"
+        rm -f "$out.tmp"
         "$LLAMA_BIN/llama-quantize" "$BF16_1B" "$out.tmp" "$type" "$(nproc)" >"$out.log" 2>&1 ||
             { log "error: llama-quantize $type failed, see $out.log"; exit 1; }
         mv "$out.tmp" "$out"
