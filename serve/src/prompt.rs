@@ -27,8 +27,7 @@ pub fn chat(tok: &Tokenizer, template: &ChatTemplate, b: &Body) -> Result<Vec<u3
     }
     // As handlers::chat without `tools` (a request with tools adds them: tools.rs).
     let turns: Vec<Message> = msgs.iter().enumerate().map(|(i, m)| api::message(i, m)).collect::<Result<_, _>>()?;
-    let text =
-        template.render_with_tools(&turns, None, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    let text = template.render_with_tools(&turns, None, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
     // The template writes any BOS itself.
     tok.encode(&text).map_err(tok_err("messages"))
 }

@@ -25,11 +25,15 @@ fn all_identical(stdout: &str, batches: usize, chunks: usize, threads: usize) {
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines[0].starts_with("reference: alone"), "{stdout}");
     let conditions: Vec<&&str> = lines.iter().filter(|l| l.contains(": identical")).collect();
-    let expected = batches + chunks + (threads - 1) + 3;
+    let expected = batches + chunks + (threads - 1) + 4;
     assert_eq!(conditions.len(), expected, "{stdout}");
-    for (what, n) in
-        [("batch of ", batches), ("prefill chunks of ", chunks), ("prefix-cache hit", 2), ("preemption", 1)]
-    {
+    for (what, n) in [
+        ("batch of ", batches),
+        ("prefill chunks of ", chunks),
+        ("prefix-cache hit", 2),
+        ("preemption", 1),
+        ("speculative decoding", 1),
+    ] {
         assert_eq!(conditions.iter().filter(|l| l.starts_with(what)).count(), n, "{what}: {stdout}");
     }
     assert!(!stdout.contains("DIFFERS"), "{stdout}");

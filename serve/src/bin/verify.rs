@@ -219,9 +219,7 @@ fn conditions(cli: &Cli, weights: Weights) -> Result<bool, VerifyError> {
     show(v.prefix_hit(false)?);
     show(v.prefix_hit(true)?);
     show(v.preemption()?);
-    // Speculative decoding is not in this engine yet; when it is, its on/off condition
-    // goes here (Verifier::speculation) like the others.
-    println!("speculation: not in this build (tl-engine has no speculative decoding yet)");
+    show(v.speculation(4)?);
     let bad = verdicts.iter().filter(|v| v.diff.is_some()).count();
     if bad == 0 {
         println!("all {} conditions identical to the reference, bit for bit", verdicts.len());

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use thiserror::Error;
 use tl_core::{EngineConfig, KvConfig, ModelRunner, Tokenizer, Weights};
-use tl_engine::{Engine, EngineError, EngineOptions, Event, FinishReason, Request, TokenInfo, UnboundedReceiver};
+use tl_engine::{
+    Engine, EngineError, EngineOptions, Event, FinishReason, Request, Speculation, TokenInfo, UnboundedReceiver,
+};
 
 use crate::api::{ApiError, Body};
 
@@ -269,8 +271,12 @@ impl Verifier {
     /// `reqs[at]`, and the engine's preemption count.
     fn run(&self, condition: &str, knobs: Knobs, reqs: Vec<Request>, at: usize) -> Result<(Trace, usize), VerifyError> {
         let runner = load(&self.setup, &knobs)?;
-        let e = Engine::start(runner, Arc::clone(&self.tok), EngineOptions { max_queue: 4096, observer: None, speculate: None })
-            .map_err(|err| VerifyError::Engine { condition: condition.into(), err })?;
+        let e = Engine::start(
+            runner,
+            Arc::clone(&self.tok),
+            EngineOptions { max_queue: 4096, observer: None, speculate: None },
+        )
+        .map_err(|err| VerifyError::Engine { condition: condition.into(), err })?;
         let traces = self.submit(&e, condition, reqs)?;
         let preemptions = e.stats().preemptions;
         Ok((traces.into_iter().nth(at).ok_or_else(|| VerifyError::Request("no target".into()))?, preemptions))
@@ -379,14 +385,51 @@ impl Verifier {
             "prefix-cache hit (the same request ran before)"
         };
         let runner = load(&self.setup, &k)?;
-        let e = Engine::start(runner, Arc::clone(&self.tok), EngineOptions { max_queue: 16, observer: None, speculate: None })
-            .map_err(|err| VerifyError::Engine { condition: name.into(), err })?;
+        let e = Engine::start(
+            runner,
+            Arc::clone(&self.tok),
+            EngineOptions { max_queue: 16, observer: None, speculate: None },
+        )
+        .map_err(|err| VerifyError::Engine { condition: name.into(), err })?;
         self.submit(&e, name, vec![warm])?;
         let t = self.submit(&e, name, vec![self.target.clone()])?.remove(0);
         let note = format!("{} of {} prompt tokens from the cache", t.cached, self.target.prompt.len());
         let mut v = self.verdict(name.into(), &t, note);
         if t.cached == 0 && v.diff.is_none() {
             v.diff = Some("nothing: no prompt token came from the cache, the condition was not exercised".into());
+        }
+        Ok(v)
+    }
+
+    /// With speculative decoding: the target drafts by n-gram prompt lookup (`k` tokens
+    /// per step, verified row by row) beside 3 co-requests that decode plainly, so drafted
+    /// and plain rows share steps. Not exercised (no draft ever proposed) is a failure, as
+    /// for the prefix-cache and preemption conditions.
+    pub fn speculation(&mut self, k: usize) -> Result<Verdict, VerifyError> {
+        let mut reqs = self.co_requests(3);
+        for r in &mut reqs {
+            r.speculate = Some(Speculation::Off);
+        }
+        let mut target = self.target.clone();
+        target.speculate = Some(Speculation::Ngram { k });
+        reqs.insert(1, target);
+        let mut kn = self.knobs();
+        // Drafted positions take blocks for a step before the rejected ones go back.
+        kn.n_blocks = self.room(&reqs) + reqs.len() as u32 * blocks(k, self.setup.block_tokens);
+        let name = format!("speculative decoding (n-gram, up to {k} drafted tokens a step, 3 plain co-requests)");
+        let runner = load(&self.setup, &kn)?;
+        let e = Engine::start(
+            runner,
+            Arc::clone(&self.tok),
+            EngineOptions { max_queue: 16, observer: None, speculate: None },
+        )
+        .map_err(|err| VerifyError::Engine { condition: name.clone(), err })?;
+        let t = self.submit(&e, &name, reqs)?.remove(1);
+        let st = e.stats();
+        let note = format!("{} tokens drafted, {} accepted", st.draft_tokens, st.draft_accepted);
+        let mut v = self.verdict(name, &t, note);
+        if st.draft_tokens == 0 && v.diff.is_none() {
+            v.diff = Some("nothing: no token was drafted, the condition was not exercised".into());
         }
         Ok(v)
     }
