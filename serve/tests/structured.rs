@@ -109,8 +109,23 @@ fn constrained_answers_do_not_depend_on_traffic() {
         s.post("/v1/chat/completions", &body(9, 0.9, false)).json()["choices"].to_string()
     };
     let s = Server::start(options(tiny(), 120, 4, 16, 64));
-    let start = Arc::new(Barrier::new(12));
     let addr = s.addr;
+    // Whether the burst overlaps enough to preempt depends on thread timing: repeat it (at
+    // most 5 times) until the pool has preempted; every round's answers are checked.
+    for _round in 0..5 {
+        burst(addr, &alone);
+        if s.metric("tl_preemptions_total") > 0.0 {
+            break;
+        }
+    }
+    assert!(s.metric("tl_preemptions_total") > 0.0, "the small pool never preempted");
+    s.assert_pool_clean();
+}
+
+/// 12 concurrent clients, a quarter of them the constrained request whose answer alone is
+/// `alone`; asserts every answer is 200 and each constrained one equals `alone`.
+fn burst(addr: std::net::SocketAddr, alone: &str) {
+    let start = Arc::new(Barrier::new(12));
     let threads: Vec<_> = (0..12u64)
         .map(|i| {
             let start = Arc::clone(&start);
@@ -142,8 +157,6 @@ fn constrained_answers_do_not_depend_on_traffic() {
             assert_eq!(r.json()["choices"].to_string(), alone, "constrained request {i} differs under load");
         }
     }
-    assert!(s.metric("tl_preemptions_total") > 0.0, "the small pool never preempted");
-    s.assert_pool_clean();
 }
 
 #[test]
