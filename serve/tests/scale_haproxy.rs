@@ -10,8 +10,7 @@
 mod cluster;
 mod common;
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cluster::*;
 use serde_json::json;
@@ -91,26 +90,7 @@ fn a_body_prefix_hash_sends_shared_prefix_requests_to_the_replica_that_has_the_p
     // of the prompt (serde_json writes keys in order); HAProxy buffers the body to hash it.
     let h = haproxy(&config("balance hash req.body,bytes(0,120)\n    hash-type consistent", &refs));
     ready(&h);
-    let hits = |r: &Replica| r.metric("tl_prefix_cache_hit_tokens_total");
-    for group in 0..3u64 {
-        let prefix = words(200 + group, 20); // ~130 byte tokens: 8 full blocks
-        let (served0, hits0) = (counts(&refs), refs.iter().map(|r| hits(r)).collect::<Vec<_>>());
-        for i in 0..4 {
-            let r = post_via(h.addr, &completion(&format!("{prefix} #{i}"), 4, Some(i)), &[]);
-            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-        }
-        let d = deltas(&refs, &served0);
-        let home: Vec<usize> = (0..3).filter(|&k| d[k] > 0.0).collect();
-        assert_eq!(home.len(), 1, "group {group}: shared-prefix requests spread over {d:?}");
-        for (k, r) in refs.iter().enumerate() {
-            let rose = hits(r) - hits0[k];
-            if k == home[0] {
-                assert!(rose >= 3.0 * 16.0 * 7.0, "group {group}: replica {k} hit only {rose} prefix tokens");
-            } else {
-                assert_eq!(rose, 0.0, "group {group}: replica {k} was not sent the prefix");
-            }
-        }
-    }
+    assert_shared_prefixes_stay_home(h.addr, &refs, 200);
 }
 
 #[test]
@@ -125,39 +105,8 @@ fn a_replica_killed_mid_load_loses_no_request_and_retries_answer_as_one_server()
     let h = haproxy(&config("balance roundrobin", &refs));
     ready(&h);
     let before = counts(&refs);
-    let queue = Arc::new(Mutex::new((0..jobs.len()).collect::<Vec<_>>()));
-    let done = Arc::new(Mutex::new(Vec::new()));
-    let workers: Vec<_> = (0..4)
-        .map(|_| {
-            let (queue, done, jobs, addr) = (Arc::clone(&queue), Arc::clone(&done), jobs.clone(), h.addr);
-            std::thread::spawn(move || loop {
-                let Some(i) = queue.lock().unwrap().pop() else { return };
-                let r = post_via(addr, &jobs[i], &[]);
-                done.lock().unwrap().push((i, r));
-            })
-        })
-        .collect();
-    // Kill replica 2 while it is computing, once the load is under way.
-    let t0 = Instant::now();
-    loop {
-        let started = done.lock().unwrap().len() >= 4;
-        if started && rs[2].metric("tl_running_sequences") >= 1.0 {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "replica 2 never got a request");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let served_by_2 = rs[2].served() - before[2];
-    rs[2].kill();
-    for w in workers {
-        w.join().expect("worker");
-    }
-    let done = done.lock().unwrap();
-    assert_eq!(done.len(), jobs.len());
-    for (i, r) in done.iter() {
-        assert_eq!(r.status, 200, "job {i} lost: {}", String::from_utf8_lossy(&r.body));
-        assert_eq!(answer(r), want[*i], "job {i}: the retried answer differs from one server's");
-    }
+    drop(refs);
+    let served_by_2 = assert_kill_mid_load_loses_nothing(&mut rs, 2, h.addr, &jobs, &want) - before[2];
     let survivors = rs[0].served() - before[0] + rs[1].served() - before[1];
     eprintln!("replica 2 answered {served_by_2} before the kill; the others {survivors}");
 }

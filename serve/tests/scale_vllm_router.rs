@@ -9,9 +9,6 @@
 mod cluster;
 mod common;
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
 use cluster::*;
 
 fn workers(rs: &[&Replica]) -> Vec<String> {
@@ -59,27 +56,7 @@ fn cache_aware_sends_shared_prefix_requests_to_the_replica_that_has_them() {
     let rs = [Replica::tiny(&[]), Replica::tiny(&[]), Replica::tiny(&[])];
     let refs: Vec<&Replica> = rs.iter().collect();
     let router = vllm_router(&[workers(&refs), args(&["--policy", "cache_aware"])].concat());
-    let hits = |r: &Replica| r.metric("tl_prefix_cache_hit_tokens_total");
-    for group in 0..3u64 {
-        // ~130 byte tokens: 8 full blocks shared by every request of the group.
-        let prefix = words(100 + group, 20);
-        let (served0, hits0) = (counts(&refs), refs.iter().map(|r| hits(r)).collect::<Vec<_>>());
-        for i in 0..4 {
-            let r = post_via(router.addr, &completion(&format!("{prefix} #{i}"), 4, Some(i)), &[]);
-            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-        }
-        let d = deltas(&refs, &served0);
-        let home: Vec<usize> = (0..3).filter(|&k| d[k] > 0.0).collect();
-        assert_eq!(home.len(), 1, "group {group}: shared-prefix requests spread over {d:?}");
-        for (k, r) in refs.iter().enumerate() {
-            let rose = hits(r) - hits0[k];
-            if k == home[0] {
-                assert!(rose >= 3.0 * 16.0 * 7.0, "group {group}: replica {k} hit only {rose} prefix tokens");
-            } else {
-                assert_eq!(rose, 0.0, "group {group}: replica {k} was not sent the prefix");
-            }
-        }
-    }
+    assert_shared_prefixes_stay_home(router.addr, &refs, 100);
 }
 
 #[test]
@@ -91,31 +68,8 @@ fn retries_carry_a_killed_replicas_requests_with_equal_answers() {
     let refs: Vec<&Replica> = rs.iter().collect();
     let router =
         vllm_router(&[workers(&refs), args(&["--policy", "round_robin", "--retry-initial-backoff-ms", "20"])].concat());
-    let queue = Arc::new(Mutex::new((0..jobs.len()).collect::<Vec<_>>()));
-    let done = Arc::new(Mutex::new(Vec::new()));
-    let ws: Vec<_> = (0..4)
-        .map(|_| {
-            let (queue, done, jobs, addr) = (Arc::clone(&queue), Arc::clone(&done), jobs.clone(), router.addr);
-            std::thread::spawn(move || loop {
-                let Some(i) = queue.lock().unwrap().pop() else { return };
-                let r = post_via(addr, &jobs[i], &[]);
-                done.lock().unwrap().push((i, r));
-            })
-        })
-        .collect();
-    let t0 = Instant::now();
-    while !(done.lock().unwrap().len() >= 4 && rs[2].metric("tl_running_sequences") >= 1.0) {
-        assert!(t0.elapsed() < Duration::from_secs(60), "replica 2 never got a request");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    rs[2].kill();
-    for w in ws {
-        w.join().expect("worker");
-    }
-    for (i, r) in done.lock().unwrap().iter() {
-        assert_eq!(r.status, 200, "job {i} lost: {}", String::from_utf8_lossy(&r.body));
-        assert_eq!(answer(r), want[*i], "job {i}: the retried answer differs from one server's");
-    }
+    drop(refs);
+    assert_kill_mid_load_loses_nothing(&mut rs, 2, router.addr, &jobs, &want);
 }
 
 /// P/D behind `vllm-router --vllm-pd-disaggregation --kv-connector nixl`.

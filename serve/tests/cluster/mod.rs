@@ -244,3 +244,72 @@ pub fn words(seed: u64, n: usize) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Three groups of 4 requests, each group sharing a ~130-token prefix (from `seed`),
+/// through the router at `addr`: each group lands on one replica only, whose prefix-cache
+/// hits rise by at least 3 requests x 7 full blocks, while the others' do not rise.
+pub fn assert_shared_prefixes_stay_home(addr: SocketAddr, replicas: &[&Replica], seed: u64) {
+    let hits = |r: &Replica| r.metric("tl_prefix_cache_hit_tokens_total");
+    for group in 0..3u64 {
+        let prefix = words(seed + group, 20); // ~130 byte tokens: 8 full blocks
+        let (served0, hits0) = (counts(replicas), replicas.iter().map(|r| hits(r)).collect::<Vec<_>>());
+        for i in 0..4 {
+            let r = post_via(addr, &completion(&format!("{prefix} #{i}"), 4, Some(i)), &[]);
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        }
+        let d = deltas(replicas, &served0);
+        let home: Vec<usize> = (0..replicas.len()).filter(|&k| d[k] > 0.0).collect();
+        assert_eq!(home.len(), 1, "group {group}: shared-prefix requests spread over {d:?}");
+        for (k, r) in replicas.iter().enumerate() {
+            let rose = hits(r) - hits0[k];
+            if k == home[0] {
+                assert!(rose >= 3.0 * 16.0 * 7.0, "group {group}: replica {k} hit only {rose} prefix tokens");
+            } else {
+                assert_eq!(rose, 0.0, "group {group}: replica {k} was not sent the prefix");
+            }
+        }
+    }
+}
+
+/// Send `jobs` through the router at `addr` from 4 client threads, kill `replicas[victim]`
+/// while it is computing once the load is under way, and check that every job was
+/// answered 200 with the answer of one server alone (`want`). Returns the victim's served
+/// count at the moment of the kill.
+pub fn assert_kill_mid_load_loses_nothing(
+    replicas: &mut [Replica],
+    victim: usize,
+    addr: SocketAddr,
+    jobs: &[Value],
+    want: &[Value],
+) -> f64 {
+    use std::sync::{Arc, Mutex};
+    let queue = Arc::new(Mutex::new((0..jobs.len()).collect::<Vec<_>>()));
+    let done = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (queue, done, jobs) = (Arc::clone(&queue), Arc::clone(&done), jobs.to_vec());
+            std::thread::spawn(move || loop {
+                let Some(i) = queue.lock().unwrap().pop() else { return };
+                let r = post_via(addr, &jobs[i], &[]);
+                done.lock().unwrap().push((i, r));
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    while !(done.lock().unwrap().len() >= 4 && replicas[victim].metric("tl_running_sequences") >= 1.0) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "replica {victim} never got a request");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let served = replicas[victim].served();
+    replicas[victim].kill();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let done = done.lock().unwrap();
+    assert_eq!(done.len(), jobs.len());
+    for (i, r) in done.iter() {
+        assert_eq!(r.status, 200, "job {i} lost: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(answer(r), want[*i], "job {i}: the retried answer differs from one server's");
+    }
+    served
+}
