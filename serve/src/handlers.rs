@@ -8,13 +8,13 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
-use tl_core::Message;
 use tl_engine::{Event, FinishReason, TokenInfo, UnboundedReceiver, Usage};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::api::{self, ApiError, Plan};
 use crate::metrics::Status;
+use crate::prompt;
 use crate::tools;
 use crate::AppState;
 
@@ -117,20 +117,13 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Resu
     let bytes = read_bytes(st, headers, body).await?;
     let b: api::Body = parse_json(&bytes)?;
     check_model(st, &b)?;
-    let msgs = b.messages.as_deref().unwrap_or_default();
-    if msgs.is_empty() {
-        return Err(ApiError::bad("messages", "messages must be a non-empty list"));
-    }
+    let msgs = prompt::messages(&b)?;
     let tools = tools::parse(b.tools.as_ref(), b.tool_choice.as_ref(), b.parallel_tool_calls.as_ref())?;
-    let turns: Vec<Message> = msgs.iter().enumerate().map(|(i, m)| api::message(i, m)).collect::<Result<_, _>>()?;
     let format = st.tool_format;
-    let turns = tools::prepare(format, tools.as_ref(), turns);
+    let turns = tools::prepare(format, tools.as_ref(), prompt::turns(msgs)?);
     // A native template renders the tools itself; the generic format put them in the system turn.
     let raw = tools.as_ref().filter(|_| format != tools::Format::Generic).map(|t| t.raw.as_slice());
-    let text =
-        st.template.render_with_tools(&turns, raw, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
-    // The template writes any BOS itself.
-    let prompt = st.tok.encode(&text).map_err(tok_err("messages"))?;
+    let prompt = prompt::render(&st.tok, &st.template, &turns, raw)?;
     let mut plan = b.plan(prompt.clone(), true, st.engine.info().max_context, default_max(st, true, prompt.len()))?;
     let tool_ctx = match tools {
         Some(t) if t.choice != tools::ToolChoice::None => {
@@ -162,7 +155,7 @@ async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) 
     let deadline = Instant::now() + st.limits.request_timeout;
     let b = read(st, headers, body).await?;
     check_model(st, &b)?;
-    let prompt = crate::prompt::completion(&st.tok, st.bos, &b)?;
+    let prompt = prompt::completion(&st.tok, st.bos, &b)?;
     let plan = b.plan(prompt.clone(), false, st.engine.info().max_context, default_max(st, false, prompt.len()))?;
     generate(st, plan, false, deadline, None).await
 }

@@ -19,17 +19,37 @@ fn tok_err(param: &str) -> impl Fn(tl_core::TokenizerError) -> ApiError + '_ {
     move |e| ApiError::bad(param, e.to_string())
 }
 
-/// `messages` rendered with `template` (with the generation prompt) and tokenized.
-pub fn chat(tok: &Tokenizer, template: &ChatTemplate, b: &Body) -> Result<Vec<u32>, ApiError> {
+/// The body's `messages`, refused when absent or empty.
+pub fn messages(b: &Body) -> Result<&[api::ChatMessage], ApiError> {
     let msgs = b.messages.as_deref().unwrap_or_default();
     if msgs.is_empty() {
         return Err(ApiError::bad("messages", "messages must be a non-empty list"));
     }
-    // As handlers::chat without `tools` (a request with tools adds them: tools.rs).
-    let turns: Vec<Message> = msgs.iter().enumerate().map(|(i, m)| api::message(i, m)).collect::<Result<_, _>>()?;
-    let text = template.render_with_tools(&turns, None, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    Ok(msgs)
+}
+
+/// `msgs` as the template's turns (content, tool calls, tool results).
+pub fn turns(msgs: &[api::ChatMessage]) -> Result<Vec<Message>, ApiError> {
+    msgs.iter().enumerate().map(|(i, m)| api::message(i, m)).collect()
+}
+
+/// `turns` rendered with `template` (with the generation prompt; `tools` for a template
+/// that renders them itself) and tokenized.
+pub fn render(
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    turns: &[Message],
+    tools: Option<&[Value]>,
+) -> Result<Vec<u32>, ApiError> {
+    let text = template.render_with_tools(turns, tools, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
     // The template writes any BOS itself.
     tok.encode(&text).map_err(tok_err("messages"))
+}
+
+/// A chat body without tools: its `messages` rendered and tokenized as the handler does
+/// (a request with tools adds them there: tools.rs).
+pub fn chat(tok: &Tokenizer, template: &ChatTemplate, b: &Body) -> Result<Vec<u32>, ApiError> {
+    render(tok, template, &turns(messages(b)?)?, None)
 }
 
 /// `prompt`: a string, a list of one string, or token ids; an empty one is `bos`.
