@@ -12,8 +12,13 @@
 //! - the low code bits: `(k * lb / 32, 16)` u32, lane `r` of word `c` holding the `lb`
 //!   low bits of weights `c * 32 / lb ..` of row `r`, weight `j` of the word at bit `lb * j`
 //!   (`lb` = 2 for Q2_K/Q3_K, else 4);
-//! - the high code bits, `(k * hb / 32, 16)` u32 the same way (`hb` = 1 for Q5_0/Q5_1/
-//!   Q5_K/Q3_K, 2 for Q6_K, none otherwise).
+//! - the high code bits, `(k * hb / 32, 16)` u32 (`hb` = 1 for Q5_0/Q5_1/Q5_K/Q3_K, 2 for
+//!   Q6_K, none otherwise), placed for the decode loop: low word `c` takes group
+//!   `g = c % G` of high word `c / G` (`G = lb / hb` low words per high word), and weight `j`
+//!   of low word `c` has its high bits at bits `(lb (j + 1) + g hb) mod 32` of that word.
+//!   So after rotating the high word right by `g hb`, one bit-select (the low word's bits
+//!   at weight `j`, the high word's elsewhere) and one rotation by `lb j` put the whole
+//!   code at bit 0, with only garbage above it (see [`block_weights`]).
 //!
 //! Weight `k` of sub-block `s` is `fma(u, a, b)` with `u` the unsigned code (low | high <<
 //! lb) and, per lane, `a`, `b` from the block's f16 and sub-block bytes:
@@ -29,6 +34,51 @@ use rayon::prelude::*;
 use crate::ggml::{self, Blk, Unpacked, IQ4NL};
 use crate::half_conv::f16_to_f32;
 use crate::simd::{Isa, NR};
+
+/// `$body` with `$c` a constant equal to `$f`, one match arm per block type: the kernels
+/// below are `inline(always)` and take the type as a value, so each arm compiles its own
+/// loop with the layout, the loop counts and the per-type branches folded away. Without
+/// it the type is a run-time value in the innermost loop (docs/kernels.md: a decode that
+/// took 2x Q4_0's time on Q4_K).
+macro_rules! per_type {
+    ($f:expr, $c:ident => $body:expr) => {
+        match $f {
+            $crate::ggml::Blk::Q5_0 => {
+                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q5_0;
+                $body
+            }
+            $crate::ggml::Blk::Q5_1 => {
+                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q5_1;
+                $body
+            }
+            $crate::ggml::Blk::Iq4Nl => {
+                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Iq4Nl;
+                $body
+            }
+            $crate::ggml::Blk::Q2K => {
+                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q2K;
+                $body
+            }
+            $crate::ggml::Blk::Q3K => {
+                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q3K;
+                $body
+            }
+            $crate::ggml::Blk::Q4K => {
+                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q4K;
+                $body
+            }
+            $crate::ggml::Blk::Q5K => {
+                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q5K;
+                $body
+            }
+            $crate::ggml::Blk::Q6K => {
+                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q6K;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use per_type;
 
 /// Where the parts of a panel block sit (bytes from its start) and how codes split.
 #[derive(Clone, Copy)]
@@ -124,13 +174,25 @@ fn put_block(f: Blk, l: Layout, o: &Unpacked, dst: &mut [u8], lane: usize, per_l
         dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
     }
     if l.hb > 0 {
-        let per_hi = 32 / l.hb as usize;
-        for c in 0..f.k() / per_hi {
-            let word = (0..per_hi).fold(0u32, |w, j| w | (o.u[c * per_hi + j] as u32 >> l.lb) << (l.hb as usize * j));
-            let at = l.hi + (c * NR + lane) * 4;
+        let groups = (l.lb / l.hb) as usize;
+        for h in 0..f.k() / per_lo / groups {
+            let mut word = 0u32;
+            for c in h * groups..(h + 1) * groups {
+                for j in 0..per_lo {
+                    word |= (o.u[c * per_lo + j] as u32 >> l.lb).rotate_left(hi_at(l, c, j));
+                }
+            }
+            let at = l.hi + (h * NR + lane) * 4;
             dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
         }
     }
+}
+
+/// Where weight `j` of low word `c` keeps its high bits in its high word (the module
+/// comment's `(lb (j + 1) + g hb) mod 32`).
+fn hi_at(l: Layout, c: usize, j: usize) -> u32 {
+    let groups = (l.lb / l.hb) as usize;
+    (l.lb * (j as u32 + 1) + (c % groups) as u32 * l.hb) % 32
 }
 
 /// Row `lane` of one panel (`panel`: its bytes), widened by numbers.md's table into `dst`.
@@ -138,7 +200,7 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
     let l = layout(f);
     let u16_at = |at: usize| u16::from_le_bytes([panel[at], panel[at + 1]]);
     let u32_at = |at: usize| u32::from_le_bytes([panel[at], panel[at + 1], panel[at + 2], panel[at + 3]]);
-    let (per_lo, per_hi) = (32 / l.lb as usize, 32 / l.hb.max(1) as usize);
+    let per_lo = 32 / l.lb as usize;
     for (b, blk) in dst.chunks_exact_mut(f.k()).enumerate() {
         let base = b * l.bytes;
         let d = f16_to_f32(u16_at(base + lane * 2));
@@ -156,8 +218,9 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
             let lo = (u32_at(base + l.lo + (k / per_lo * NR + lane) * 4) >> (l.lb as usize * (k % per_lo)))
                 & ((1 << l.lb) - 1);
             let hi = if l.hb > 0 {
-                (u32_at(base + l.hi + (k / per_hi * NR + lane) * 4) >> (l.hb as usize * (k % per_hi)))
-                    & ((1 << l.hb) - 1)
+                let (c, j) = (k / per_lo, k % per_lo);
+                let word = u32_at(base + l.hi + (c / (l.lb / l.hb) as usize * NR + lane) * 4);
+                word.rotate_right(hi_at(l, c, j)) & ((1 << l.hb) - 1)
             } else {
                 0
             };
@@ -194,22 +257,15 @@ unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I:
     }
 }
 
-/// `(q >> from) & (2^width - 1)`, moved to bit `to`: one shift and one mask.
-#[inline(always)]
-unsafe fn field<I: Isa>(q: I::U, from: u32, width: u32, to: u32) -> I::U {
-    let mask = ((1u32 << width) - 1) << to;
-    if from >= to {
-        I::and(I::shr(q, from - to), mask)
-    } else {
-        I::and(I::shl(q, to - from), mask)
-    }
-}
-
 /// The weights of GGUF block `b` of `NP` panels (`panel(p)`: the start of panel `p`), k
 /// ascending: `emit(kk, w)` gets `w[p]`, the 16 rows of panel `p` at k = `b * f.k() + kk`,
 /// each `fma(u, a, b)` as the module comment says. Both kernels read the codes through this
 /// one loop: [`accumulate`] multiplies the weights straight into its tile, [`widen`] writes
-/// them out as f32 for a tile of many rows to reuse.
+/// them out as f32 for a tile of many rows to reuse. Callers pass `f` as a constant
+/// ([`per_type`]), so every branch on it below is resolved at compile time.
+///
+/// A code costs: Q4_K/Q2_K/IQ4_NL a shift and a table lookup; the types with high bits a
+/// bit-select, a rotation and a lookup (Q6_K: a mask and a conversion); then the `fma`.
 // Panel index `p` addresses several arrays at once.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
@@ -223,7 +279,7 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
     let l = layout(f);
     let (k, sub) = (f.k(), f.sub());
     let per_lo = 32 / l.lb as usize;
-    let per_hi = 32 / l.hb.max(1) as usize;
+    let groups = if l.hb > 0 { (l.lb / l.hb) as usize } else { 1 };
     let blk = |p: usize| panel(p).add(b * l.bytes);
     for s in 0..k / sub {
         let (mut a, mut c) = ([I::zero(); NP], [I::zero(); NP]);
@@ -231,26 +287,30 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
             (a[p], c[p]) = coef::<I>(f, l, blk(p), s);
         }
         for wi in 0..sub / per_lo {
-            let k0 = s * sub + wi * per_lo;
-            let lo: [I::U; NP] =
-                std::array::from_fn(|p| I::ld_u32(blk(p).add(l.lo + k0 / per_lo * NR * 4) as *const u32));
+            let cw = s * sub / per_lo + wi; // the low word's index in the block
+            let lo: [I::U; NP] = std::array::from_fn(|p| I::ld_u32(blk(p).add(l.lo + cw * NR * 4) as *const u32));
             let hi: [I::U; NP] = if l.hb > 0 {
-                std::array::from_fn(|p| I::ld_u32(blk(p).add(l.hi + k0 / per_hi * NR * 4) as *const u32))
+                std::array::from_fn(|p| {
+                    let h = I::ld_u32(blk(p).add(l.hi + cw / groups * NR * 4) as *const u32);
+                    I::rotr(h, (cw % groups) as u32 * l.hb)
+                })
             } else {
                 lo
             };
-            let hs = (k0 % per_hi) as u32 * l.hb;
             for j in 0..per_lo {
+                let sh = l.lb * j as u32;
                 let mut w = [I::zero(); NP];
                 for p in 0..NP {
-                    let mut u = field::<I>(lo[p], l.lb * j as u32, l.lb, 0);
-                    if l.hb > 0 {
-                        u = I::or(u, field::<I>(hi[p], hs + l.hb * j as u32, l.hb, l.lb));
-                    }
-                    let v = if f == Blk::Iq4Nl { I::lut(u, table) } else { I::cvt(u) };
+                    let v = if f == Blk::Iq4Nl {
+                        I::lut(I::shr(lo[p], sh), table)
+                    } else if l.hb == 0 {
+                        I::code(I::shr(lo[p], sh), l.lb)
+                    } else {
+                        I::code(I::rotr(I::sel(lo[p], hi[p], ((1 << l.lb) - 1) << sh), sh), l.lb + l.hb)
+                    };
                     w[p] = I::fma(v, a[p], c[p]);
                 }
-                emit(k0 + j, &w);
+                emit(cw * per_lo + j, &w);
             }
         }
     }
@@ -265,8 +325,6 @@ pub(crate) unsafe fn table<I: Isa>() -> I::T {
 /// `acc[r][p] += x[r] . W[panel p]` over all of k, for a tile of `MR` rows of `x` (row
 /// stride `inp`) and `NP` panels (`panel(p)`: the start of panel `p`); `next(p, off)`
 /// prefetches. Each lane is one FMA chain over k ascending (the crate's contract).
-// Panel index `p` addresses several arrays at once.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
     f: Blk,
@@ -277,52 +335,22 @@ pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
     acc: &mut [[I::V; NP]; MR],
 ) {
     let l = layout(f);
-    let (k, sub) = (f.k(), f.sub());
-    let per_lo = 32 / l.lb as usize;
-    let per_hi = 32 / l.hb.max(1) as usize;
-    let table = I::table(&IQ4NL.map(|t| t as f32));
-    for b in 0..inp / k {
-        let blk = |p: usize| panel(p).add(b * l.bytes);
+    let table = table::<I>();
+    for b in 0..inp / f.k() {
         for p in 0..NP {
             for c in 0..l.bytes.div_ceil(64) {
                 next(p, b * l.bytes + c * 64);
             }
         }
-        for s in 0..k / sub {
-            let (mut a, mut c) = ([I::zero(); NP], [I::zero(); NP]);
-            for p in 0..NP {
-                (a[p], c[p]) = coef::<I>(f, l, blk(p), s);
-            }
-            for wi in 0..sub / per_lo {
-                let k0 = s * sub + wi * per_lo;
-                let lo: [I::U; NP] =
-                    std::array::from_fn(|p| I::ld_u32(blk(p).add(l.lo + k0 / per_lo * NR * 4) as *const u32));
-                let hi: [I::U; NP] = if l.hb > 0 {
-                    std::array::from_fn(|p| I::ld_u32(blk(p).add(l.hi + k0 / per_hi * NR * 4) as *const u32))
-                } else {
-                    lo
-                };
-                let hs = (k0 % per_hi) as u32 * l.hb;
-                for j in 0..per_lo {
-                    let mut w = [I::zero(); NP];
-                    for p in 0..NP {
-                        let mut u = field::<I>(lo[p], l.lb * j as u32, l.lb, 0);
-                        if l.hb > 0 {
-                            u = I::or(u, field::<I>(hi[p], hs + l.hb * j as u32, l.hb, l.lb));
-                        }
-                        let v = if f == Blk::Iq4Nl { I::lut(u, table) } else { I::cvt(u) };
-                        w[p] = I::fma(v, a[p], c[p]);
-                    }
-                    let kk = b * k + k0 + j;
-                    for r in 0..MR {
-                        let xb = I::splat(x.add(r * inp + kk));
-                        for p in 0..NP {
-                            acc[r][p] = I::fma(xb, w[p], acc[r][p]);
-                        }
-                    }
+        block_weights::<I, NP>(f, panel, b, table, &mut |kk, w| {
+            let kk = b * f.k() + kk;
+            for (r, row) in acc.iter_mut().enumerate() {
+                let xb = I::splat(x.add(r * inp + kk));
+                for (a, w) in row.iter_mut().zip(w) {
+                    *a = I::fma(xb, *w, *a);
                 }
             }
-        }
+        });
     }
 }
 

@@ -49,14 +49,18 @@ pub(crate) trait Isa: Copy {
     unsafe fn ld_u8(p: *const u8) -> Self::U;
     /// `q & m` per lane.
     unsafe fn and(q: Self::U, m: u32) -> Self::U;
-    /// `a | b` per lane.
-    unsafe fn or(a: Self::U, b: Self::U) -> Self::U;
     /// `q >> s` per lane (logical; `s < 32`).
     unsafe fn shr(q: Self::U, s: u32) -> Self::U;
-    /// `q << s` per lane (`s < 32`).
-    unsafe fn shl(q: Self::U, s: u32) -> Self::U;
     /// `q as f32` per lane (exact: callers pass small codes).
     unsafe fn cvt(q: Self::U) -> Self::V;
+    /// `(a & m) | (b & !m)` per lane: the bits of `a` where `m` has ones, else `b`'s.
+    unsafe fn sel(a: Self::U, b: Self::U, m: u32) -> Self::U;
+    /// `q` rotated right by `s` bits per lane (`s < 32`).
+    unsafe fn rotr(q: Self::U, s: u32) -> Self::U;
+    /// `(q & (2^bits - 1)) as f32` per lane, `1 <= bits <= 8`: a code's value, whatever
+    /// the bits above it hold (exact). AVX-512 reads codes of up to 5 bits by table
+    /// lookup, which ignores the bits above the index: the mask costs nothing there.
+    unsafe fn code(q: Self::U, bits: u32) -> Self::V;
     /// A 16-entry f32 table held in registers, for [`Isa::lut`].
     unsafe fn table(t: &[f32; 16]) -> Self::T;
     /// `t[q]` per lane (`q < 16`).
@@ -91,20 +95,24 @@ impl Isa for Portable {
         q.map(|v| v & m)
     }
     #[inline(always)]
-    unsafe fn or(a: Self::U, b: Self::U) -> Self::U {
-        std::array::from_fn(|l| a[l] | b[l])
-    }
-    #[inline(always)]
     unsafe fn shr(q: Self::U, s: u32) -> Self::U {
         q.map(|v| v >> s)
     }
     #[inline(always)]
-    unsafe fn shl(q: Self::U, s: u32) -> Self::U {
-        q.map(|v| v << s)
-    }
-    #[inline(always)]
     unsafe fn cvt(q: Self::U) -> Self::V {
         q.map(|v| v as f32)
+    }
+    #[inline(always)]
+    unsafe fn sel(a: Self::U, b: Self::U, m: u32) -> Self::U {
+        std::array::from_fn(|l| (a[l] & m) | (b[l] & !m))
+    }
+    #[inline(always)]
+    unsafe fn rotr(q: Self::U, s: u32) -> Self::U {
+        q.map(|v| v.rotate_right(s))
+    }
+    #[inline(always)]
+    unsafe fn code(q: Self::U, bits: u32) -> Self::V {
+        q.map(|v| (v & ((1 << bits) - 1)) as f32)
     }
     #[inline(always)]
     unsafe fn table(t: &[f32; 16]) -> Self::T {
@@ -194,20 +202,41 @@ mod x86 {
             _mm512_and_si512(q, _mm512_set1_epi32(m as i32))
         }
         #[inline(always)]
-        unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
-            _mm512_or_si512(a, b)
-        }
-        #[inline(always)]
         unsafe fn shr(q: __m512i, s: u32) -> __m512i {
             _mm512_srlv_epi32(q, _mm512_set1_epi32(s as i32))
         }
         #[inline(always)]
-        unsafe fn shl(q: __m512i, s: u32) -> __m512i {
-            _mm512_sllv_epi32(q, _mm512_set1_epi32(s as i32))
-        }
-        #[inline(always)]
         unsafe fn cvt(q: __m512i) -> __m512 {
             _mm512_cvtepi32_ps(q)
+        }
+        #[inline(always)]
+        unsafe fn sel(a: __m512i, b: __m512i, m: u32) -> __m512i {
+            // vpternlogd 0xCA: mask ? a : b, bit by bit.
+            _mm512_ternarylogic_epi32::<0xCA>(_mm512_set1_epi32(m as i32), a, b)
+        }
+        #[inline(always)]
+        unsafe fn rotr(q: __m512i, s: u32) -> __m512i {
+            if s == 0 {
+                q
+            } else {
+                _mm512_rorv_epi32(q, _mm512_set1_epi32(s as i32))
+            }
+        }
+        #[inline(always)]
+        unsafe fn code(q: __m512i, bits: u32) -> __m512 {
+            // vpermps reads index bits 0..4, vpermt2ps bits 0..5: a table of the values
+            // of the low `bits` bits, repeated, is the masked conversion in one op.
+            let t = |m: i32| {
+                _mm512_cvtepi32_ps(_mm512_and_si512(
+                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                    _mm512_set1_epi32(m),
+                ))
+            };
+            match bits {
+                1..=4 => _mm512_permutexvar_ps(q, t((1 << bits) - 1)),
+                5 => _mm512_permutex2var_ps(t(15), q, _mm512_add_ps(t(15), _mm512_set1_ps(16.0))),
+                _ => _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32((1 << bits) - 1))),
+            }
         }
         #[inline(always)]
         unsafe fn table(t: &[f32; 16]) -> __m512 {
@@ -294,22 +323,32 @@ mod x86 {
             (_mm256_and_si256(q.0, m), _mm256_and_si256(q.1, m))
         }
         #[inline(always)]
-        unsafe fn or(a: Self::U, b: Self::U) -> Self::U {
-            (_mm256_or_si256(a.0, b.0), _mm256_or_si256(a.1, b.1))
-        }
-        #[inline(always)]
         unsafe fn shr(q: Self::U, s: u32) -> Self::U {
             let n = _mm256_set1_epi32(s as i32);
             (_mm256_srlv_epi32(q.0, n), _mm256_srlv_epi32(q.1, n))
         }
         #[inline(always)]
-        unsafe fn shl(q: Self::U, s: u32) -> Self::U {
-            let n = _mm256_set1_epi32(s as i32);
-            (_mm256_sllv_epi32(q.0, n), _mm256_sllv_epi32(q.1, n))
-        }
-        #[inline(always)]
         unsafe fn cvt(q: Self::U) -> Self::V {
             (_mm256_cvtepi32_ps(q.0), _mm256_cvtepi32_ps(q.1))
+        }
+        #[inline(always)]
+        unsafe fn sel(a: Self::U, b: Self::U, m: u32) -> Self::U {
+            let m = _mm256_set1_epi32(m as i32);
+            let f = |a, b| _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b));
+            (f(a.0, b.0), f(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn rotr(q: Self::U, s: u32) -> Self::U {
+            if s == 0 {
+                return q;
+            }
+            let (r, l) = (_mm256_set1_epi32(s as i32), _mm256_set1_epi32(32 - s as i32));
+            let f = |v| _mm256_or_si256(_mm256_srlv_epi32(v, r), _mm256_sllv_epi32(v, l));
+            (f(q.0), f(q.1))
+        }
+        #[inline(always)]
+        unsafe fn code(q: Self::U, bits: u32) -> Self::V {
+            Self::cvt(Self::and(q, (1 << bits) - 1))
         }
         #[inline(always)]
         unsafe fn table(t: &[f32; 16]) -> Self::T {

@@ -61,7 +61,7 @@ unsafe fn widen<I: Isa, const NP: usize>(
     stride: usize,
 ) {
     match kind {
-        Kind::Blk(f) => blocks::widen::<I, NP>(f, panel, b, table, dst, stride),
+        Kind::Blk(f) => blocks::per_type!(f, F => blocks::widen::<I, NP>(F, panel, b, table, dst, stride)),
         Kind::Q8 => {
             for p in 0..NP {
                 let base = panel(p).add(b * Q8_BLOCK);
