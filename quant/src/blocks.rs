@@ -336,13 +336,21 @@ pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
 ) {
     let l = layout(f);
     let table = table::<I>();
+    // The next panels' lines are asked for spread over the block, a few at each low code
+    // word: a burst of all of them (up to 53 lines x 4 panels) at the block's start filled
+    // the line-fill buffers and stalled the loop (a quarter of Q6_K's decode samples).
+    let per_lo = 32 / l.lb as usize;
+    let lines = l.bytes.div_ceil(64);
+    let per_word = lines.div_ceil(f.k() / per_lo);
     for b in 0..inp / f.k() {
-        for p in 0..NP {
-            for c in 0..l.bytes.div_ceil(64) {
-                next(p, b * l.bytes + c * 64);
-            }
-        }
         block_weights::<I, NP>(f, panel, b, table, &mut |kk, w| {
+            if kk % per_lo == 0 {
+                for i in 0..per_word {
+                    for p in 0..NP {
+                        next(p, b * l.bytes + (kk / per_lo * per_word + i) * 64);
+                    }
+                }
+            }
             let kk = b * f.k() + kk;
             for (r, row) in acc.iter_mut().enumerate() {
                 let xb = I::splat(x.add(r * inp + kk));
