@@ -18,7 +18,10 @@ cd "$(dirname "$0")/.."
 cache="${TL_CACHE:-$HOME/.cache/tl}"
 q41="${MODEL:-$cache/SmolLM2-135M-Instruct.Q4_1.gguf}"
 f32="${TARGET_F32:-$cache/SmolLM2-135M-Instruct.Q4_1.requant-F32.gguf}"
-llama="${LLAMA_BIN:-$cache/llama.cpp/build-0.3.36/bin}"
+# llama.cpp's server and tools: LLAMA_BIN, else scripts/build_llama_cpp.sh --serve (which
+# builds them once; LLAMA_CPP_NO_AMX=1 picks the AMX-free build, the one that runs in a VM
+# whose CPUID reports AMX it does not enable).
+llama="${LLAMA_BIN:-$(scripts/build_llama_cpp.sh --serve)}"
 threads="${THREADS:-2}"
 repeats="${REPEATS:-3}"
 levels="${LEVELS:-1 4}"

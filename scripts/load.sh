@@ -9,7 +9,8 @@
 # SERVERS="tl llama-server" runs llama.cpp's llama-server beside it on the same model
 # file, the same THREADS and the same `load` clients: llama-server with -np = concurrency
 # slots, --cont-batching and LLAMA_SERVER_ARGS (default --no-repack: this machine's CPUID
-# reports AMX, which llama.cpp's repacked paths cannot run in this VM; docs/benchmarks.md).
+# reports AMX, which llama.cpp's repacked paths cannot run in this VM; docs/benchmarks.md;
+# with LLAMA_CPP_NO_AMX=1 the AMX-free build, repack on, no extra arguments).
 # SERVERS may also name tl-blocks: the same serve with TL_PREFIX_REUSE=blocks (the prefix
 # cache reuses whole blocks only, as before the partial-block reuse; a before/after in one run).
 # Every (round, level, server) gets a fresh server, so no run starts with another's cache.
@@ -31,6 +32,10 @@ flag=(); [[ "$profile" == release ]] && flag=(--release)
 dir=debug; [[ "$profile" == release ]] && dir=release
 cargo build -q "${flag[@]}" -p tl-serve --bins
 llama=""
+# The native build needs --no-repack on a CPU whose CPUID reports AMX the VM does not
+# enable; the AMX-free build (LLAMA_CPP_NO_AMX=1) runs as its users run it, repack on.
+llama_default_args="--no-repack"
+[[ "${LLAMA_CPP_NO_AMX:-0}" == 1 ]] && llama_default_args=""
 if [[ " $servers " == *" llama-server "* ]]; then
     llama="${LLAMA_SERVER:-$(scripts/build_llama_cpp.sh --serve)/llama-server}"
     [[ -x "$llama" ]] || { echo "load.sh: no llama-server at $llama" >&2; exit 1; }
@@ -55,7 +60,7 @@ start_llama() { # $1: slots
     local port=$((20000 + RANDOM % 20000))
     # shellcheck disable=SC2086 # LLAMA_SERVER_ARGS is a list of flags
     "$llama" -m "$model" --host 127.0.0.1 --port "$port" -t "$threads" -tb "$threads" -np "$1" --cont-batching \
-        -c $(( $1 * ${CTX_PER_SLOT:-512} )) ${LLAMA_SERVER_ARGS:---no-repack} >"$out" 2>&1 &
+        -c $(( $1 * ${CTX_PER_SLOT:-512} )) ${LLAMA_SERVER_ARGS-$llama_default_args} >"$out" 2>&1 &
     pid=$!
     addr="127.0.0.1:$port"
     for _ in $(seq 1500); do curl -sf "http://$addr/health" >/dev/null 2>&1 && return; sleep 0.2; done
