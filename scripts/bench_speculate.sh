@@ -11,7 +11,8 @@
 #   scripts/bench_speculate.sh            # SmolLM2 Q4_1 (n-gram), F32 twin (draft = Q4_1)
 #   MODES="off ngram" REPEATS=5 LEVELS="1" scripts/bench_speculate.sh
 #
-# Needs release builds (cargo) and llama.cpp's server (scripts/build_llama_cpp.sh --serve).
+# Needs release builds (cargo; TL_BIN: a directory with serve already built, used as it is)
+# and llama.cpp's server (scripts/build_llama_cpp.sh --serve).
 # The machine is shared: the script prints the load average before each run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +35,12 @@ client="scripts/lib/spec_client.py"
 if [[ ! -f "$f32" && -x "$llama/llama-quantize" ]]; then
     "$llama/llama-quantize" --allow-requantize "$q41" "$f32" F32 >/dev/null 2>&1
 fi
-cargo build -q --release -p tl-serve --bin serve
+if [[ -n "${TL_BIN:-}" ]]; then
+    serve="$(cd "$TL_BIN" && pwd)/serve"
+else
+    cargo build -q --release -p tl-serve --bin serve
+    serve=target/release/serve
+fi
 
 wait_up() { # $1 log file; prints host:port
     for _ in $(seq 900); do
@@ -74,7 +80,7 @@ for server in $servers; do
             [[ "$mode" == f32 ]] && spec=off
             [[ "$mode" == draft ]] && spec="draft:$q41:4"
             [[ "$mode" == ngram ]] && spec="ngram:${NGRAM_K:-4}"
-            target/release/serve --model "$model" --port "$port" --threads "$threads" --speculate "$spec" >"$log" 2>&1 &
+            "$serve" --model "$model" --port "$port" --threads "$threads" --speculate "$spec" >"$log" 2>&1 &
         else
             [[ -x "$llama/llama-server" ]] || { echo "# skip llama-server: not built" >&2; continue; }
             extra=()
@@ -105,7 +111,7 @@ if [[ "${AB:-1}" == 1 && " $servers " == *" tl "* ]]; then
         fi
         [[ -f "$model" ]] || continue
         port=$((19000 + RANDOM % 1000))
-        target/release/serve --model "$model" --port "$port" --threads "$threads" --speculate "$spec" >"$log" 2>&1 &
+        "$serve" --model "$model" --port "$port" --threads "$threads" --speculate "$spec" >"$log" 2>&1 &
         pid=$!
         addr="$(wait_up "$log")" || { stop; continue; }
         echo "# tl A/B $mode load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -16,7 +16,8 @@
 # Every (round, level, server) gets a fresh server, so no run starts with another's cache.
 # ROUNDS=3 repeats the whole set; the last lines are the medians over rounds per server
 # and level. llama-server comes from LLAMA_SERVER or scripts/build_llama_cpp.sh --serve.
-# PROFILE=dev (default: its hot kernels are optimised as in release) or release. The
+# PROFILE=dev (default: its hot kernels are optimised as in release) or release. TL_BIN: a
+# directory with serve and load already built (used as they are, nothing is built). The
 # machine is shared: keep it short.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,12 @@ threads="${THREADS:-2}"
 name="$(basename "$model" .gguf)"
 flag=(); [[ "$profile" == release ]] && flag=(--release)
 dir=debug; [[ "$profile" == release ]] && dir=release
-cargo build -q "${flag[@]}" -p tl-serve --bins
+if [[ -n "${TL_BIN:-}" ]]; then
+    bin="$(cd "$TL_BIN" && pwd)"
+else
+    cargo build -q "${flag[@]}" -p tl-serve --bins
+    bin="target/$dir"
+fi
 llama=""
 # The native build needs --no-repack on a CPU whose CPUID reports AMX the VM does not
 # enable; the AMX-free build (LLAMA_CPP_NO_AMX=1) runs as its users run it, repack on.
@@ -73,13 +79,13 @@ for round in $(seq "$rounds"); do
     for c in $levels; do
         for s in $servers; do
             case "$s" in
-                tl) start_tl "target/$dir/serve" ;;
-                tl-blocks) TL_PREFIX_REUSE=blocks start_tl "target/$dir/serve" ;;
+                tl) start_tl "$bin/serve" ;;
+                tl-blocks) TL_PREFIX_REUSE=blocks start_tl "$bin/serve" ;;
                 llama-server) start_llama "$c" ;;
                 *) echo "load.sh: unknown server $s (tl, tl-blocks, llama-server)" >&2; exit 1 ;;
             esac
             kind=tl; [[ "$s" == llama-server ]] && kind=llama-server
-            "target/$dir/load" --server "$kind" --label "$s" --addr "$addr" --model "$name" --concurrency "$c" \
+            "$bin/load" --server "$kind" --label "$s" --addr "$addr" --model "$name" --concurrency "$c" \
                 --seconds "$seconds" --max-tokens "${MAX_TOKENS:-32}" | tee -a "$results" || status=$?
             stop
         done

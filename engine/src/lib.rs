@@ -33,7 +33,7 @@ pub use fingerprint::fingerprint;
 pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
 pub use pd::{LeaseCounts, LeaseInfo, PdError, Preload};
 pub use request::{EngineError, Event, FinishReason, Request, Timings, TokenInfo, Usage};
-pub use speculate::{ngram_draft, Adapt, Speculation, COOL_MAX, COOL_START, MAX_DRAFT, NGRAM_MAX};
+pub use speculate::{ngram_draft, Adapt, Speculation, COOL_MAX, COOL_START, MAX_DRAFT, NGRAM_MAX, SPEC_STEP_ROWS};
 pub use text::top_logprobs;
 use tl_core::{ModelRunner, SharedPool, Tokenizer};
 pub use tokio::sync::mpsc::UnboundedReceiver;
@@ -89,6 +89,9 @@ pub struct EngineOptions {
     /// Speculative decoding for requests that do not choose ([`Request::speculate`]):
     /// `None` is [`Speculation::Off`]. Output is the same bits either way.
     pub speculate: Option<Speculation>,
+    /// Drafts join a step only while it holds fewer rows than this; 0 means
+    /// [`SPEC_STEP_ROWS`]. (`usize::MAX`: always, as tests of drafting under load want.)
+    pub spec_step_rows: usize,
 }
 
 /// Counters and gauges the engine thread publishes after every step.
@@ -232,7 +235,10 @@ impl Engine {
         let eos = runner.config().eos_token_ids.first().copied();
         let grammars = GrammarCompiler::new(Arc::clone(&tok), info.vocab_size, eos);
         let pool = runner.pool();
-        let sched = Scheduler::new(runner, draft, tok, Arc::clone(&shared), opts.observer, n_blocks);
+        let mut sched = Scheduler::new(runner, draft, tok, Arc::clone(&shared), opts.observer, n_blocks);
+        if opts.spec_step_rows > 0 {
+            sched.lim.spec_step_rows = opts.spec_step_rows;
+        }
         sched.publish()?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -422,9 +428,23 @@ impl Drop for Engine {
     }
 }
 
+/// After a step in which a sequence finished while others still run, how long the engine
+/// waits for a new request before planning the next step (`TL_ADMIT_WAIT_MS`, default 3;
+/// 0 turns it off). The finished sequence's client is often about to send its next request
+/// (a client that keeps N requests in flight, a batch job's next item, an agent's next
+/// turn): on loopback it arrives a millisecond or two later, just after the next step
+/// began, and would wait that whole step (~100 ms at 1B on two cores) before admission.
+/// Waiting a few milliseconds lets it join that step instead. At most this much idle per
+/// finishing step; it changes no answer (the plan never changes what a sequence samples).
+fn admit_wait() -> Duration {
+    let ms = std::env::var("TL_ADMIT_WAIT_MS").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(3);
+    Duration::from_millis(ms)
+}
+
 /// The engine thread: take commands (blocking only when idle), step, publish.
 fn run(mut sched: Scheduler, rx: mpsc::Receiver<Cmd>) {
     let mut deadline: Option<Instant> = None;
+    let wait = admit_wait();
     fn take(cmd: Cmd, sched: &mut Scheduler, deadline: &mut Option<Instant>) {
         match cmd {
             Cmd::Submit(seq) if deadline.is_some() => {
@@ -467,6 +487,7 @@ fn run(mut sched: Scheduler, rx: mpsc::Receiver<Cmd>) {
                 break;
             }
         }
+        let finished = sched.shared.finished.load(Ordering::Relaxed);
         result = result.and_then(|_| sched.step().map(|_| ()));
         if let Err(e) = result {
             // A failed forward or pool operation: nothing running can be trusted to
@@ -475,6 +496,14 @@ fn run(mut sched: Scheduler, rx: mpsc::Receiver<Cmd>) {
         }
         sched.observe_pool();
         let _ = sched.publish();
+        let someone_left = sched.shared.finished.load(Ordering::Relaxed) > finished;
+        if someone_left && !wait.is_zero() && deadline.is_none() && sched.waiting.is_empty() && !sched.idle() {
+            match rx.recv_timeout(wait) {
+                Ok(cmd) => take(cmd, &mut sched, &mut deadline),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => deadline = Some(Instant::now()),
+            }
+        }
     }
     sched.shared.stopped.store(true, Ordering::SeqCst);
 }

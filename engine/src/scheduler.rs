@@ -148,6 +148,9 @@ pub(crate) struct Limits {
     /// before/after benchmarks; answers are the same either way).
     pub(crate) partial: bool,
     pub(crate) policy: SchedPolicy,
+    /// Drafts join a step only while it holds fewer rows than this
+    /// ([`crate::EngineOptions::spec_step_rows`]).
+    pub(crate) spec_step_rows: usize,
 }
 
 impl Limits {
@@ -163,6 +166,7 @@ impl Limits {
             prefix: e.prefix_cache == PrefixCache::On,
             partial: std::env::var("TL_PREFIX_REUSE").map_or(true, |v| v != "blocks"),
             policy: e.policy,
+            spec_step_rows: crate::speculate::SPEC_STEP_ROWS,
         }
     }
 }

@@ -19,6 +19,13 @@ use crate::scheduler::{kv_err, lock, Scheduler};
 /// The most tokens one sequence drafts per step.
 pub const MAX_DRAFT: usize = 16;
 
+/// Default of [`crate::EngineOptions::spec_step_rows`]: a sequence adds drafts to a step
+/// only while the step holds fewer rows (tokens) than this. Drafted rows are nearly free
+/// only while a step is bound by reading the weights, which on a CPU holds to ~5-8 rows
+/// (past that each row adds its multiply-adds), so under load plain decoding is the faster
+/// choice. Output is the same bits either way.
+pub const SPEC_STEP_ROWS: usize = 8;
+
 /// The longest suffix the n-gram lookup tries to match (then shorter ones, down to 1).
 pub const NGRAM_MAX: usize = 4;
 
@@ -160,6 +167,7 @@ impl Scheduler {
     pub(crate) fn plan_drafts(&mut self, planned: &[usize]) -> Result<bool, EngineError> {
         let used: usize = planned.iter().map(|&i| self.running[i].take).sum();
         let mut budget = self.lim.max_batch_tokens.saturating_sub(used);
+        let mut rows = used; // rows in the step so far, drafts included
         let b = self.lim.block_tokens;
         let max_ctx = self.lim.max_ctx;
         // Who drafts how many: n-gram drafts now, draft-model ones in one batched pass.
@@ -168,7 +176,8 @@ impl Scheduler {
         for &i in planned {
             let s = &mut self.running[i];
             s.draft.clear();
-            if budget == 0 || s.spec.k() == 0 || s.computed + s.take != s.tokens.len() {
+            if budget == 0 || rows >= self.lim.spec_step_rows || s.spec.k() == 0 || s.computed + s.take != s.tokens.len()
+            {
                 continue;
             }
             // Never draft past what the sequence may still emit: at most `left` tokens
@@ -186,10 +195,12 @@ impl Scheduler {
                         continue;
                     }
                     budget -= s.draft.len();
+                    rows += s.draft.len();
                 }
                 Speculation::Draft { .. } => {
                     by_model.push((i, k));
                     budget -= k;
+                    rows += k;
                 }
                 Speculation::Off => continue,
             }

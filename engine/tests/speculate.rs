@@ -51,7 +51,7 @@ fn with_draft(
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let draft = draft.map(|d| ModelRunner::load(d, &cfg).expect("load draft"));
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    Engine::start_with_draft(runner, draft, tok, EngineOptions { max_queue: 256, observer: None, speculate })
+    Engine::start_with_draft(runner, draft, tok, EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX })
 }
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -206,6 +206,28 @@ fn tiny_speculation_changes_nothing_among_concurrent_requests_and_under_preempti
     let st = e.stats();
     assert!(st.preemptions > 0, "the small pool never preempted: {st:?}");
     assert!(st.draft_accepted > 0, "no draft accepted: {st:?}");
+}
+
+/// `spec_step_rows`: drafts join a step only while it holds fewer rows. With 1 no step can
+/// take a draft (every step already holds its sequences' own rows); with the default a
+/// request alone drafts; answers are the same either way.
+#[test]
+fn drafts_join_only_steps_below_spec_step_rows() {
+    let reqs: Vec<Request> = prompts().iter().enumerate().flat_map(|(i, p)| variants(p, i)).collect();
+    let off = run_alone(&engine(&tiny(), 512, 96, None), &reqs);
+    let start = |rows: usize| {
+        let runner = ModelRunner::load(&tiny(), &config(512, 96)).expect("load");
+        let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
+        let opts = EngineOptions { max_queue: 256, observer: None, speculate: Some(NGRAM), spec_step_rows: rows };
+        Engine::start(runner, tok, opts).expect("start")
+    };
+    let e = start(1);
+    assert_same(&off, &run_together(&e, &reqs), &reqs, "spec_step_rows 1, together");
+    assert_same(&off, &run_alone(&e, &reqs), &reqs, "spec_step_rows 1, alone");
+    assert_eq!(counters(&e).0, 0, "a step of 1 row took drafts");
+    let e = start(0);
+    assert_same(&off, &run_alone(&e, &reqs), &reqs, "default spec_step_rows, alone");
+    assert!(counters(&e).1 > 0, "no draft accepted with the default: {:?}", counters(&e));
 }
 
 /// A draft model of the same vocabulary: the int4 twin of the tiny Llama (close, so most

@@ -92,6 +92,9 @@ pub struct Options {
     /// A draft model of the same vocabulary for `draft` speculation (`--speculate
     /// draft:PATH`), loaded with `engine`'s settings and its own KV pool.
     pub draft_model: Option<PathBuf>,
+    /// Drafts join a step only while it holds fewer rows than this (`--spec-step-rows`;
+    /// 0: the engine's default, [`tl_engine::SPEC_STEP_ROWS`]).
+    pub spec_step_rows: usize,
 }
 
 /// Limits against slow, stuck or oversized clients; all on by default
@@ -185,7 +188,12 @@ impl AppState {
             runner,
             draft,
             Arc::clone(&tok),
-            EngineOptions { max_queue: opts.max_queue, observer: Some(observer), speculate: opts.speculate },
+            EngineOptions {
+                max_queue: opts.max_queue,
+                observer: Some(observer),
+                speculate: opts.speculate,
+                spec_step_rows: opts.spec_step_rows,
+            },
         )?;
         let model_id = opts.model_name.clone().unwrap_or_else(|| {
             let stem = if opts.model.is_file() { opts.model.file_stem() } else { opts.model.file_name() };

@@ -106,6 +106,10 @@ struct Cli {
     /// model of the same vocabulary). Output never changes.
     #[arg(long, default_value = "off")]
     speculate: String,
+    /// Drafts join a step only while it holds fewer rows (tokens) than this: past ~8 rows a
+    /// CPU step pays for every row, so under load plain decoding is faster. 0: the default (8).
+    #[arg(long, default_value_t = 0)]
+    spec_step_rows: usize,
 }
 
 /// SIGTERM and SIGINT, registered when made: before the server says it is listening, so
@@ -188,6 +192,7 @@ fn run(cli: Cli) -> Result<(), String> {
         },
         speculate: Some(speculate),
         draft_model,
+        spec_step_rows: cli.spec_step_rows,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

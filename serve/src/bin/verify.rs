@@ -173,6 +173,7 @@ fn replay(cli: &Cli, weights: Weights, file: &PathBuf) -> Result<bool, String> {
         scale: tl_serve::replica::ScaleOptions::default(),
         speculate: None,
         draft_model: None,
+        spec_step_rows: 0,
     };
     let out = r.run(file, opts).map_err(|e| e.to_string())?;
     match &out.diff {

@@ -274,7 +274,7 @@ impl Verifier {
         let e = Engine::start(
             runner,
             Arc::clone(&self.tok),
-            EngineOptions { max_queue: 4096, observer: None, speculate: None },
+            EngineOptions { max_queue: 4096, observer: None, speculate: None, ..Default::default() },
         )
         .map_err(|err| VerifyError::Engine { condition: condition.into(), err })?;
         let traces = self.submit(&e, condition, reqs)?;
@@ -388,7 +388,7 @@ impl Verifier {
         let e = Engine::start(
             runner,
             Arc::clone(&self.tok),
-            EngineOptions { max_queue: 16, observer: None, speculate: None },
+            EngineOptions { max_queue: 16, observer: None, speculate: None, ..Default::default() },
         )
         .map_err(|err| VerifyError::Engine { condition: name.into(), err })?;
         self.submit(&e, name, vec![warm])?;
@@ -421,7 +421,7 @@ impl Verifier {
         let e = Engine::start(
             runner,
             Arc::clone(&self.tok),
-            EngineOptions { max_queue: 16, observer: None, speculate: None },
+            EngineOptions { max_queue: 16, observer: None, speculate: None, ..Default::default() },
         )
         .map_err(|err| VerifyError::Engine { condition: name.clone(), err })?;
         let t = self.submit(&e, &name, reqs)?.remove(1);

@@ -37,6 +37,7 @@ pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize
         scale: tl_serve::replica::ScaleOptions::default(),
         speculate: None,
         draft_model: None,
+        spec_step_rows: 0,
     }
 }
 
