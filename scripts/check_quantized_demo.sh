@@ -36,7 +36,13 @@ GGUF="$(scripts/fetch_model.sh)"
 LLAMA_BIN="$(scripts/build_llama_cpp.sh)"
 # -p tl-examples, as bench_compare.sh builds: the same dependency features, so neither
 # script rebuilds the dependencies the other built.
-cargo build --release --quiet -p tl-examples --bin chat >&2
+# TL_BIN: a directory with chat already built, used as it is.
+if [ -n "${TL_BIN:-}" ]; then
+    CHAT="$(cd "$TL_BIN" && pwd)/chat"
+else
+    cargo build --release --quiet -p tl-examples --bin chat >&2
+    CHAT=target/release/chat
+fi
 STEM="${GGUF%.gguf}"
 
 fail=0
@@ -56,7 +62,7 @@ c = Counter(t.tensor_type.name for t in GGUFReader(sys.argv[1]).tensors)
 print(", ".join(f"{k} x{v}" for k, v in c.most_common()))' "$file")"
     # chat prints "> " before reading each line, then the answer and a newline; the
     # second "> " (end of input) follows. Keep the text between.
-    if tl_out="$(printf '%s\n' "$QUESTION" | target/release/chat --model "$file" --temperature 0 \
+    if tl_out="$(printf '%s\n' "$QUESTION" | "$CHAT" --model "$file" --temperature 0 \
         --max-tokens "$MAX_TOKENS" 2>"$file.chat.err")"; then
         tl_text="$(printf '%s' "$tl_out" | "$PY" -c '
 import sys
