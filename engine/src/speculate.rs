@@ -176,7 +176,10 @@ impl Scheduler {
         for &i in planned {
             let s = &mut self.running[i];
             s.draft.clear();
-            if budget == 0 || rows >= self.lim.spec_step_rows || s.spec.k() == 0 || s.computed + s.take != s.tokens.len()
+            if budget == 0
+                || rows >= self.lim.spec_step_rows
+                || s.spec.k() == 0
+                || s.computed + s.take != s.tokens.len()
             {
                 continue;
             }

@@ -24,7 +24,8 @@ fn engine(model: &Path, block_tokens: u32, n_blocks: u32, max_seqs: usize, max_q
     };
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    Engine::start(runner, tok, EngineOptions { max_queue, observer: None, speculate: None, ..Default::default() }).expect("start")
+    Engine::start(runner, tok, EngineOptions { max_queue, observer: None, speculate: None, ..Default::default() })
+        .expect("start")
 }
 
 /// A token with its logprobs as bits.

@@ -26,7 +26,8 @@ fn engine(model: &Path) -> Engine {
     };
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    Engine::start(runner, tok, EngineOptions { max_queue: 16, observer: None, speculate: None, ..Default::default() }).expect("start")
+    Engine::start(runner, tok, EngineOptions { max_queue: 16, observer: None, speculate: None, ..Default::default() })
+        .expect("start")
 }
 
 fn req(prompt: &[u32], max_tokens: usize) -> Request {

@@ -51,7 +51,12 @@ fn with_draft(
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let draft = draft.map(|d| ModelRunner::load(d, &cfg).expect("load draft"));
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    Engine::start_with_draft(runner, draft, tok, EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX })
+    Engine::start_with_draft(
+        runner,
+        draft,
+        tok,
+        EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX },
+    )
 }
 
 fn fixture(name: &str) -> std::path::PathBuf {

@@ -89,7 +89,8 @@ fn engine(n_blocks: u32, observer: Option<Arc<dyn Observer>>) -> Engine {
     };
     let runner = ModelRunner::load(&tiny(), &cfg).expect("load");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    Engine::start(runner, tok, EngineOptions { max_queue: 4096, observer, speculate: None, ..Default::default() }).expect("start")
+    Engine::start(runner, tok, EngineOptions { max_queue: 4096, observer, speculate: None, ..Default::default() })
+        .expect("start")
 }
 
 /// xorshift64*: the test's own reproducible randomness.

@@ -27,8 +27,12 @@ fn engine(model: &Path, n_blocks: u32) -> (Engine, Arc<Tokenizer>) {
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
     (
-        Engine::start(runner, Arc::clone(&tok), EngineOptions { max_queue: 64, observer: None, speculate: None, ..Default::default() })
-            .expect("start"),
+        Engine::start(
+            runner,
+            Arc::clone(&tok),
+            EngineOptions { max_queue: 64, observer: None, speculate: None, ..Default::default() },
+        )
+        .expect("start"),
         tok,
     )
 }

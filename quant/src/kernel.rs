@@ -119,7 +119,9 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
     let mut acc = [[I::zero(); NP]; MR];
     let mut w = [I::zero(); NP];
     match j.kind {
-        Kind::Blk(f) => crate::blocks::per_type!(f, F => crate::blocks::accumulate::<I, MR, NP>(F, x, inp, &panel, &next, &mut acc)),
+        Kind::Blk(f) => {
+            crate::blocks::per_type!(f, F => crate::blocks::accumulate::<I, MR, NP>(F, x, inp, &panel, &next, &mut acc))
+        }
         Kind::F32 => {
             for k in 0..inp {
                 for p in 0..NP {
