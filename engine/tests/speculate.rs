@@ -39,7 +39,8 @@ fn engine(model: &Path, n_blocks: u32, max_batch_tokens: usize, speculate: Optio
     with_draft(model, None, n_blocks, max_batch_tokens, speculate).expect("start")
 }
 
-/// An engine over `model` with `draft` as its draft model.
+/// An engine over `model` with `draft` as its draft model; drafts join steps of any size
+/// (`spec_step_rows` unbounded), so the tests draft under load too.
 fn with_draft(
     model: &Path,
     draft: Option<&Path>,
@@ -47,16 +48,16 @@ fn with_draft(
     max_batch_tokens: usize,
     speculate: Option<Speculation>,
 ) -> Result<Engine, EngineError> {
-    let cfg = config(n_blocks, max_batch_tokens);
+    let opts = EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX };
+    start(model, draft, config(n_blocks, max_batch_tokens), opts)
+}
+
+/// An engine over `model` (and `draft`) with `cfg` and `opts` as given.
+fn start(model: &Path, draft: Option<&Path>, cfg: EngineConfig, opts: EngineOptions) -> Result<Engine, EngineError> {
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let draft = draft.map(|d| ModelRunner::load(d, &cfg).expect("load draft"));
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    Engine::start_with_draft(
-        runner,
-        draft,
-        tok,
-        EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX },
-    )
+    Engine::start_with_draft(runner, draft, tok, opts)
 }
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -220,17 +221,15 @@ fn tiny_speculation_changes_nothing_among_concurrent_requests_and_under_preempti
 fn drafts_join_only_steps_below_spec_step_rows() {
     let reqs: Vec<Request> = prompts().iter().enumerate().flat_map(|(i, p)| variants(p, i)).collect();
     let off = run_alone(&engine(&tiny(), 512, 96, None), &reqs);
-    let start = |rows: usize| {
-        let runner = ModelRunner::load(&tiny(), &config(512, 96)).expect("load");
-        let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
+    let bounded = |rows: usize| {
         let opts = EngineOptions { max_queue: 256, observer: None, speculate: Some(NGRAM), spec_step_rows: rows };
-        Engine::start(runner, tok, opts).expect("start")
+        start(&tiny(), None, config(512, 96), opts).expect("start")
     };
-    let e = start(1);
+    let e = bounded(1);
     assert_same(&off, &run_together(&e, &reqs), &reqs, "spec_step_rows 1, together");
     assert_same(&off, &run_alone(&e, &reqs), &reqs, "spec_step_rows 1, alone");
     assert_eq!(counters(&e).0, 0, "a step of 1 row took drafts");
-    let e = start(0);
+    let e = bounded(0);
     assert_same(&off, &run_alone(&e, &reqs), &reqs, "default spec_step_rows, alone");
     assert!(counters(&e).1 > 0, "no draft accepted with the default: {:?}", counters(&e));
 }
