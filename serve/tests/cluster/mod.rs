@@ -155,16 +155,20 @@ fn vllm_router_bin() -> PathBuf {
     p
 }
 
-/// vllm-router on a free port with `args`; returns once it answers `/health`. A router
-/// that exits first (its port taken meanwhile: `free_port` releases it) is started again
-/// on another port; its log is shown when it never gets ready.
+/// vllm-router on a free port (and its metrics on another) with `args`; returns once it
+/// answers `/health`. A router that exits first (a port taken meanwhile: `free_port`
+/// releases it) is started again on others; its logs are shown when it never gets ready.
 pub fn vllm_router(args: &[String]) -> Router {
+    let mut exits = String::new();
     for _ in 0..3 {
-        let port = free_port();
+        let (port, metrics) = (free_port(), free_port());
         let dir = tempfile::tempdir().expect("tempdir");
         let log = std::fs::File::create(dir.path().join("router.log")).expect("log");
         let mut child = Command::new(vllm_router_bin())
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            // Its Prometheus exporter binds 29000 unless told: a second router running
+            // meanwhile (the tests run in parallel) panicked at start on that port.
+            .args(["--prometheus-port", &metrics.to_string()])
             .args(["--health-check-interval-secs", "1", "--worker-startup-check-interval", "1"])
             .args(["--log-level", "warning"])
             .args(args)
@@ -175,7 +179,9 @@ pub fn vllm_router(args: &[String]) -> Router {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let t0 = Instant::now();
         loop {
-            if child.try_wait().expect("wait").is_some() {
+            if let Some(status) = child.try_wait().expect("wait") {
+                let text = std::fs::read_to_string(dir.path().join("router.log")).unwrap_or_default();
+                exits += &format!("--- port {port}: {status}\n{text}\n");
                 break; // start again
             }
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
@@ -191,7 +197,7 @@ pub fn vllm_router(args: &[String]) -> Router {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    panic!("vllm-router exited at start three times");
+    panic!("vllm-router exited at start three times:\n{exits}");
 }
 
 /// A completion request body: `max_tokens` tokens, seeded sampling at temperature 0.8
