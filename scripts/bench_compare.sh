@@ -205,8 +205,10 @@ def llama(row, rnd, threads, model):
         rc, out, err, rss, load = spawn(cmd)
         tag = {"tool": "llama.cpp", "config": row, "round": rnd, "kind": kind, "load_before": load}
         if rc != 0:
-            print(f"bench_compare: llama-bench {row} {kind} failed: {last_line(err)}", file=sys.stderr)
-            record({**tag, "error": last_line(err), "cmd": cmd})
+            # A crash writes nothing to stderr: say how it ended (-11: SIGSEGV).
+            why = f"exit {rc}: {last_line(err)}"
+            print(f"bench_compare: llama-bench {row} {kind} failed: {why}", file=sys.stderr)
+            record({**tag, "error": why, "cmd": cmd})
             continue
         for line in out.splitlines():
             if not line.strip().startswith("{"):
