@@ -219,6 +219,29 @@ fn rows_do_not_depend_on_the_batch_nor_the_thread_count() {
     }
 }
 
+/// A product large enough to go out in many chunks claimed by the threads (256 KiB of
+/// panels or more each): the last chunk short, the last panel partial (1000 = 62.5 panels).
+/// Whichever thread claims a chunk, each element is the one chain of the contract.
+#[test]
+fn chunked_products_are_the_same_chains_at_every_thread_count() {
+    let mut rng = Lcg(9);
+    let (out, inp, m) = (1000, 4096, 2);
+    for format in [Format::F32, Format::Q8_0] {
+        let (l, w) = layer(format, out, inp, &mut rng);
+        let x: Vec<f32> = (0..m * inp).map(|_| rng.f()).collect();
+        let want = bits(&reference(&x, m, &w, out, inp));
+        for t in [1, 2, 3, 5] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+            let y = pool.install(|| {
+                let mut y = vec![f32::NAN; m * out];
+                l.forward(&x, m, &mut y).unwrap();
+                y
+            });
+            assert_eq!(bits(&y), want, "{format}: {t} threads");
+        }
+    }
+}
+
 #[test]
 fn a_reordered_sum_is_caught() {
     // Negative control: the comparisons above would see a kernel that summed in another
