@@ -300,10 +300,10 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
             // Without high bits (Q4_K, Q2_K, IQ4_NL), code j is read from the low word
             // shifted right by lb bits j times, one constant shift a step: a shift by
             // `lb * j` is a variable count in this (not unrolled) loop, and LLVM built each
-            // from a broadcast, a compare and a masked shift (Q4_K's decode ran at 0.57x
+            // from a broadcast, a compare and a masked shift (Q4_K's decode ran at 0.57-0.64x
             // Q4_0's). With high bits the variable form stays: the constant-step form needs
-            // a second rotation a code (of `hi`), and Q5_K/Q6_K decode measured 15-30%
-            // slower with it (docs/kernels.md).
+            // a second rotation a code (of `hi`), and Q5_K/Q6_K decode measured 7-12%
+            // slower with it (medians, docs/kernels.md).
             let mut lo = lo;
             for j in 0..per_lo {
                 let sh = l.lb * j as u32;
