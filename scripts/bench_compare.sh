@@ -180,14 +180,36 @@ def record(obj):
     raw.write(json.dumps(obj) + "\n")
     raw.flush()
 
+steals = []
+last = {"steal": None}  # the last spawn's steal %, None when /proc/stat could not tell
+
+def cpu_ticks():
+    """/proc/stat's summed `cpu` line: (steal ticks, all ticks), or None off Linux."""
+    try:
+        with open("/proc/stat") as fh:
+            v = [int(x) for x in fh.readline().split()[1:9]]
+        return v[7], sum(v)
+    except (OSError, ValueError, IndexError):
+        return None
+
 def spawn(cmd):
-    """Run cmd: (exit code, stdout, stderr, peak RSS MiB of the child, 1-minute load before)."""
+    """Run cmd: (exit code, stdout, stderr, peak RSS MiB of the child, 1-minute load before).
+
+    Also records the share of CPU time the hypervisor stole while it ran (`steal` in
+    /proc/stat): on a VM whose vCPUs are descheduled a 2-thread run waits for its slower
+    thread, and a round with steal is not a measurement of either tool."""
     load = os.getloadavg()[0]
     loads.append(load)
+    before = cpu_ticks()
+    last["steal"] = None
     with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe)
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = rc = os.waitstatus_to_exitcode(status)
+        after = cpu_ticks()
+        if before and after and after[1] > before[1]:
+            last["steal"] = round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 2)
+            steals.append(last["steal"])
         fo.seek(0)
         fe.seek(0)
         return rc, fo.read(), fe.read(), ru.ru_maxrss / 1024.0, load
@@ -203,7 +225,8 @@ def llama(row, rnd, threads, model):
         cmd = [f"{llama_bin}/llama-bench", "-m", model, "-t", str(threads), "-r", str(repeats),
                "-o", "jsonl"] + args + llama_extra
         rc, out, err, rss, load = spawn(cmd)
-        tag = {"tool": "llama.cpp", "config": row, "round": rnd, "kind": kind, "load_before": load}
+        tag = {"tool": "llama.cpp", "config": row, "round": rnd, "kind": kind, "load_before": load,
+               "steal_pct": last["steal"]}
         if rc != 0:
             # A crash writes nothing to stderr: say how it ended (-11: SIGSEGV).
             why = f"exit {rc}: {last_line(err)}"
@@ -225,7 +248,8 @@ def tl(row, rnd, threads, model, weights):
            "--prompt-tokens", str(prompt), "--decode-tokens", str(gen), "--repeats", str(repeats),
            "--batch", env["BATCH"], "--json-only"]
     rc, out, err, rss, load = spawn(cmd)
-    tag = {"config": row, "round": rnd, "commit": env.get("TL_COMMIT"), "load_before": load}
+    tag = {"config": row, "round": rnd, "commit": env.get("TL_COMMIT"), "load_before": load,
+           "steal_pct": last["steal"]}
     if rc != 0:
         print(f"bench_compare: tl bench {row} failed: {last_line(err)}", file=sys.stderr)
         record({"tool": "tl", **tag, "error": last_line(err), "cmd": cmd})
@@ -261,8 +285,12 @@ def med(runs, key):
 def f(x, d=1):
     return "—" if x is None else f"{x:.{d}f}"
 
-def ratio(a, b):
-    return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+def paired(tr, lr, key):
+    """The median over rounds of tl/llama.cpp within each round (the two ran back to
+    back, so a drift of a shared host's speed between rounds cancels), as text."""
+    r = [t[key] / l[key] for t, l in zip(tr, lr) if t.get(key) and l.get(key)]
+    return f"{statistics.median(r):.2f}" if r else "—"
+
 
 def machine():
     model, flags = "?", set()
@@ -327,8 +355,8 @@ def table_1b():
             ld_all = [r["load"] for r in tr + lr if r.get("load") is not None]
             err = next((r["error"] for r in tr if r.get("error")), None)
             out.append(
-                f"| {n.upper()} | {t} | {f(tp)} | {f(lp)} | {ratio(tp, lp)} | {f(td)} | {f(ld)} | "
-                f"{ratio(td, ld)} | {pct(frac(td, roof_tok))} / {pct(frac(ld, roof_tok))} | "
+                f"| {n.upper()} | {t} | {f(tp)} | {f(lp)} | {paired(tr, lr, 'prefill')} | {f(td)} | {f(ld)} | "
+                f"{paired(tr, lr, 'decode')} | {pct(frac(td, roof_tok))} / {pct(frac(ld, roof_tok))} | "
                 f"{pct(frac(tp, peak_tok))} / {pct(frac(lp, peak_tok))} | "
                 f"{f(med(tr, 'rss'), 0)} / {f(med(lr, 'rss'), 0)} | {f(med(tr, 'weights_mib'), 0)} | "
                 f"{c['tensor_bytes'] / mib:.0f} | {c['file_bytes'] / mib:.0f} | {f(med(tr, 'load_s'), 1)} | "
@@ -345,10 +373,15 @@ lines = [
     + (f" (extra llama-bench args: {' '.join(llama_extra)})" if llama_extra else ""),
     "",
     f"prefill = pp{prompt}, decode = tg{gen} after a {prompt}-token context, tok/s, "
-    f"median of {repeats} repeats" + (f", median over {rounds} rounds" if rounds > 1 else "")
+    f"median of {repeats} repeats" + (f", median over {rounds} rounds (a ratio is the median "
+                                      "of each round's, the two tools running back to back)"
+                                      if rounds > 1 else "")
     + f"; tl {env.get('TL_COMMIT')}; 1-minute load average before the runs "
     f"{min(loads):.1f} .. {max(loads):.1f}",
 ]
+if steals:
+    lines[-1] += (f"; CPU time stolen by the hypervisor during the runs: median "
+                  f"{statistics.median(steals):.1f}%, max {max(steals):.1f}%")
 # The 1-minute average lags and counts our own runs (up to max(threads) busy threads).
 if max(loads) > max(thread_counts) + 0.5 * cpus:
     lines += ["", f"**warning: the machine was busy (load up to {max(loads):.1f} on {cpus} CPUs): "
@@ -369,7 +402,7 @@ else:
             tr, lr = results[(n, t)]["tl"], results[(n, t)]["llama"]
             tp, td, lp, ld = med(tr, "prefill"), med(tr, "decode"), med(lr, "prefill"), med(lr, "decode")
             lines.append(f"| {n}: {what} | {t} | {weights} | {ll_label} | {f(tp)} | {f(lp)} | "
-                         f"{ratio(tp, lp)} | {f(td)} | {f(ld)} | {ratio(td, ld)} | {f(med(tr, 'rss'), 0)} / {f(med(lr, 'rss'), 0)} |")
+                         f"{paired(tr, lr, 'prefill')} | {f(td)} | {f(ld)} | {paired(tr, lr, 'decode')} | {f(med(tr, 'rss'), 0)} / {f(med(lr, 'rss'), 0)} |")
 text = "\n".join(lines) + "\n"
 with open(env["TABLE"], "w") as fh:
     fh.write(text)

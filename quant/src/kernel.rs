@@ -370,13 +370,15 @@ pub(crate) unsafe fn matmul(j: Job, m: usize, path: Path) {
     // thread: a thread that starts late or runs on a slower (shared, preempted, or
     // efficiency) core takes fewer chunks instead of holding the step up. Threads get
     // disjoint panel ranges, so disjoint output columns, and which thread computes a
-    // column changes none of its operations. Chunks are a multiple of 4 panels (the
-    // widest decode tile) and of at least 256 KiB: at SmolLM2-135M's sizes (a product is
-    // ~200 KiB) smaller chunks cost decode 10% (105 against 117 tok/s), so there each
-    // thread claims about one range, as with a fixed split, but a late one's is taken.
+    // column changes none of its operations. Chunks are of at least 256 KiB and, when
+    // over 4 panels, a multiple of 4 (the widest decode tile): at SmolLM2-135M's sizes
+    // (a product is ~200 KiB) smaller chunks cost decode 10% (105 against 117 tok/s), so
+    // there each thread claims about one range, as with a fixed split, but a late one's
+    // is taken.
     let even = panels.div_ceil(nt);
     let per = panels.div_ceil(nt * chunks_per_thread()).max((256 << 10) / j.panel_bytes.max(1)).min(even);
-    let per = if per > 4 { per.next_multiple_of(4) } else { per.max(1) };
+    // per >= 1: panels >= 1 makes the div_ceil >= 1, and even >= 1.
+    let per = if per > 4 { per.next_multiple_of(4) } else { per };
     let chunks = panels.div_ceil(per);
     let claimed = AtomicUsize::new(0);
     (0..nt).into_par_iter().for_each(|_| loop {
