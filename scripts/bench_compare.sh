@@ -181,7 +181,6 @@ def record(obj):
     raw.flush()
 
 steals = []
-last = {"steal": None}  # the last spawn's steal %, None when /proc/stat could not tell
 
 def cpu_ticks():
     """/proc/stat's summed `cpu` line: (steal ticks, all ticks), or None off Linux."""
@@ -193,26 +192,27 @@ def cpu_ticks():
         return None
 
 def spawn(cmd):
-    """Run cmd: (exit code, stdout, stderr, peak RSS MiB of the child, 1-minute load before).
+    """Run cmd: (exit code, stdout, stderr, peak RSS MiB of the child, 1-minute load before,
+    steal %).
 
-    Also records the share of CPU time the hypervisor stole while it ran (`steal` in
-    /proc/stat): on a VM whose vCPUs are descheduled a 2-thread run waits for its slower
-    thread, and a round with steal is not a measurement of either tool."""
+    The steal is the share of CPU time the hypervisor took while it ran (`steal` in
+    /proc/stat; None where that cannot be read): on a VM whose vCPUs are descheduled a
+    2-thread run waits for its slower thread, and a round with steal is not a measurement
+    of either tool."""
     load = os.getloadavg()[0]
     loads.append(load)
-    before = cpu_ticks()
-    last["steal"] = None
+    before, steal = cpu_ticks(), None
     with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe)
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = rc = os.waitstatus_to_exitcode(status)
         after = cpu_ticks()
         if before and after and after[1] > before[1]:
-            last["steal"] = round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 2)
-            steals.append(last["steal"])
+            steal = round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 2)
+            steals.append(steal)
         fo.seek(0)
         fe.seek(0)
-        return rc, fo.read(), fe.read(), ru.ru_maxrss / 1024.0, load
+        return rc, fo.read(), fe.read(), ru.ru_maxrss / 1024.0, load, steal
 
 def last_line(err):
     return (err.strip().splitlines() or ["?"])[-1]
@@ -224,9 +224,9 @@ def llama(row, rnd, threads, model):
                        ("decode", ["-p", "0", "-n", str(gen), "-d", str(prompt)])):
         cmd = [f"{llama_bin}/llama-bench", "-m", model, "-t", str(threads), "-r", str(repeats),
                "-o", "jsonl"] + args + llama_extra
-        rc, out, err, rss, load = spawn(cmd)
+        rc, out, err, rss, load, steal = spawn(cmd)
         tag = {"tool": "llama.cpp", "config": row, "round": rnd, "kind": kind, "load_before": load,
-               "steal_pct": last["steal"]}
+               "steal_pct": steal}
         if rc != 0:
             # A crash writes nothing to stderr: say how it ended (-11: SIGSEGV).
             why = f"exit {rc}: {last_line(err)}"
@@ -247,9 +247,9 @@ def tl(row, rnd, threads, model, weights):
     cmd = [f"{tl_bin}/bench", "--model", model, "--weights", weights, "--threads", str(threads),
            "--prompt-tokens", str(prompt), "--decode-tokens", str(gen), "--repeats", str(repeats),
            "--batch", env["BATCH"], "--json-only"]
-    rc, out, err, rss, load = spawn(cmd)
+    rc, out, err, rss, load, steal = spawn(cmd)
     tag = {"config": row, "round": rnd, "commit": env.get("TL_COMMIT"), "load_before": load,
-           "steal_pct": last["steal"]}
+           "steal_pct": steal}
     if rc != 0:
         print(f"bench_compare: tl bench {row} failed: {last_line(err)}", file=sys.stderr)
         record({"tool": "tl", **tag, "error": last_line(err), "cmd": cmd})
@@ -290,7 +290,6 @@ def paired(tr, lr, key):
     back, so a drift of a shared host's speed between rounds cancels), as text."""
     r = [t[key] / l[key] for t, l in zip(tr, lr) if t.get(key) and l.get(key)]
     return f"{statistics.median(r):.2f}" if r else "—"
-
 
 def machine():
     model, flags = "?", set()
