@@ -11,9 +11,15 @@
 //!   bytes (16 bytes a row for the file's 12: +4 bytes per 256 weights);
 //! - the low code bits: `(k * lb / 32, 16)` u32, lane `r` of word `c` holding the `lb`
 //!   low bits of weights `c * 32 / lb ..` of row `r`, weight `j` of the word at bit `lb * j`
-//!   (`lb` = 2 for Q2_K/Q3_K, else 4);
-//! - the high code bits, `(k * hb / 32, 16)` u32 (`hb` = 1 for Q5_0/Q5_1/Q5_K/Q3_K, 2 for
-//!   Q6_K, none otherwise), placed for the decode loop: low word `c` takes group
+//!   (`lb` = 2 for Q2_K/Q3_K, 6 for Q6_K (below), else 4);
+//! - Q6_K's whole 6-bit codes instead, three words a sub-block of 16 (`(k * 6 / 32, 16)`
+//!   u32 in all, the file's bits and no more): word `3 s + t` holds codes `16 s + 5 t + i`,
+//!   i < 5, at bits `6 i`, and in its top two bits, bits `2 t, 2 t + 1` of code `16 s + 15`.
+//!   So 15 codes of 16 cost a constant shift and a mask, as a Q4_K code does (the split
+//!   nibble + 2-bit layout cost a bit-select and a rotation more: Q6_K decoded at 1.6x
+//!   Q4_0's time per weight);
+//! - the high code bits, `(k * hb / 32, 16)` u32 (`hb` = 1 for Q5_0/Q5_1/Q5_K/Q3_K, none
+//!   otherwise), placed for the decode loop: low word `c` takes group
 //!   `g = c % G` of high word `c / G` (`G = lb / hb` low words per high word), and weight `j`
 //!   of low word `c` has its high bits at bits `(lb (j + 1) + g hb) mod 32` of that word.
 //!   So after rotating the high word right by `g hb`, one bit-select (the low word's bits
@@ -109,7 +115,7 @@ pub(crate) const fn layout(f: Blk) -> Layout {
         Blk::Q2K => (2, 0),
         Blk::Q3K => (2, 1),
         Blk::Q5_0 | Blk::Q5_1 | Blk::Q5K => (4, 1),
-        Blk::Q6K => (4, 2),
+        Blk::Q6K => (6, 0), // whole codes, five a word (module comment)
         Blk::Iq4Nl | Blk::Q4K => (4, 0),
     };
     let sc = NR * 2 * (1 + dm as usize);
@@ -167,6 +173,17 @@ fn put_block(f: Blk, l: Layout, o: &Unpacked, dst: &mut [u8], lane: usize, per_l
             Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => {} // no sub-block scales
         }
     }
+    if f == Blk::Q6K {
+        for s in 0..nsub {
+            for t in 0..3 {
+                let u = |i: usize| o.u[s * 16 + i] as u32;
+                let word = (0..5).fold((u(15) >> (2 * t) & 3) << 30, |w, i| w | u(5 * t + i) << (6 * i));
+                let at = l.lo + ((s * 3 + t) * NR + lane) * 4;
+                dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
+            }
+        }
+        return;
+    }
     let lmask = (1u32 << l.lb) - 1;
     for c in 0..f.k() / per_lo {
         let word = (0..per_lo).fold(0u32, |w, j| w | (o.u[c * per_lo + j] as u32 & lmask) << (l.lb as usize * j));
@@ -215,8 +232,17 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
                 Blk::Q3K | Blk::Q6K => (byte() as i8, 0),
                 Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => (0, 0),
             };
-            let lo = (u32_at(base + l.lo + (k / per_lo * NR + lane) * 4) >> (l.lb as usize * (k % per_lo)))
-                & ((1 << l.lb) - 1);
+            let word = |c: usize| u32_at(base + l.lo + (c * NR + lane) * 4);
+            let lo = if f == Blk::Q6K {
+                let (s, i) = (k / 16, k % 16);
+                if i < 15 {
+                    word(s * 3 + i / 5) >> (6 * (i % 5)) & 63
+                } else {
+                    (0..3).fold(0, |u, t| u | (word(s * 3 + t) >> 30) << (2 * t))
+                }
+            } else {
+                (word(k / per_lo) >> (l.lb as usize * (k % per_lo))) & ((1 << l.lb) - 1)
+            };
             let hi = if l.hb > 0 {
                 let (c, j) = (k / per_lo, k % per_lo);
                 let word = u32_at(base + l.hi + (c / (l.lb / l.hb) as usize * NR + lane) * 4);
@@ -264,8 +290,9 @@ unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I:
 /// them out as f32 for a tile of many rows to reuse. Callers pass `f` as a constant
 /// ([`per_type`]), so every branch on it below is resolved at compile time.
 ///
-/// A code costs: Q4_K/Q2_K/IQ4_NL a shift and a table lookup; the types with high bits a
-/// bit-select, a rotation and a lookup (Q6_K: a mask and a conversion); then the `fma`.
+/// A code costs: Q4_K/Q2_K/IQ4_NL a shift and a table lookup; Q6_K a shift, a mask and a
+/// conversion (its 16th code a few more); the types with high bits a bit-select, a
+/// rotation and a lookup; then the `fma`.
 // Panel index `p` addresses several arrays at once.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
@@ -285,6 +312,32 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
         let (mut a, mut c) = ([I::zero(); NP], [I::zero(); NP]);
         for p in 0..NP {
             (a[p], c[p]) = coef::<I>(f, l, blk(p), s);
+        }
+        if f == Blk::Q6K {
+            // Three words of whole codes (module comment): five codes each, read by a
+            // constant shift a step; after the fifth shift each word holds only its two
+            // spare bits, which together are code 15.
+            let word = |t: usize| -> [I::U; NP] {
+                std::array::from_fn(|p| I::ld_u32(blk(p).add(l.lo + (s * 3 + t) * NR * 4) as *const u32))
+            };
+            let mut q = [word(0), word(1), word(2)];
+            for t in 0..3 {
+                for i in 0..5 {
+                    let mut w = [I::zero(); NP];
+                    for p in 0..NP {
+                        w[p] = I::fma(I::code(q[t][p], 6), a[p], c[p]);
+                        q[t][p] = I::shr(q[t][p], 6);
+                    }
+                    emit(s * 16 + t * 5 + i, &w);
+                }
+            }
+            let w: [I::V; NP] = std::array::from_fn(|p| {
+                // Bits 0-1 from word 0, 2-3 from word 1, 4-5 from word 2; nothing above.
+                let hi = I::sel(I::rotr(q[1][p], 30), I::rotr(q[2][p], 28), 0b1100);
+                I::fma(I::cvt(I::sel(q[0][p], hi, 0b11)), a[p], c[p])
+            });
+            emit(s * 16 + 15, &w);
+            continue;
         }
         for wi in 0..sub / per_lo {
             let cw = s * sub / per_lo + wi; // the low word's index in the block
@@ -350,15 +403,16 @@ pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
     // The next panels' lines are asked for spread over the block, a few at each low code
     // word: a burst of all of them (up to 53 lines x 4 panels) at the block's start filled
     // the line-fill buffers and stalled the loop (a quarter of Q6_K's decode samples).
-    let per_lo = 32 / l.lb as usize;
+    // Q6_K: a few at each sub-block (its words do not split the block's 256 weights evenly).
+    let step = if f == Blk::Q6K { 16 } else { 32 / l.lb as usize };
     let lines = l.bytes.div_ceil(64);
-    let per_word = lines.div_ceil(f.k() / per_lo);
+    let per_word = lines.div_ceil(f.k() / step);
     for b in 0..inp / f.k() {
         block_weights::<I, NP>(f, panel, b, table, &mut |kk, w| {
-            if kk % per_lo == 0 {
+            if kk % step == 0 {
                 for i in 0..per_word {
                     for p in 0..NP {
-                        next(p, b * l.bytes + (kk / per_lo * per_word + i) * 64);
+                        next(p, b * l.bytes + (kk / step * per_word + i) * 64);
                     }
                 }
             }
