@@ -16,8 +16,8 @@
 //!   u32 in all, the file's bits and no more): word `3 s + t` holds codes `16 s + 5 t + i`,
 //!   i < 5, at bits `6 i`, and in its top two bits, bits `2 t, 2 t + 1` of code `16 s + 15`.
 //!   So 15 codes of 16 cost a constant shift and a mask, as a Q4_K code does (the split
-//!   nibble + 2-bit layout cost a bit-select and a rotation more: Q6_K decoded at 1.6x
-//!   Q4_0's time per weight);
+//!   nibble + 2-bit layout cost a bit-select and a rotation more; whole codes measured
+//!   +4% decode and +10% prefill at 1B, docs/kernels.md);
 //! - the high code bits, `(k * hb / 32, 16)` u32 (`hb` = 1 for Q5_0/Q5_1/Q5_K/Q3_K, none
 //!   otherwise), placed for the decode loop: low word `c` takes group
 //!   `g = c % G` of high word `c / G` (`G = lb / hb` low words per high word), and weight `j`
