@@ -404,7 +404,7 @@ pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
     // word: a burst of all of them (up to 53 lines x 4 panels) at the block's start filled
     // the line-fill buffers and stalled the loop (a quarter of Q6_K's decode samples).
     // Q6_K: a few at each sub-block (its words do not split the block's 256 weights evenly).
-    let step = if f == Blk::Q6K { 16 } else { 32 / l.lb as usize };
+    let step = if f == Blk::Q6K { f.sub() } else { 32 / l.lb as usize };
     let lines = l.bytes.div_ceil(64);
     let per_word = lines.div_ceil(f.k() / step);
     for b in 0..inp / f.k() {
