@@ -144,20 +144,53 @@ struct Keys<'a> {
     scale: f32,
 }
 
-/// Calls `f(j - lo, key row, value row)` for keys `lo .. n` in ascending position.
-#[inline(always)]
-unsafe fn for_keys(kv: &KvView<'_>, lo: usize, n: usize, d: usize, mut f: impl FnMut(usize, *const u16, *const u16)) {
-    let first = lo / kv.b;
-    let mut j = first * kv.b;
-    for (ks, vs) in kv.k[first..].iter().zip(&kv.v[first..]) {
-        if j >= n {
-            break;
+/// Keys `lo .. n` in ascending position, as `(j - lo, key row, value row)`. An iterator
+/// rather than a callback: the kernels' vector code must be inlined into its
+/// `target_feature` function, and a closure cannot be marked `inline(always)` (one LLVM
+/// declines to inline is compiled without the features: a call per intrinsic).
+struct KeyRows<'a> {
+    kv: KvView<'a>,
+    d: usize,
+    lo: usize,
+    n: usize,
+    /// The next key: its position, block and slot in the block.
+    pos: usize,
+    blk: usize,
+    slot: usize,
+}
+
+impl<'a> KeyRows<'a> {
+    /// Caller: `kv.holds(n, d)` (checked once per task), so every row read is in bounds.
+    #[inline(always)]
+    fn new(kv: &KvView<'a>, lo: usize, n: usize, d: usize) -> KeyRows<'a> {
+        KeyRows { kv: *kv, d, lo, n, pos: lo, blk: lo / kv.b, slot: lo % kv.b }
+    }
+}
+
+impl Iterator for KeyRows<'_> {
+    type Item = (usize, *const u16, *const u16);
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.pos >= self.n {
+            return None;
         }
-        let (kp, vp) = (ks.as_ptr().add(kv.base), vs.as_ptr().add(kv.base));
-        for slot in lo.saturating_sub(j)..kv.b.min(n - j) {
-            f(j + slot - lo, kp.add(slot * d), vp.add(slot * d));
+        let at = self.kv.base + self.slot * self.d;
+        // SAFETY: pos < n and `holds(n, d)`: block `pos / b` exists in both slab lists and
+        // holds `base + b * d` elements.
+        let row = unsafe {
+            (
+                self.pos - self.lo,
+                self.kv.k.get_unchecked(self.blk).as_ptr().add(at),
+                self.kv.v.get_unchecked(self.blk).as_ptr().add(at),
+            )
+        };
+        self.pos += 1;
+        self.slot += 1;
+        if self.slot == self.kv.b {
+            (self.blk, self.slot) = (self.blk + 1, 0);
         }
-        j += kv.b;
+        Some(row)
     }
 }
 
@@ -186,7 +219,7 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
     // score row at `j0 .. j0 + 16` (inside the padded row: j0 is a multiple of 16).
     let mut tile = [[L::zero(); W]; G];
     let sv = L::splat(scale);
-    for_keys(kv, lo, n, d, |j, kr, _| {
+    for (j, kr, _) in KeyRows::new(kv, lo, n, d) {
         let mut acc = [L::zero(); G];
         for c in 0..full {
             let kx = L::ld_h(kr.add(c * W));
@@ -209,7 +242,7 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
                 L::st(sc.add(h * np + j - k), L::mul(L::hsum16(t), sv));
             }
         }
-    });
+    }
 
     // Softmax numerators e_j = exp(s_j - max) in place, and their sums.
     let mut sums = [0.0f32; G];
@@ -232,12 +265,12 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
     for c in 0..dp / W {
         let len = W.min(d - c * W);
         let mut acc = [L::zero(); G];
-        for_keys(kv, lo, n, d, |j, _, vr| {
+        for (j, _, vr) in KeyRows::new(kv, lo, n, d) {
             let vx = if len == W { L::ld_h(vr.add(c * W)) } else { ld_h_part::<L>(vr.add(c * W), len) };
             for (h, a) in acc.iter_mut().enumerate() {
                 *a = L::fma(L::splat(*sc.add(h * np + j)), vx, *a);
             }
-        });
+        }
         for (h, a) in acc.iter().enumerate() {
             let r = L::div(*a, L::splat(sums[h]));
             st_part::<L>(out.as_mut_ptr().add(h * d + c * W), r, len);

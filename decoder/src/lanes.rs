@@ -66,7 +66,13 @@ pub trait Lanes: Copy {
     /// may share the shuffles between vectors; each sum's additions stay the same).
     #[inline(always)]
     unsafe fn hsum16(v: &[Self::V; W]) -> Self::V {
-        let s: [f32; W] = std::array::from_fn(|k| Self::hsum(v[k]));
+        // A loop, not `array::from_fn`'s closure: code calling an implementation's
+        // intrinsics must be inlined into its `target_feature` function (`simd_entry!`), and
+        // a closure cannot be marked `inline(always)` (tl-quant's `lanes!` says why).
+        let mut s = [0.0f32; W];
+        for (s, v) in s.iter_mut().zip(v) {
+            *s = Self::hsum(*v);
+        }
         Self::ld(s.as_ptr())
     }
 }
@@ -243,21 +249,25 @@ mod x86 {
         /// the lower lane first, so every sum is bit for bit `hsum(v[k])`.
         #[inline(always)]
         unsafe fn hsum16(v: &[__m512; W]) -> __m512 {
+            // Loops, not `array::from_fn`: no closure around an intrinsic (`Lanes::hsum16`).
             // s8: t[p] = [s8 of v[2p] | s8 of v[2p+1]] (8 lanes each).
-            let t: [__m512; 8] = std::array::from_fn(|p| {
+            let mut t = [_mm512_setzero_ps(); 8];
+            for (p, t) in t.iter_mut().enumerate() {
                 let (a, b) = (v[2 * p], v[2 * p + 1]);
-                _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b))
-            });
+                *t = _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b));
+            }
             // s4: u[r], quarter i = s4 of v[4r + i].
-            let u: [__m512; 4] = std::array::from_fn(|r| {
+            let mut u = [_mm512_setzero_ps(); 4];
+            for (r, u) in u.iter_mut().enumerate() {
                 let (a, b) = (t[2 * r], t[2 * r + 1]);
-                _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b))
-            });
+                *u = _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b));
+            }
             // s2: w[t], quarter i = [s2 of v[8t + i] (2 lanes), s2 of v[8t + 4 + i]].
-            let w: [__m512; 2] = std::array::from_fn(|t| {
-                let (a, b) = (u[2 * t], u[2 * t + 1]);
-                _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b))
-            });
+            let mut w = [_mm512_setzero_ps(); 2];
+            for (t2, w) in w.iter_mut().enumerate() {
+                let (a, b) = (u[2 * t2], u[2 * t2 + 1]);
+                *w = _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b));
+            }
             // s1: lane 4i + m = sum of v[4m + i]; permute to lane k = sum of v[k].
             let r = _mm512_add_ps(_mm512_shuffle_ps::<0x88>(w[0], w[1]), _mm512_shuffle_ps::<0xDD>(w[0], w[1]));
             let idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);

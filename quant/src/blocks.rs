@@ -39,7 +39,7 @@ use rayon::prelude::*;
 
 use crate::ggml::{self, Blk, Unpacked, IQ4NL};
 use crate::half_conv::f16_to_f32;
-use crate::simd::{Isa, NR};
+use crate::simd::{lanes, Isa, NR};
 
 /// `$body` with `$c` a constant equal to `$f`, one match arm per block type: the kernels
 /// below are `inline(always)` and take the type as a value, so each arm compiles its own
@@ -259,19 +259,20 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
 #[inline(always)]
 unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I::V) {
     let d = I::ld_f16(blk as *const u16);
-    let dm = || I::ld_f16(blk.add(NR * 2) as *const u16);
+    let dm = blk.add(NR * 2) as *const u16;
     let sc = blk.add(l.sc + s * NR);
     match f {
         Blk::Q5_0 => (d, I::mul(d, I::splat_v(-16.0))),
-        Blk::Q5_1 => (d, dm()),
+        Blk::Q5_1 => (d, I::ld_f16(dm)),
         Blk::Iq4Nl => (d, I::zero()),
         Blk::Q2K => {
             let byte = I::ld_u8(sc);
-            (I::mul(d, I::cvt(I::and(byte, 15))), I::mul(dm(), I::cvt(I::shr(byte, 4))))
+            (I::mul(d, I::cvt(I::and(byte, 15))), I::mul(I::ld_f16(dm), I::cvt(I::shr(byte, 4))))
         }
-        Blk::Q4K | Blk::Q5K => {
-            (I::mul(d, I::ld_i8(sc as *const i8)), I::mul(dm(), I::ld_i8(blk.add(l.sc + (8 + s) * NR) as *const i8)))
-        }
+        Blk::Q4K | Blk::Q5K => (
+            I::mul(d, I::ld_i8(sc as *const i8)),
+            I::mul(I::ld_f16(dm), I::ld_i8(blk.add(l.sc + (8 + s) * NR) as *const i8)),
+        ),
         Blk::Q3K => {
             let a = I::mul(d, I::ld_i8(sc as *const i8));
             (a, I::mul(a, I::splat_v(-4.0)))
@@ -283,12 +284,39 @@ unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I:
     }
 }
 
-/// The weights of GGUF block `b` of `NP` panels (`panel(p)`: the start of panel `p`), k
-/// ascending: `emit(kk, w)` gets `w[p]`, the 16 rows of panel `p` at k = `b * f.k() + kk`,
-/// each `fma(u, a, b)` as the module comment says. Both kernels read the codes through this
-/// one loop: [`accumulate`] multiplies the weights straight into its tile, [`widen`] writes
-/// them out as f32 for a tile of many rows to reuse. Callers pass `f` as a constant
-/// ([`per_type`]), so every branch on it below is resolved at compile time.
+/// The panels a tile reads: panel `p` starts at `base + p * bytes`.
+#[derive(Clone, Copy)]
+pub(crate) struct Panels {
+    /// The first panel.
+    pub base: *const u8,
+    /// Bytes per panel.
+    pub bytes: usize,
+}
+
+impl Panels {
+    /// The start of panel `p`.
+    #[inline(always)]
+    pub unsafe fn at(self, p: usize) -> *const u8 {
+        self.base.add(p * self.bytes)
+    }
+}
+
+/// Where [`block_weights`] hands each k's weights. A trait with `inline(always)` methods
+/// rather than a closure: a closure cannot be marked `inline(always)`, and when LLVM
+/// declined to inline one it was compiled as a function without the instruction set's
+/// features, so every intrinsic in it became a call of its own (tiles of 2-4 rows ran
+/// 20-50x slower than one row, issue 36). The guard is `tests/codegen.rs`.
+pub(crate) trait Sink<I: Isa, const NP: usize> {
+    /// `w[p]`: the 16 rows of panel `p` at k = block start + `kk`.
+    unsafe fn put(&mut self, kk: usize, w: &[I::V; NP]);
+}
+
+/// The weights of GGUF block `b` of `NP` panels, k ascending: `sink.put(kk, w)` gets
+/// `w[p]`, the 16 rows of panel `p` at k = `b * f.k() + kk`, each `fma(u, a, b)` as the
+/// module comment says. Both kernels read the codes through this one loop: [`accumulate`]
+/// multiplies the weights straight into its tile, [`widen`] writes them out as f32 for a
+/// tile of many rows to reuse. Callers pass `f` as a constant ([`per_type`]), so every
+/// branch on it below is resolved at compile time.
 ///
 /// A code costs: Q4_K/Q2_K/IQ4_NL a shift and a table lookup; Q6_K a shift, a mask and a
 /// conversion (its 16th code a few more); the types with high bits a bit-select, a
@@ -296,31 +324,28 @@ unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I:
 // Panel index `p` addresses several arrays at once.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn block_weights<I: Isa, const NP: usize>(
-    f: Blk,
-    panel: &impl Fn(usize) -> *const u8,
-    b: usize,
-    table: I::T,
-    emit: &mut impl FnMut(usize, &[I::V; NP]),
-) {
+unsafe fn block_weights<I: Isa, const NP: usize>(f: Blk, panels: Panels, b: usize, table: I::T, sink: &mut impl Sink<I, NP>) {
     let l = layout(f);
     let (k, sub) = (f.k(), f.sub());
     let per_lo = 32 / l.lb as usize;
     let groups = if l.hb > 0 { (l.lb / l.hb) as usize } else { 1 };
-    let blk = |p: usize| panel(p).add(b * l.bytes);
+    let blk: [*const u8; NP] = lanes!(NP, |p| panels.at(p).add(b * l.bytes));
     for s in 0..k / sub {
         let (mut a, mut c) = ([I::zero(); NP], [I::zero(); NP]);
         for p in 0..NP {
-            (a[p], c[p]) = coef::<I>(f, l, blk(p), s);
+            (a[p], c[p]) = coef::<I>(f, l, blk[p], s);
         }
         if f == Blk::Q6K {
             // Three words of whole codes (module comment): five codes each, read by a
             // constant shift a step; after the fifth shift each word holds only its two
             // spare bits, which together are code 15.
-            let word = |t: usize| -> [I::U; NP] {
-                std::array::from_fn(|p| I::ld_u32(blk(p).add(l.lo + (s * 3 + t) * NR * 4) as *const u32))
-            };
-            let mut q = [word(0), word(1), word(2)];
+            let word = |t: usize| l.lo + (s * 3 + t) * NR * 4;
+            let (w0, w1, w2) = (word(0), word(1), word(2));
+            let mut q = [
+                lanes!(NP, |p| I::ld_u32(blk[p].add(w0) as *const u32)),
+                lanes!(NP, |p| I::ld_u32(blk[p].add(w1) as *const u32)),
+                lanes!(NP, |p| I::ld_u32(blk[p].add(w2) as *const u32)),
+            ];
             for t in 0..3 {
                 for i in 0..5 {
                     let mut w = [I::zero(); NP];
@@ -328,25 +353,24 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
                         w[p] = I::fma(I::code(q[t][p], 6), a[p], c[p]);
                         q[t][p] = I::shr(q[t][p], 6);
                     }
-                    emit(s * 16 + t * 5 + i, &w);
+                    sink.put(s * 16 + t * 5 + i, &w);
                 }
             }
-            let w: [I::V; NP] = std::array::from_fn(|p| {
+            let mut w = [I::zero(); NP];
+            for p in 0..NP {
                 // Bits 0-1 from word 0, 2-3 from word 1, 4-5 from word 2; nothing above.
                 let hi = I::sel(I::rotr(q[1][p], 30), I::rotr(q[2][p], 28), 0b1100);
-                I::fma(I::cvt(I::sel(q[0][p], hi, 0b11)), a[p], c[p])
-            });
-            emit(s * 16 + 15, &w);
+                w[p] = I::fma(I::cvt(I::sel(q[0][p], hi, 0b11)), a[p], c[p]);
+            }
+            sink.put(s * 16 + 15, &w);
             continue;
         }
         for wi in 0..sub / per_lo {
             let cw = s * sub / per_lo + wi; // the low word's index in the block
-            let lo: [I::U; NP] = std::array::from_fn(|p| I::ld_u32(blk(p).add(l.lo + cw * NR * 4) as *const u32));
+            let lo: [I::U; NP] = lanes!(NP, |p| I::ld_u32(blk[p].add(l.lo + cw * NR * 4) as *const u32));
             let hi: [I::U; NP] = if l.hb > 0 {
-                std::array::from_fn(|p| {
-                    let h = I::ld_u32(blk(p).add(l.hi + cw / groups * NR * 4) as *const u32);
-                    I::rotr(h, (cw % groups) as u32 * l.hb)
-                })
+                let (at, by) = (l.hi + cw / groups * NR * 4, (cw % groups) as u32 * l.hb);
+                lanes!(NP, |p| I::rotr(I::ld_u32(blk[p].add(at) as *const u32), by))
             } else {
                 lo
             };
@@ -374,7 +398,7 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
                         lo[p] = I::shr(lo[p], l.lb);
                     }
                 }
-                emit(cw * per_lo + j, &w);
+                sink.put(cw * per_lo + j, &w);
             }
         }
     }
@@ -386,16 +410,53 @@ pub(crate) unsafe fn table<I: Isa>() -> I::T {
     I::table(&IQ4NL.map(|t| t as f32))
 }
 
+/// [`accumulate`]'s sink: each k's weights multiplied into the tile's accumulators, and the
+/// next panel group's bytes asked for on the way.
+struct Multiply<'a, I: Isa, const MR: usize, const NP: usize> {
+    /// Rows of `x` (stride `inp`), at the current block's first k.
+    x: *const f32,
+    inp: usize,
+    acc: &'a mut [[I::V; NP]; MR],
+    /// The next panel group's copy of the current block (`None`: no prefetching).
+    ahead: Option<*const u8>,
+    panel_bytes: usize,
+    /// Prefetch `per_word` lines every `step` k.
+    step: usize,
+    per_word: usize,
+}
+
+impl<I: Isa, const MR: usize, const NP: usize> Sink<I, NP> for Multiply<'_, I, MR, NP> {
+    #[inline(always)]
+    unsafe fn put(&mut self, kk: usize, w: &[I::V; NP]) {
+        if let Some(ahead) = self.ahead {
+            if kk % self.step == 0 {
+                for i in 0..self.per_word {
+                    for p in 0..NP {
+                        I::prefetch(ahead.wrapping_add(p * self.panel_bytes + (kk / self.step * self.per_word + i) * 64));
+                    }
+                }
+            }
+        }
+        for (r, row) in self.acc.iter_mut().enumerate() {
+            let xb = I::splat(self.x.add(r * self.inp + kk));
+            for (a, w) in row.iter_mut().zip(w) {
+                *a = I::fma(xb, *w, *a);
+            }
+        }
+    }
+}
+
 /// `acc[r][p] += x[r] . W[panel p]` over all of k, for a tile of `MR` rows of `x` (row
-/// stride `inp`) and `NP` panels (`panel(p)`: the start of panel `p`); `next(p, off)`
-/// prefetches. Each lane is one FMA chain over k ascending (the crate's contract).
+/// stride `inp`) and `NP` panels; with `prefetch`, the next `NP` panels' bytes are asked
+/// for as these are read (the first row tile of a group streams the weights). Each lane
+/// is one FMA chain over k ascending (the crate's contract).
 #[inline(always)]
 pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
     f: Blk,
     x: *const f32,
     inp: usize,
-    panel: &impl Fn(usize) -> *const u8,
-    next: &impl Fn(usize, usize),
+    panels: Panels,
+    prefetch: bool,
     acc: &mut [[I::V; NP]; MR],
 ) {
     let l = layout(f);
@@ -405,25 +466,28 @@ pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
     // the line-fill buffers and stalled the loop (a quarter of Q6_K's decode samples).
     // Q6_K: a few at each sub-block (its words do not split the block's 256 weights evenly).
     let step = if f == Blk::Q6K { f.sub() } else { 32 / l.lb as usize };
-    let lines = l.bytes.div_ceil(64);
-    let per_word = lines.div_ceil(f.k() / step);
+    let per_word = l.bytes.div_ceil(64).div_ceil(f.k() / step);
+    let mut sink = Multiply::<I, MR, NP> { x, inp, acc, ahead: None, panel_bytes: panels.bytes, step, per_word };
     for b in 0..inp / f.k() {
-        block_weights::<I, NP>(f, panel, b, table, &mut |kk, w| {
-            if kk % step == 0 {
-                for i in 0..per_word {
-                    for p in 0..NP {
-                        next(p, b * l.bytes + (kk / step * per_word + i) * 64);
-                    }
-                }
-            }
-            let kk = b * f.k() + kk;
-            for (r, row) in acc.iter_mut().enumerate() {
-                let xb = I::splat(x.add(r * inp + kk));
-                for (a, w) in row.iter_mut().zip(w) {
-                    *a = I::fma(xb, *w, *a);
-                }
-            }
-        });
+        sink.x = x.add(b * f.k());
+        // wrapping: past the last group the address is never read (a prefetch never faults).
+        sink.ahead = prefetch.then(|| panels.base.wrapping_add(NP * panels.bytes + b * l.bytes));
+        block_weights::<I, NP>(f, panels, b, table, &mut sink);
+    }
+}
+
+/// [`widen`]'s sink: panel `p`'s weights at `dst + p * stride`, k-major.
+struct Store {
+    dst: *mut f32,
+    stride: usize,
+}
+
+impl<I: Isa, const NP: usize> Sink<I, NP> for Store {
+    #[inline(always)]
+    unsafe fn put(&mut self, kk: usize, w: &[I::V; NP]) {
+        for (p, w) in w.iter().enumerate() {
+            I::st(self.dst.add(p * self.stride + kk * NR), *w);
+        }
     }
 }
 
@@ -433,15 +497,11 @@ pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
 #[inline(always)]
 pub(crate) unsafe fn widen<I: Isa, const NP: usize>(
     f: Blk,
-    panel: &impl Fn(usize) -> *const u8,
+    panels: Panels,
     b: usize,
     table: I::T,
     dst: *mut f32,
     stride: usize,
 ) {
-    block_weights::<I, NP>(f, panel, b, table, &mut |kk, w| {
-        for p in 0..NP {
-            I::st(dst.add(p * stride + kk * NR), w[p]);
-        }
-    });
+    block_weights::<I, NP>(f, panels, b, table, &mut Store { dst, stride });
 }

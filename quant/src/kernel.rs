@@ -15,8 +15,9 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+use crate::blocks::Panels;
 use crate::pack::{q4_block, Kind, Q8_BLOCK, QK};
-use crate::simd::{Isa, Portable, NR};
+use crate::simd::{lanes, Isa, Portable, NR};
 
 /// One matrix product's operands (raw, so the threads can share them).
 #[derive(Clone, Copy)]
@@ -176,9 +177,9 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
 #[inline(always)]
 unsafe fn blk_tile<I: Isa, const MR: usize, const NP: usize>(f: crate::ggml::Blk, at: &At) {
     let mut acc = [[I::zero(); NP]; MR];
-    let panel = |p: usize| at.panel(p);
-    let next = |p: usize, off: usize| at.next::<I, NP>(p, off);
-    crate::blocks::accumulate::<I, MR, NP>(f, at.x(), at.j.inp, &panel, &next, &mut acc);
+    let panels = crate::blocks::Panels { base: at.panel(0), bytes: at.j.panel_bytes };
+    // The first row tile of a group streams the weights (`At::next`).
+    crate::blocks::accumulate::<I, MR, NP>(f, at.x(), at.j.inp, panels, at.r0 == 0, &mut acc);
     at.store::<I, MR, NP>(&acc);
 }
 
@@ -266,8 +267,7 @@ unsafe fn q4_tile<I: Isa, const MR: usize, const NP: usize, const MIN: bool>(at:
             m[p] = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d[p], I::splat_v(-8.0)) };
         }
         for c in 0..QK / 8 {
-            let q: [I::U; NP] =
-                std::array::from_fn(|p| I::ld_u32(at.panel(p).add(b * bb + qoff + c * NR * 4) as *const u32));
+            let q: [I::U; NP] = lanes!(NP, |p| I::ld_u32(at.panel(p).add(b * bb + qoff + c * NR * 4) as *const u32));
             // code * d is exact (4 bits times 11), so fma(code, d, m) is the
             // dequantizers' `code * d + m` with its one rounding.
             for jj in 0..8 {
@@ -281,16 +281,79 @@ unsafe fn q4_tile<I: Isa, const MR: usize, const NP: usize, const MIN: bool>(at:
     at.store::<I, MR, NP>(&acc);
 }
 
+/// One instruction set's compiled pieces and tile shapes. Each tile shape (and each piece
+/// of the staged path) is a function of its own, compiled with the set's features, into
+/// which the generic kernels above are inlined; the loops that pick the pieces
+/// ([`run`], `staged::run`) hold no vector code. Two reasons: an intrinsic is only inlined
+/// into code compiled with its features (otherwise it is a call per operation: issue 36's
+/// 20-50x slower small batches), and one function per tile keeps each of LLVM's units of
+/// work small (one function holding every tile of a path took minutes to compile alone).
+///
+/// The shapes are set by the registers (docs/kernels.md, "Small batches"): AVX-512's 32
+/// hold a 2-row x 4-panel tile of a block type (8 accumulators, each panel's scale, offset
+/// and code words); AVX2's 16 (two a panel) hold 3 rows x 1 panel, and a fourth row or a
+/// second panel at 2 rows spilled (2-4 row products 1.4-4x slower than 3 rows).
+pub(crate) trait Tiles: Isa {
+    /// Most rows in a tile.
+    const MRX: usize;
+    /// Panels in a tile of more than [`Tiles::MS`] rows.
+    const NPX: usize;
+    /// Panels in a tile of up to `MS` rows (decode): enough independent FMA chains in
+    /// flight to hide the FMA latency (each chain is serial in k by contract).
+    const NPS: usize;
+    /// Rows up to which tiles take `NPS` panels.
+    const MS: usize;
+    /// [`tile`] of `MR` rows and `NP` panels.
+    unsafe fn tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize);
+    /// `staged::widen_chunk` of `NP` panels.
+    unsafe fn widen_chunk<const NP: usize>(j: &Job, panels: Panels, c0: usize, c1: usize, w: *mut f32);
+    /// `staged::tile` of `MR` rows and `NP` panels.
+    unsafe fn staged_tile<const MR: usize, const NP: usize>(j: &Job, c: &crate::staged::Chunk, r0: usize, p0: usize);
+}
+
+/// [`Tiles`] for `$isa`, compiled with the target features `$feat` (none: portable).
+macro_rules! tiles {
+    ($isa:ty, [$($feat:literal)?], $mrx:literal, $npx:literal, $nps:literal, $ms:literal) => {
+        impl Tiles for $isa {
+            const MRX: usize = $mrx;
+            const NPX: usize = $npx;
+            const NPS: usize = $nps;
+            const MS: usize = $ms;
+            $(#[target_feature(enable = $feat)])?
+            unsafe fn tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
+                tile::<$isa, MR, NP>(j, r0, p0)
+            }
+            $(#[target_feature(enable = $feat)])?
+            unsafe fn widen_chunk<const NP: usize>(j: &Job, panels: Panels, c0: usize, c1: usize, w: *mut f32) {
+                crate::staged::widen_chunk::<$isa, NP>(j, panels, c0, c1, w)
+            }
+            $(#[target_feature(enable = $feat)])?
+            unsafe fn staged_tile<const MR: usize, const NP: usize>(
+                j: &Job,
+                c: &crate::staged::Chunk,
+                r0: usize,
+                p0: usize,
+            ) {
+                crate::staged::tile::<$isa, MR, NP>(j, c, r0, p0)
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+tiles!(crate::simd::Avx512, ["avx512f,avx512bw,avx512vl,avx2,fma,f16c"], 8, 2, 4, 2);
+#[cfg(target_arch = "x86_64")]
+tiles!(crate::simd::Avx2, ["avx2,fma,f16c"], 3, 1, 2, 1);
+tiles!(Portable, [], 4, 1, 2, 2);
+
 /// Every row of `x` against panels `pa .. pe`: tiles of up to `MRX` rows and `NPX`
-/// panels, each panel group kept hot while the rows stream past it. With one or two rows
-/// (decode) a tile takes `NPS` panels instead, so enough independent FMA chains are in
-/// flight to hide the FMA latency (each chain is serial in k by contract).
-#[inline(always)]
-unsafe fn run<I: Isa, const MRX: usize, const NPX: usize, const NPS: usize>(j: &Job, m: usize, pa: usize, pe: usize) {
-    if crate::staged::wanted(j.kind, m, MRX) {
-        return crate::staged::run::<I, MRX, NPX>(j, m, pa, pe);
+/// panels (`NPS` for up to `MS` rows), each panel group kept hot while the rows stream
+/// past it.
+unsafe fn run<I: Tiles>(j: &Job, m: usize, pa: usize, pe: usize) {
+    if crate::staged::wanted(j.kind, m, I::MRX) {
+        return crate::staged::run::<I>(j, m, pa, pe);
     }
-    let wide = if m <= 2 { NPS } else { NPX };
+    let wide = if m <= I::MS { I::NPS } else { I::NPX };
     let mut p = pa;
     while p < pe {
         let np = match wide.min(pe - p) {
@@ -299,47 +362,31 @@ unsafe fn run<I: Isa, const MRX: usize, const NPX: usize, const NPS: usize>(j: &
         };
         let mut r = 0;
         while r < m {
-            let mr = MRX.min(m - r);
+            let mr = I::MRX.min(m - r);
             macro_rules! rows {
                 ($np:literal) => {
                     match mr {
-                        1 => tile::<I, 1, $np>(j, r, p),
-                        2 => tile::<I, 2, $np>(j, r, p),
-                        3 if $np <= 2 => tile::<I, 3, $np>(j, r, p),
-                        4 if $np <= 2 => tile::<I, 4, $np>(j, r, p),
-                        5 if $np <= 2 && MRX >= 5 => tile::<I, 5, $np>(j, r, p),
-                        6 if $np <= 2 && MRX >= 6 => tile::<I, 6, $np>(j, r, p),
-                        7 if $np <= 2 && MRX >= 7 => tile::<I, 7, $np>(j, r, p),
-                        8 if $np <= 2 && MRX >= 8 => tile::<I, 8, $np>(j, r, p),
+                        1 => I::tile::<1, $np>(j, r, p),
+                        2 => I::tile::<2, $np>(j, r, p),
+                        3 if $np <= 2 => I::tile::<3, $np>(j, r, p),
+                        4 if $np <= 2 => I::tile::<4, $np>(j, r, p),
+                        5 if $np <= 2 && I::MRX >= 5 => I::tile::<5, $np>(j, r, p),
+                        6 if $np <= 2 && I::MRX >= 6 => I::tile::<6, $np>(j, r, p),
+                        7 if $np <= 2 && I::MRX >= 7 => I::tile::<7, $np>(j, r, p),
+                        8 if $np <= 2 && I::MRX >= 8 => I::tile::<8, $np>(j, r, p),
                         _ => unreachable!("tile of {mr} rows x {} panels", $np),
                     }
                 };
             }
             match np {
-                4 if NPS >= 4 => rows!(4),
-                2 if NPX >= 2 || NPS >= 2 => rows!(2),
+                4 if I::NPS >= 4 => rows!(4),
+                2 if I::NPX >= 2 || I::NPS >= 2 => rows!(2),
                 _ => rows!(1),
             }
             r += mr;
         }
         p += np;
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn run_avx512(j: &Job, m: usize, pa: usize, pe: usize) {
-    run::<crate::simd::Avx512, 8, 2, 4>(j, m, pa, pe)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_avx2(j: &Job, m: usize, pa: usize, pe: usize) {
-    run::<crate::simd::Avx2, 4, 1, 2>(j, m, pa, pe)
-}
-
-unsafe fn run_portable(j: &Job, m: usize, pa: usize, pe: usize) {
-    run::<Portable, 4, 1, 2>(j, m, pa, pe)
 }
 
 /// Run `j` for `m` rows on `path`, output panels split over the current rayon pool.
@@ -355,10 +402,10 @@ pub(crate) unsafe fn matmul(j: Job, m: usize, path: Path) {
     }
     let one = move |pa: usize, pe: usize| match path {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx512 => run_avx512(&j, m, pa, pe),
+        Path::Avx512 => run::<crate::simd::Avx512>(&j, m, pa, pe),
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => run_avx2(&j, m, pa, pe),
-        _ => run_portable(&j, m, pa, pe),
+        Path::Avx2 => run::<crate::simd::Avx2>(&j, m, pa, pe),
+        _ => run::<Portable>(&j, m, pa, pe),
     };
     // Enough panels per thread to be worth a hand-off (a 16-column panel of a 576-wide
     // matrix is ~37 KB of f32).

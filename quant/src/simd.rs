@@ -11,6 +11,26 @@
 /// Output columns per panel: one AVX-512 register of f32, two AVX2 registers.
 pub(crate) const NR: usize = 16;
 
+/// `[e(0), e(1), .., e(n - 1)]` for `lanes!(n, |p| e)`, written out as a loop rather than
+/// `std::array::from_fn`'s closure. The kernels call [`Isa`] methods only from code that
+/// is inlined into a function compiled for the instruction set: a closure LLVM declines to
+/// inline is compiled without the set's features, and each intrinsic in it then becomes a
+/// function call (issue 36; `tests/codegen.rs` checks no intrinsic is left out of line).
+macro_rules! lanes {
+    ($n:expr, |$p:ident| $e:expr) => {{
+        let mut a = {
+            let $p = 0usize;
+            [$e; $n]
+        };
+        #[allow(clippy::needless_range_loop)]
+        for $p in 1..$n {
+            a[$p] = $e;
+        }
+        a
+    }};
+}
+pub(crate) use lanes;
+
 /// One instruction set: 16-lane f32 vectors (`V`) and 16-lane u32 vectors (`U`).
 ///
 /// # Safety
@@ -226,12 +246,13 @@ mod x86 {
         unsafe fn code(q: __m512i, bits: u32) -> __m512 {
             // vpermps reads index bits 0..4, vpermt2ps bits 0..5: a table of the values
             // of the low `bits` bits, repeated, is the masked conversion in one op.
-            let t = |m: i32| {
+            #[inline(always)]
+            unsafe fn t(m: i32) -> __m512 {
                 _mm512_cvtepi32_ps(_mm512_and_si512(
                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                     _mm512_set1_epi32(m),
                 ))
-            };
+            }
             match bits {
                 1..=4 => _mm512_permutexvar_ps(q, t((1 << bits) - 1)),
                 5 => _mm512_permutex2var_ps(t(15), q, _mm512_add_ps(t(15), _mm512_set1_ps(16.0))),
@@ -314,7 +335,10 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn ld_u8(p: *const u8) -> Self::U {
-            let w = |q: *const u8| _mm256_cvtepu8_epi32(_mm_loadl_epi64(q as *const __m128i));
+            #[inline(always)]
+            unsafe fn w(q: *const u8) -> __m256i {
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(q as *const __m128i))
+            }
             (w(p), w(p.add(8)))
         }
         #[inline(always)]
@@ -333,18 +357,24 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn sel(a: Self::U, b: Self::U, m: u32) -> Self::U {
+            #[inline(always)]
+            unsafe fn f(m: __m256i, a: __m256i, b: __m256i) -> __m256i {
+                _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b))
+            }
             let m = _mm256_set1_epi32(m as i32);
-            let f = |a, b| _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b));
-            (f(a.0, b.0), f(a.1, b.1))
+            (f(m, a.0, b.0), f(m, a.1, b.1))
         }
         #[inline(always)]
         unsafe fn rotr(q: Self::U, s: u32) -> Self::U {
             if s == 0 {
                 return q;
             }
+            #[inline(always)]
+            unsafe fn f(v: __m256i, r: __m256i, l: __m256i) -> __m256i {
+                _mm256_or_si256(_mm256_srlv_epi32(v, r), _mm256_sllv_epi32(v, l))
+            }
             let (r, l) = (_mm256_set1_epi32(s as i32), _mm256_set1_epi32(32 - s as i32));
-            let f = |v| _mm256_or_si256(_mm256_srlv_epi32(v, r), _mm256_sllv_epi32(v, l));
-            (f(q.0), f(q.1))
+            (f(q.0, r, l), f(q.1, r, l))
         }
         #[inline(always)]
         unsafe fn code(q: Self::U, bits: u32) -> Self::V {
@@ -358,11 +388,12 @@ mod x86 {
         unsafe fn lut(q: Self::U, t: Self::T) -> Self::V {
             // vpermps reads the low 3 bits of each index; bit 3 (moved to the sign bit)
             // picks the upper half of the table.
-            let f = |v: __m256i| {
+            #[inline(always)]
+            unsafe fn f(v: __m256i, t: (__m256, __m256)) -> __m256 {
                 let (lo, hi) = (_mm256_permutevar8x32_ps(t.0, v), _mm256_permutevar8x32_ps(t.1, v));
                 _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(v)))
-            };
-            (f(q.0), f(q.1))
+            }
+            (f(q.0, t), f(q.1, t))
         }
         #[inline(always)]
         unsafe fn splat(p: *const f32) -> Self::V {
@@ -393,15 +424,19 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn ld_bf16(p: *const u16) -> Self::V {
-            let w = |q: *const u16| {
+            #[inline(always)]
+            unsafe fn w(q: *const u16) -> __m256 {
                 let v = _mm256_cvtepu16_epi32(_mm_loadu_si128(q as *const __m128i));
                 _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v))
-            };
+            }
             (w(p), w(p.add(8)))
         }
         #[inline(always)]
         unsafe fn ld_i8(p: *const i8) -> Self::V {
-            let w = |q: *const i8| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q as *const __m128i)));
+            #[inline(always)]
+            unsafe fn w(q: *const i8) -> __m256 {
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q as *const __m128i)))
+            }
             (w(p), w(p.add(8)))
         }
         #[inline(always)]
@@ -410,9 +445,12 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn nib(q: Self::U, shift: u32) -> Self::V {
+            #[inline(always)]
+            unsafe fn f(v: __m256i, n: __m256i, mask: __m256i) -> __m256 {
+                _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, n), mask))
+            }
             let (mask, n) = (_mm256_set1_epi32(15), _mm256_set1_epi32(shift as i32));
-            let f = |v: __m256i| _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, n), mask));
-            (f(q.0), f(q.1))
+            (f(q.0, n, mask), f(q.1, n, mask))
         }
         #[inline(always)]
         unsafe fn st(p: *mut f32, v: Self::V) {

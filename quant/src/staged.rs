@@ -19,10 +19,10 @@
 
 use std::cell::Cell;
 
-use crate::blocks;
-use crate::kernel::Job;
+use crate::blocks::{self, Panels};
+use crate::kernel::{Job, Tiles};
 use crate::pack::{self, q4_block, Kind, Line, Q8_BLOCK, QK};
-use crate::simd::{Isa, NR};
+use crate::simd::{lanes, Isa, NR};
 
 /// Weights per chunk: 256 k (one K-quant super-block, 8 blocks of the 32-weight types), so
 /// 2 panels of widened weights are 32 KiB.
@@ -54,17 +54,17 @@ fn block_k(kind: Kind) -> Option<usize> {
 #[inline(always)]
 unsafe fn widen<I: Isa, const NP: usize>(
     kind: Kind,
-    panel: &impl Fn(usize) -> *const u8,
+    panels: Panels,
     b: usize,
     table: I::T,
     dst: *mut f32,
     stride: usize,
 ) {
     match kind {
-        Kind::Blk(f) => blocks::per_type!(f, F => blocks::widen::<I, NP>(F, panel, b, table, dst, stride)),
+        Kind::Blk(f) => blocks::per_type!(f, F => blocks::widen::<I, NP>(F, panels, b, table, dst, stride)),
         Kind::Q8 => {
             for p in 0..NP {
-                let base = panel(p).add(b * Q8_BLOCK);
+                let base = panels.at(p).add(b * Q8_BLOCK);
                 let d = I::ld_f16(base as *const u16);
                 for kk in 0..QK {
                     let q = base.add(NR * 2 + kk * NR) as *const i8;
@@ -75,7 +75,7 @@ unsafe fn widen<I: Isa, const NP: usize>(
         }
         Kind::Q4 { min } => {
             for p in 0..NP {
-                let base = panel(p).add(b * q4_block(min));
+                let base = panels.at(p).add(b * q4_block(min));
                 let d = I::ld_f16(base as *const u16);
                 let m = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d, I::splat_v(-8.0)) };
                 let q0 = base.add(NR * 2 * (1 + min as usize));
@@ -92,57 +92,64 @@ unsafe fn widen<I: Isa, const NP: usize>(
     }
 }
 
-/// Rows `0..m` of `x` against panels `pa .. pe` of a quantized kind ([`wanted`]), in tiles
-/// of up to `MRX` rows and `NPX` panels.
+/// Blocks `c0 .. c1` of `NP` panels widened into the chunk scratch at `w`
+/// (`(NP, KC, 16)`).
 #[inline(always)]
-pub(crate) unsafe fn run<I: Isa, const MRX: usize, const NPX: usize>(j: &Job, m: usize, pa: usize, pe: usize) {
+pub(crate) unsafe fn widen_chunk<I: Isa, const NP: usize>(j: &Job, panels: Panels, c0: usize, c1: usize, w: *mut f32) {
     let Some(k) = block_k(j.kind) else { unreachable!("staged run of a float panel") };
+    let table = blocks::table::<I>();
+    for b in c0..c1 {
+        widen::<I, NP>(j.kind, panels, b, table, w.add((b - c0) * k * NR), KC * NR);
+    }
+}
+
+/// Rows `0..m` of `x` against panels `pa .. pe` of a quantized kind ([`wanted`]), in tiles
+/// of up to `I::MRX` rows and `I::NPX` panels.
+pub(crate) unsafe fn run<I: Tiles>(j: &Job, m: usize, pa: usize, pe: usize) {
+    let Some(k) = block_k(j.kind) else { unreachable!("staged run of a float panel") };
+    let npx = I::NPX;
     // f32 lines: the widened chunk `(NPX, KC, 16)`, then the accumulators `(m, NPX, 16)`.
-    let (wl, al) = (NPX * KC, m * NPX);
+    let (wl, al) = (npx * KC, m * npx);
     let mut buf = SCRATCH.take();
     if buf.len() < (wl + al) * NR * 4 / 64 {
         buf = pack::alloc((wl + al) * NR * 4);
     }
     let w = buf.as_mut_ptr() as *mut f32;
     let acc = w.add(wl * NR);
-    let table = blocks::table::<I>();
     let nb = j.inp / k;
     let cb = (KC / k).max(1); // blocks per chunk
     let mut p = pa;
     while p < pe {
-        let np = NPX.min(pe - p);
-        let panel = |q: usize| j.data.add((p + q) * j.panel_bytes);
+        let np = npx.min(pe - p);
+        let panels = Panels { base: j.data.add(p * j.panel_bytes), bytes: j.panel_bytes };
         let mut c0 = 0;
         while c0 < nb {
             let c1 = (c0 + cb).min(nb);
-            for b in c0..c1 {
-                let dst = w.add((b - c0) * k * NR);
-                match np {
-                    2 => widen::<I, 2>(j.kind, &panel, b, table, dst, KC * NR),
-                    _ => widen::<I, 1>(j.kind, &panel, b, table, dst, KC * NR),
-                }
+            match np {
+                2 => I::widen_chunk::<2>(j, panels, c0, c1, w),
+                _ => I::widen_chunk::<1>(j, panels, c0, c1, w),
             }
-            let c = Chunk { k0: c0 * k, kc: (c1 - c0) * k, first: c0 == 0, last: c1 == nb, w, acc, npx: NPX };
+            let c = Chunk { k0: c0 * k, kc: (c1 - c0) * k, first: c0 == 0, last: c1 == nb, w, acc, npx };
             let mut r = 0;
             while r < m {
-                let mr = MRX.min(m - r);
+                let mr = I::MRX.min(m - r);
                 macro_rules! rows {
                     ($np:literal) => {
                         match mr {
-                            1 => tile::<I, 1, $np>(j, &c, r, p),
-                            2 => tile::<I, 2, $np>(j, &c, r, p),
-                            3 => tile::<I, 3, $np>(j, &c, r, p),
-                            4 => tile::<I, 4, $np>(j, &c, r, p),
-                            5 if MRX >= 5 => tile::<I, 5, $np>(j, &c, r, p),
-                            6 if MRX >= 6 => tile::<I, 6, $np>(j, &c, r, p),
-                            7 if MRX >= 7 => tile::<I, 7, $np>(j, &c, r, p),
-                            8 if MRX >= 8 => tile::<I, 8, $np>(j, &c, r, p),
+                            1 => I::staged_tile::<1, $np>(j, &c, r, p),
+                            2 => I::staged_tile::<2, $np>(j, &c, r, p),
+                            3 => I::staged_tile::<3, $np>(j, &c, r, p),
+                            4 => I::staged_tile::<4, $np>(j, &c, r, p),
+                            5 if I::MRX >= 5 => I::staged_tile::<5, $np>(j, &c, r, p),
+                            6 if I::MRX >= 6 => I::staged_tile::<6, $np>(j, &c, r, p),
+                            7 if I::MRX >= 7 => I::staged_tile::<7, $np>(j, &c, r, p),
+                            8 if I::MRX >= 8 => I::staged_tile::<8, $np>(j, &c, r, p),
                             _ => unreachable!("staged tile of {mr} rows"),
                         }
                     };
                 }
                 match np {
-                    2 if NPX >= 2 => rows!(2),
+                    2 if npx >= 2 => rows!(2),
                     _ => rows!(1),
                 }
                 r += mr;
@@ -156,7 +163,7 @@ pub(crate) unsafe fn run<I: Isa, const MRX: usize, const NPX: usize>(j: &Job, m:
 
 /// One chunk of k: `kc` weights from `k0`, widened at `w` (`(NP, KC, 16)`); the rows'
 /// accumulators at `acc` (`(m, npx, 16)`, row `r` at `r * npx * 16`).
-struct Chunk {
+pub(crate) struct Chunk {
     k0: usize,
     kc: usize,
     /// The chunk starts the chains (accumulators from +0.0).
@@ -169,24 +176,31 @@ struct Chunk {
     npx: usize,
 }
 
+impl Chunk {
+    /// Row `r`'s accumulators of panel `p`.
+    #[inline(always)]
+    unsafe fn slot(&self, r: usize, p: usize) -> *mut f32 {
+        self.acc.add((r * self.npx + p) * NR)
+    }
+}
+
 /// Rows `r0 .. r0 + MR` against panels `p0 .. p0 + NP` over one chunk.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, c: &Chunk, r0: usize, p0: usize) {
+pub(crate) unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, c: &Chunk, r0: usize, p0: usize) {
     let inp = j.inp;
     // The accumulator scratch holds NPX panels a row whatever this tile's NP is.
-    let slot = |r: usize, p: usize| c.acc.add(((r0 + r) * c.npx + p) * NR);
     let mut acc = [[I::zero(); NP]; MR];
     if !c.first {
         for r in 0..MR {
             for p in 0..NP {
-                acc[r][p] = I::ld_f32(slot(r, p));
+                acc[r][p] = I::ld_f32(c.slot(r0 + r, p));
             }
         }
     }
     let x = j.x.add(r0 * inp + c.k0);
     for kk in 0..c.kc {
-        let w: [I::V; NP] = std::array::from_fn(|p| I::ld_f32(c.w.add(p * KC * NR + kk * NR)));
+        let w: [I::V; NP] = lanes!(NP, |p| I::ld_f32(c.w.add(p * KC * NR + kk * NR)));
         for r in 0..MR {
             let xb = I::splat(x.add(r * inp + kk));
             for p in 0..NP {
@@ -197,7 +211,7 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, c: &Chunk, r0:
     if !c.last {
         for r in 0..MR {
             for p in 0..NP {
-                I::st(slot(r, p), acc[r][p]);
+                I::st(c.slot(r0 + r, p), acc[r][p]);
             }
         }
         return;
