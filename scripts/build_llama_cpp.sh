@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-bench and llama-quantize (CPU only, -march=native) for the
-# side-by-side benchmark, and print the directory that holds the two binaries.
+# Build llama.cpp's llama-bench, llama-batched-bench and llama-quantize (CPU only,
+# -march=native) for the side-by-side benchmarks, and print the directory that holds them.
 #
 # - LLAMA_CPP_DIR set: use that already-built llama.cpp (its build/bin/ or bin/), build nothing.
 # - Otherwise the source comes from PyPI: the llama-cpp-python sdist vendors llama.cpp
@@ -31,7 +31,7 @@ log() { echo "build_llama_cpp: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 has_bins() {
-    [ -x "$1/llama-bench" ] && [ -x "$1/llama-quantize" ] || return 1
+    [ -x "$1/llama-bench" ] && [ -x "$1/llama-quantize" ] && [ -x "$1/llama-batched-bench" ] || return 1
     [ "$SERVE" = 0 ] || { [ -x "$1/llama-server" ] && [ -x "$1/llama-speculative" ] && [ -x "$1/llama-lookup" ]; }
 }
 
@@ -46,7 +46,7 @@ if [ -n "${LLAMA_CPP_DIR:-}" ]; then
             exit 0
         fi
     done
-    die "LLAMA_CPP_DIR=$LLAMA_CPP_DIR has no llama-bench and llama-quantize in build/bin/ or bin/"
+    die "LLAMA_CPP_DIR=$LLAMA_CPP_DIR has no llama-bench, llama-quantize and llama-batched-bench in build/bin/ or bin/"
 fi
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
@@ -131,7 +131,7 @@ cmake -S "$SRC" -B "$BUILD" \
     -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_BUILD_TOOLS=ON >&2
-TARGETS=(llama-bench llama-quantize)
+TARGETS=(llama-bench llama-quantize llama-batched-bench)
 [ "$SERVE" = 0 ] || TARGETS+=(llama-server llama-speculative llama-lookup)
 log "building ${TARGETS[*]} with -j$JOBS (several minutes on 2 cores)"
 cmake --build "$BUILD" --config Release -j "$JOBS" --target "${TARGETS[@]}" >&2
