@@ -12,13 +12,15 @@ use tl_decoder::kernels::{attend_one, exp16, gelu_tanh_row, rms_norm_row, swiglu
 #[path = "../../quant/tests/common/symbols.rs"]
 mod symbols;
 
-use symbols::{own_function_symbols, simd_intrinsic};
+use symbols::assert_no_outlined_intrinsics;
 
 #[test]
 fn no_simd_intrinsic_is_compiled_out_of_line() {
     // Run each kernel on every path, so all of them are certainly linked in.
     let (d, b, n): (usize, usize, usize) = (64, 16, 40);
-    let row = |i: usize| -> Vec<u16> { (0..b * d).map(|k| tl_quant::f32_to_f16(((i * 31 + k) % 17) as f32 * 0.01)).collect() };
+    let row = |i: usize| -> Vec<u16> {
+        (0..b * d).map(|k| tl_quant::f32_to_f16(((i * 31 + k) % 17) as f32 * 0.01)).collect()
+    };
     let blocks: Vec<Vec<u16>> = (0..n.div_ceil(b)).map(row).collect();
     let slabs: Vec<&[u16]> = blocks.iter().map(|v| v.as_slice()).collect();
     let x: Vec<f32> = (0..d * 6).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
@@ -34,17 +36,5 @@ fn no_simd_intrinsic_is_compiled_out_of_line() {
         exp16(path, &[0.5; 16]);
     }
 
-    let names = own_function_symbols();
-    assert!(
-        names.iter().any(|n| n.contains("tl_decoder") && n.contains("avx512")),
-        "no tl_decoder AVX-512 kernel among {} functions: the symbol table is not this binary's",
-        names.len()
-    );
-    let outlined: Vec<&String> = names.iter().filter(|n| simd_intrinsic(n)).collect();
-    assert!(
-        outlined.is_empty(),
-        "{} SIMD intrinsics compiled as functions of their own (called out of line from code \
-         compiled without the instruction set; look for a closure in the kernels): {outlined:#?}",
-        outlined.len()
-    );
+    assert_no_outlined_intrinsics("tl_decoder");
 }

@@ -324,7 +324,13 @@ pub(crate) trait Sink<I: Isa, const NP: usize> {
 // Panel index `p` addresses several arrays at once.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn block_weights<I: Isa, const NP: usize>(f: Blk, panels: Panels, b: usize, table: I::T, sink: &mut impl Sink<I, NP>) {
+unsafe fn block_weights<I: Isa, const NP: usize>(
+    f: Blk,
+    panels: Panels,
+    b: usize,
+    table: I::T,
+    sink: &mut impl Sink<I, NP>,
+) {
     let l = layout(f);
     let (k, sub) = (f.k(), f.sub());
     let per_lo = 32 / l.lb as usize;
@@ -429,10 +435,12 @@ impl<I: Isa, const MR: usize, const NP: usize> Sink<I, NP> for Multiply<'_, I, M
     #[inline(always)]
     unsafe fn put(&mut self, kk: usize, w: &[I::V; NP]) {
         if let Some(ahead) = self.ahead {
-            if kk % self.step == 0 {
+            if kk.is_multiple_of(self.step) {
                 for i in 0..self.per_word {
                     for p in 0..NP {
-                        I::prefetch(ahead.wrapping_add(p * self.panel_bytes + (kk / self.step * self.per_word + i) * 64));
+                        I::prefetch(
+                            ahead.wrapping_add(p * self.panel_bytes + (kk / self.step * self.per_word + i) * 64),
+                        );
                     }
                 }
             }

@@ -177,7 +177,7 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
 #[inline(always)]
 unsafe fn blk_tile<I: Isa, const MR: usize, const NP: usize>(f: crate::ggml::Blk, at: &At) {
     let mut acc = [[I::zero(); NP]; MR];
-    let panels = crate::blocks::Panels { base: at.panel(0), bytes: at.j.panel_bytes };
+    let panels = Panels { base: at.panel(0), bytes: at.j.panel_bytes };
     // The first row tile of a group streams the weights (`At::next`).
     crate::blocks::accumulate::<I, MR, NP>(f, at.x(), at.j.inp, panels, at.r0 == 0, &mut acc);
     at.store::<I, MR, NP>(&acc);

@@ -1,6 +1,8 @@
 //! Reading a test binary's own function symbols, for the codegen guards of tl-quant and
 //! tl-decoder (`tests/codegen.rs` in each; the decoder's includes this file by path).
 
+#![allow(dead_code)] // each test binary uses its own part
+
 /// Function symbols of an ELF64 little-endian file (`.symtab`, else `.dynsym`).
 pub fn function_symbols(elf: &[u8]) -> Result<Vec<String>, String> {
     let u16_at = |at: usize| elf.get(at..at + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
@@ -10,7 +12,8 @@ pub fn function_symbols(elf: &[u8]) -> Result<Vec<String>, String> {
         return Err("not a little-endian ELF64 file".into());
     }
     let bad = || "truncated ELF header or section table".to_string();
-    let (shoff, shentsize, shnum) = (u64_at(0x28).ok_or_else(bad)?, u16_at(0x3a).ok_or_else(bad)?, u16_at(0x3c).ok_or_else(bad)?);
+    let (shoff, shentsize, shnum) =
+        (u64_at(0x28).ok_or_else(bad)?, u16_at(0x3a).ok_or_else(bad)?, u16_at(0x3c).ok_or_else(bad)?);
     // (type, offset, size, link, entry size) of section i.
     let section = |i: usize| -> Option<(u32, usize, usize, usize, usize)> {
         let h = shoff + i * shentsize as usize;
@@ -53,4 +56,22 @@ pub fn own_function_symbols() -> Vec<String> {
     let exe = std::env::current_exe().expect("the test's own path");
     let elf = std::fs::read(&exe).unwrap_or_else(|e| panic!("reading {}: {e}", exe.display()));
     function_symbols(&elf).unwrap_or_else(|e| panic!("{}: {e}", exe.display()))
+}
+
+/// Asserts that this test executable holds `krate`'s AVX-512 kernels (so the symbol table
+/// read is this binary's) and no out-of-line SIMD intrinsic.
+pub fn assert_no_outlined_intrinsics(krate: &str) {
+    let names = own_function_symbols();
+    assert!(
+        names.iter().any(|n| n.contains(krate) && n.to_ascii_lowercase().contains("avx512")),
+        "no {krate} AVX-512 kernel among {} functions: the symbol table is not this binary's",
+        names.len()
+    );
+    let outlined: Vec<&String> = names.iter().filter(|n| simd_intrinsic(n)).collect();
+    assert!(
+        outlined.is_empty(),
+        "{} SIMD intrinsics compiled as functions of their own (called out of line from code \
+         compiled without the instruction set; look for a closure in the kernels): {outlined:#?}",
+        outlined.len()
+    );
 }
