@@ -35,7 +35,7 @@ use tl_core::{
 use tl_decoder::gguf::{config_json, Family};
 
 pub use config::{Gemma3Config, LayerKind, NORMS_INCLUDE_ONE};
-pub use forward::Gemma3;
+pub use forward::Gemma3Layer;
 
 /// The Gemma 3 chat template (Google's, as its instruct checkpoints ship it), for GGUF
 /// files that carry none (the base models).
@@ -62,8 +62,7 @@ impl Architecture for Gemma3Arch {
 
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg = ctx.config.arch_config::<Gemma3Config>()?.clone();
-        let w = weights::load(&cfg, &ctx)?;
-        Ok(Box::new(Gemma3::new(cfg, w, ctx.device)?))
+        Ok(Box::new(weights::load(&cfg, &ctx)?))
     }
 }
 

@@ -8,54 +8,14 @@
 //! config says (`tl_norms_include_one`), and are used as stored.
 
 use tl_core::{BuildCtx, ModelError};
-use tl_decoder::{Loader, Proj};
-use tl_quant::Linear;
+use tl_decoder::{Act, Attn, AttnBlock, AttnSpec, Ends, Loader, Mlp, QkNormKind, Stack, StackParts, MLP_NAMES};
 
-use crate::config::Gemma3Config;
+use crate::config::{Gemma3Config, LayerKind};
+use crate::forward::Gemma3Layer;
 
-/// One layer's weights as the forward runs them.
-pub struct LayerW {
-    /// `(d,)` `1 + w` of the norm before attention (`input_layernorm`).
-    pub input_norm: Vec<f32>,
-    /// `[H*D + 2*H_kv*D, d]`: q, k, v stacked.
-    pub qkv: Proj,
-    /// `(D,)` `1 + w` of the per-head query norm (`self_attn.q_norm`).
-    pub q_norm: Vec<f32>,
-    /// `(D,)` `1 + w` of the per-head key norm (`self_attn.k_norm`).
-    pub k_norm: Vec<f32>,
-    /// `[d, H*D]`.
-    pub o: Linear,
-    /// `(d,)` `1 + w` of the norm of the attention output (`post_attention_layernorm`).
-    pub post_attn_norm: Vec<f32>,
-    /// `(d,)` `1 + w` of the norm before the MLP (`pre_feedforward_layernorm`).
-    pub pre_ffn_norm: Vec<f32>,
-    /// `[2*I, d]`: gate, up stacked.
-    pub gate_up: Proj,
-    /// `[d, I]`.
-    pub down: Linear,
-    /// `(d,)` `1 + w` of the norm of the MLP output (`post_feedforward_layernorm`).
-    pub post_ffn_norm: Vec<f32>,
-}
-
-/// All weights of a Gemma 3.
-pub struct Gemma3Weights {
-    /// The layers, in order.
-    pub layers: Vec<LayerW>,
-    /// `(d,)` `1 + w` of the final norm (`model.norm`).
-    pub norm: Vec<f32>,
-    /// `[V, d]` the LM head: with tied embeddings (every released Gemma 3) also the
-    /// embedding table, kept once.
-    pub lm_head: Linear,
-    /// `(V, d)` the embedding table when it is not tied to the head.
-    pub embed: Option<Linear>,
-}
-
-impl Gemma3Weights {
-    /// The `(V, d)` embedding table (rows widened to f32 on lookup).
-    pub fn embedding(&self) -> &Linear {
-        self.embed.as_ref().unwrap_or(&self.lm_head)
-    }
-}
+/// The RoPE tables of the model: windowed layers apply the first, global ones the second.
+const ROPE_LOCAL: usize = 0;
+const ROPE_GLOBAL: usize = 1;
 
 /// A norm weight as the forward multiplies by it: `1 + w`.
 fn norm(w: &Loader<'_>, name: &str, len: usize, cfg: &Gemma3Config) -> Result<Vec<f32>, ModelError> {
@@ -66,38 +26,55 @@ fn norm(w: &Loader<'_>, name: &str, len: usize, cfg: &Gemma3Config) -> Result<Ve
     Ok(v)
 }
 
-/// Load every tensor of the model `ctx` describes.
-pub fn load(cfg: &Gemma3Config, ctx: &BuildCtx<'_>) -> Result<Gemma3Weights, ModelError> {
+/// The Gemma 3 `ctx` describes, every tensor loaded.
+pub fn load(cfg: &Gemma3Config, ctx: &BuildCtx<'_>) -> Result<Stack<Gemma3Layer>, ModelError> {
     let w = Loader::new(ctx)?;
-    let (d, v, inter, hd) = (cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size, cfg.head_dim);
-    let (qw, kvw) = (cfg.q_width(), cfg.kv_width());
+    let (d, hd) = (cfg.hidden_size, cfg.head_dim);
+    // transformers: `self.scaling = query_pre_attn_scalar**-0.5` (a Python float),
+    // applied to f32 scores, so rounded to f32.
+    let scale = cfg.query_pre_attn_scalar.powf(-0.5) as f32;
+    let global = Attn { scale, window: None, ..Attn::new(cfg.num_attention_heads, cfg.num_key_value_heads, hd) };
+    let norm_of = |name: &str, len| norm(&w, name, len, cfg);
     let mut layers = Vec::with_capacity(cfg.n_layers());
-    for i in 0..cfg.n_layers() {
+    for (i, &kind) in cfg.layers.iter().enumerate() {
         let p = format!("model.layers.{i}");
-        let proj = |name: &str, out, inp| w.proj(&format!("{p}.{name}"), out, inp);
-        let norm = |name: &str, len| norm(&w, &format!("{p}.{name}.weight"), len, cfg);
-        layers.push(LayerW {
-            input_norm: norm("input_layernorm", d)?,
-            qkv: Proj::new(vec![
-                proj("self_attn.q_proj", qw, d)?,
-                proj("self_attn.k_proj", kvw, d)?,
-                proj("self_attn.v_proj", kvw, d)?,
-            ]),
-            q_norm: norm("self_attn.q_norm", hd)?,
-            k_norm: norm("self_attn.k_norm", hd)?,
-            o: proj("self_attn.o_proj", d, qw)?,
-            post_attn_norm: norm("post_attention_layernorm", d)?,
-            pre_ffn_norm: norm("pre_feedforward_layernorm", d)?,
-            gate_up: Proj::new(vec![proj("mlp.gate_proj", inter, d)?, proj("mlp.up_proj", inter, d)?]),
-            down: proj("mlp.down_proj", d, inter)?,
-            post_ffn_norm: norm("post_feedforward_layernorm", d)?,
+        let rope = match kind {
+            LayerKind::Windowed => ROPE_LOCAL,
+            LayerKind::Global => ROPE_GLOBAL,
+        };
+        let attn = Attn { window: cfg.window(kind), ..global };
+        let spec = AttnSpec { attn, rope, qkv_bias: false, o_bias: false, qk_norm: QkNormKind::PerHead };
+        let norm = |name: &str| norm(&w, &format!("{p}.{name}.weight"), d, cfg);
+        layers.push(Gemma3Layer {
+            input_norm: norm("input_layernorm")?,
+            attn: AttnBlock::load(&w, &format!("{p}.self_attn"), d, spec, &norm_of)?,
+            post_attn_norm: norm("post_attention_layernorm")?,
+            pre_ffn_norm: norm("pre_feedforward_layernorm")?,
+            mlp: Mlp::load(&w, &format!("{p}.mlp"), MLP_NAMES, d, cfg.intermediate_size, Act::GeluTanh)?,
+            post_ffn_norm: norm("post_feedforward_layernorm")?,
         });
     }
     let final_norm = norm(&w, "model.norm.weight", d, cfg)?;
-    let table = w.matrix("model.embed_tokens.weight", v, d)?;
-    // Tied: the embedding table is the LM head (Hugging Face ignores a stored
-    // lm_head.weight then); untied, a missing lm_head.weight is an error naming it.
-    let (embed, lm_head) =
-        if cfg.tie_word_embeddings { (None, table) } else { (Some(table), w.matrix("lm_head.weight", v, d)?) };
-    Ok(Gemma3Weights { layers, norm: final_norm, lm_head, embed })
+    let mut ends = Ends::load(&w, cfg.vocab_size, d, cfg.tie_word_embeddings, final_norm)?;
+    // (N, d) embedding rows times sqrt(d), one f32 product each (transformers:
+    // `embedding(ids) * embed_scale`, the buffer holding sqrt(d) rounded to f32).
+    ends.embed_scale = Some((d as f64).sqrt() as f32);
+    let parts = StackParts {
+        family: "Gemma 3",
+        shape: tl_decoder::StepShape {
+            n_layers: cfg.n_layers(),
+            n_kv_heads: cfg.num_key_value_heads,
+            head_dim: hd,
+            vocab_size: cfg.vocab_size,
+        },
+        hidden: d,
+        eps: cfg.rms_norm_eps,
+        ends,
+        inv_freqs: vec![
+            tl_decoder::inv_freq_default(cfg.rope_local_theta, hd), // (D/2,) rope_local_base_freq
+            tl_decoder::inv_freq_default(cfg.rope_theta, hd),       // (D/2,) rope_theta
+        ],
+        layers,
+    };
+    Stack::new(parts, ctx.device)
 }

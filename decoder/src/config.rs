@@ -338,6 +338,16 @@ impl DecoderConfig {
         }
     }
 
+    /// What a step is checked against: layers, KV heads, head size, vocabulary.
+    pub fn step_shape(&self) -> crate::StepShape {
+        crate::StepShape {
+            n_layers: self.num_hidden_layers,
+            n_kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            vocab_size: self.vocab_size,
+        }
+    }
+
     /// Width of the key and value projections' outputs, `H_kv * D`.
     pub fn kv_width(&self) -> usize {
         self.num_key_value_heads * self.head_dim

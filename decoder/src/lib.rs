@@ -1,29 +1,36 @@
 //! tl-decoder: the Llama-style decoder that tl's architecture crates share, and the
 //! blocks every family's forward is composed from.
 //!
-//! A Llama-shaped family (tl-arch-llama, tl-arch-qwen2) parses its config with
-//! [`DecoderConfig::parse`] and a [`Variant`] (what it adds to Llama: q/k/v biases),
-//! builds the model with [`build`], and translates its GGUF files with [`gguf`]. A family
-//! with its own shape (Gemma 3, Qwen3) writes its forward in its own crate, top to bottom,
-//! from the blocks below; this crate registers nothing and names no family.
+//! Every family's forward is the same skeleton ([`Stack`]: the step plan, the buffers
+//! kept between steps, the embedding, the RoPE tables, the layers in order, the final norm
+//! and the LM head) over layers the family composes from the sublayer blocks below. A
+//! family crate is its config rule, its tensor names and, when its layer is not the
+//! shared [`PreNorm`] one, a short [`LayerBody`] (Gemma 3's sandwich norms). A
+//! Llama-shaped family (tl-arch-llama, tl-arch-qwen2, tl-arch-mistral) parses its config
+//! with [`DecoderConfig::parse`] and a [`Variant`], builds with [`build`], and translates
+//! its GGUF files with [`gguf`]. This crate registers nothing and names no family.
 //!
 //! The blocks, in the order a forward uses them (`N` tokens in the step, `d` hidden, `H`
-//! query heads, `H_kv` KV heads, `D` head size, `I` MLP width):
+//! query heads, `H_kv` KV heads, `D` head size, `I` MLP width, `E` experts):
 //!
 //! - the step: [`Plan`] (each token's sequence and position, each sequence's last token
 //!   and blocks; built from the [`ForwardBatch`](tl_core::ForwardBatch) and checked
-//!   against the pool's geometry, [`StepShape`]) and [`Step`] (path, batch, plan);
+//!   against the pool's geometry, [`StepShape`]) and [`Step`] (path, batch, plan); a layer
+//!   gets them with the buffers in a [`Cx`];
 //! - weights: [`Loader`] reads `Linear`s and vectors under the engine's weight mode;
 //!   [`Proj`] runs projections of one input fused or split; [`linear`] one `Linear`;
-//! - buffers: [`grow`] keeps a step's `(N, ...)` buffers between steps;
-//! - [`embed`]: the `(N, d)` embedding rows of the step's tokens;
-//! - norms: [`rms_norm`] over `(N, d)` rows, [`head_rms_norm`] per head in place on the
-//!   q and k heads of `(N, H*D + 2*H_kv*D)` rows;
+//!   [`Ends`]: embedding, final norm, LM head;
+//! - buffers: [`Buffers`], grown with [`grow`], kept between steps;
+//! - norms: [`rms_norm`] over `(N, d)` rows, [`head_rms_norm`] per head and
+//!   [`full_qk_rms_norm`] over whole rows on the q and k of `(N, H*D + 2*H_kv*D)` rows;
 //! - RoPE: [`inv_freq_default`], [`inv_freq_llama3`] ([`Llama3Scaling`]), the step's
 //!   [`RopeTables`] (one per distinct frequency vector; a layer applies its own);
-//! - attention: [`Attn`] (heads, KV heads, head size, `scale`, optional `window`),
-//!   [`write_kv`] then [`attention`] over the paged KV;
-//! - activations: [`swiglu`] and [`gelu_tanh_gated`] on `(N, 2I)` gate|up rows;
+//! - the attention sublayer [`AttnBlock`] ([`AttnSpec`]: q/k/v and o biases, q/k norms
+//!   [`QkNorm`], [`Attn`] heads, scale and window, the RoPE table): [`write_kv`] then
+//!   [`attention`] over the paged KV;
+//! - the feed-forward [`Ffn`]: a gated [`Mlp`] ([`swiglu`], [`gelu_tanh_gated`]) or a
+//!   mixture of experts [`Moe`] ([`Routing`]: the router, top k, the weighted sum in
+//!   ascending expert id);
 //! - [`add`] (the residual), and [`LmHead`] (final norm and logits over the rows asked);
 //! - [`f32_bytes`], `Proj::packed_bytes`, `Linear::packed_bytes` for `Model::weight_bytes`.
 //!
@@ -31,37 +38,42 @@
 //! row alone, the same bits on every instruction set ([`Path`]), which is what keeps a
 //! forward built from them batch- and chunk-invariant (docs/forward.md).
 //!
-//! - Weights: F32/F16/BF16 and GGUF Q4_0/Q4_1/Q8_0 kept as stored, widened to f32, or
-//!   int4 projections (an int4 checkpoint, or `EngineConfig.weights` quantizing at load);
-//!   every projection is one `tl_quant::Linear`.
-//! - [`Decoder`]: the Llama forward over the paged KV pool, batch-invariant bit for bit.
+//! - Weights: F32/F16/BF16 and every GGUF block type tl-quant reads, kept as stored,
+//!   widened to f32, or int4 projections (an int4 checkpoint, or `EngineConfig.weights`
+//!   quantizing at load); every projection is one `tl_quant::Linear`.
 #![deny(missing_docs)]
 
 mod attention;
+mod blocks;
 mod config;
 pub mod fields;
-mod forward;
 pub mod gguf;
 mod head;
 mod lanes;
+mod moe;
 mod plan;
 mod proj;
 mod rope;
 mod rowops;
+mod stack;
 mod weights;
 
 use tl_core::{BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError};
 
 pub use attention::{attention, write_kv, Attn, Step};
 pub use config::{global_layers, layer_types, sliding_window, DecoderConfig, LayerAttn, Variant};
-pub use forward::Decoder;
+pub use blocks::{
+    Act, AttnBlock, AttnSpec, Ffn, Mlp, MlpNames, MlpScratch, NormReader, PreNorm, QkNorm, QkNormKind, MLP_NAMES,
+};
+pub use moe::{Moe, MoeBuffers, Routing};
+pub use stack::{Buffers, Cx, Ends, LayerBody, Stack, StackParts};
 pub use head::{embed, LmHead};
 pub use lanes::Path;
 pub use plan::{Plan, StepShape};
 pub use proj::{f32_bytes, grow, linear, Proj};
 pub use rope::{inv_freq_default, inv_freq_llama3, Llama3Scaling, RopeTables};
-pub use rowops::{add, gelu_tanh_gated, head_rms_norm, rms_norm, swiglu};
-pub use weights::Loader;
+pub use rowops::{add, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, rms_norm, swiglu};
+pub use weights::{dense_mlp, prenorm_stack, Loader};
 
 /// The forward's vector kernels, exposed for the tests that compare every instruction set
 /// with the portable reference; not an API.
@@ -88,6 +100,5 @@ pub fn kv_geometry(config: &ModelConfig, block_tokens: u32) -> Result<KvGeometry
 /// [`DecoderConfig`]) from its weights.
 pub fn build(ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
     let cfg = ctx.config.arch_config::<DecoderConfig>()?.clone();
-    let weights = weights::load(&cfg, &ctx)?;
-    Ok(Box::new(Decoder::new(cfg, weights, ctx.device)?))
+    Ok(Box::new(weights::load(&cfg, &ctx)?))
 }

@@ -152,6 +152,25 @@ pub fn head_rms_norm(
     });
 }
 
+/// Full-width RMSNorm of the queries and keys in place (OLMoE's q/k norms, before
+/// RoPE): in each row of `x` `(rows, stride)`, columns `0..q_w.len()` (every query head)
+/// are normed as one vector with weight `q_w`, and the `k_w.len()` columns after them
+/// (every key head) with `k_w`; the values after them are untouched. Each is
+/// [`rms_norm_row`] of its own values.
+pub fn full_qk_rms_norm(path: Path, x: &mut [f32], stride: usize, q_w: &[f32], k_w: &[f32], eps: f32) {
+    let (qw, kw) = (q_w.len(), k_w.len());
+    if qw + kw > stride {
+        return;
+    }
+    rows(x, stride, |_, row| {
+        let mut src = row[..qw + kw].to_vec();
+        let (sq, sk) = src.split_at_mut(qw);
+        let (q, rest) = row.split_at_mut(qw);
+        rms_norm_row(path, sq, q_w, eps, q);
+        rms_norm_row(path, sk, k_w, eps, &mut rest[..kw]);
+    });
+}
+
 /// `gelu_tanh(g) * u` on 16 lanes, with `gelu_tanh(g) = g * sigmoid(2 * inner) =
 /// g / (1 + exp(-2 * inner))`, `inner = sqrt(2/pi) * (g + 0.044715 * g^3)`: torch's
 /// `0.5 * g * (1 + tanh(inner))` rewritten (`1 + tanh(y) = 2 / (1 + exp(-2y))`) so no

@@ -7,63 +7,10 @@
 use tl_core::{BuildCtx, DType, ModelError, WeightError, WeightStore, Weights};
 use tl_quant::{Format, Linear, QLinear, QuantError};
 
+use crate::attention::Attn;
+use crate::blocks::{Act, AttnBlock, AttnSpec, Ffn, Mlp, PreNorm, QkNormKind, MLP_NAMES};
 use crate::config::DecoderConfig;
-
-/// One transformer layer's weights.
-pub struct Layer {
-    /// `(d,)` RMSNorm weight before attention.
-    pub input_norm: Vec<f32>,
-    /// `(H*D + 2*H_kv*D,)` the q, k and v biases side by side, when the family has them.
-    pub qkv_bias: Option<Vec<f32>>,
-    /// `[H * D, d]`.
-    pub q: Linear,
-    /// `[H_kv * D, d]`.
-    pub k: Linear,
-    /// `[H_kv * D, d]`.
-    pub v: Linear,
-    /// `[d, H * D]`.
-    pub o: Linear,
-    /// `(d,)` RMSNorm weight before the MLP.
-    pub post_norm: Vec<f32>,
-    /// `[I, d]`.
-    pub gate: Linear,
-    /// `[I, d]`.
-    pub up: Linear,
-    /// `[d, I]`.
-    pub down: Linear,
-}
-
-/// Where the embedding table lives: its own matrix, or (tied) the LM head's weights,
-/// kept once rather than copied.
-pub enum Embedding {
-    /// `(V, d)`, in its stored format.
-    Own(Linear),
-    /// The LM head's `[V, d]` weights.
-    Tied,
-}
-
-/// All weights of a decoder.
-pub struct DecoderWeights {
-    /// Token embeddings.
-    pub embed: Embedding,
-    /// The layers, in order.
-    pub layers: Vec<Layer>,
-    /// `(d,)` final RMSNorm weight.
-    pub norm: Vec<f32>,
-    /// `[V, d]`, never int4 (numbers.md keeps the LM head as stored: floating point, or
-    /// a GGUF file's own blocks).
-    pub lm_head: Linear,
-}
-
-impl DecoderWeights {
-    /// The `(V, d)` embedding table: rows are widened to f32 on lookup.
-    pub fn embedding(&self) -> &Linear {
-        match &self.embed {
-            Embedding::Own(e) => e,
-            Embedding::Tied => &self.lm_head,
-        }
-    }
-}
+use crate::stack::{Ends, Stack, StackParts};
 
 /// How the seven projections are stored or converted.
 #[derive(Clone, Copy)]
@@ -213,44 +160,59 @@ impl<'a> Loader<'a> {
     }
 }
 
-/// Load every tensor of the model `ctx` describes.
-pub fn load(cfg: &DecoderConfig, ctx: &BuildCtx<'_>) -> Result<DecoderWeights, ModelError> {
+/// A stack of [`PreNorm`] layers under Hugging Face's names (`model.layers.N.` +
+/// `input_layernorm`, `self_attn.*`, `post_attention_layernorm`; the ends), the one RoPE
+/// table of `cfg`: `sublayers(loader, N)` says layer N's attention and reads its
+/// feed-forward (`model.layers.N.mlp` for a dense one). Llama, Qwen2, Mistral, Qwen3 and
+/// the mixtures of experts are this, with their own `sublayers`.
+pub fn prenorm_stack(
+    ctx: &BuildCtx<'_>,
+    cfg: &DecoderConfig,
+    family: &'static str,
+    mut sublayers: impl FnMut(&Loader<'_>, usize) -> Result<(AttnSpec, Ffn), ModelError>,
+) -> Result<Stack<PreNorm>, ModelError> {
     let w = Loader::new(ctx)?;
-    let (d, v, inter) = (cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size);
-    let (qw, kvw) = (cfg.q_width(), cfg.kv_width());
+    let d = cfg.hidden_size;
+    let vector = |name: &str, len| w.vector(name, len);
     let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
     for i in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{i}");
-        let proj = |name: &str, out, inp| w.proj(&format!("{p}.{name}"), out, inp);
-        let qkv_bias = if cfg.qkv_bias {
-            let mut b = w.vector(&format!("{p}.self_attn.q_proj.bias"), qw)?;
-            b.extend(w.vector(&format!("{p}.self_attn.k_proj.bias"), kvw)?);
-            b.extend(w.vector(&format!("{p}.self_attn.v_proj.bias"), kvw)?);
-            Some(b)
-        } else {
-            None
-        };
-        layers.push(Layer {
-            qkv_bias,
-            input_norm: w.vector(&format!("{p}.input_layernorm.weight"), d)?,
-            q: proj("self_attn.q_proj", qw, d)?,
-            k: proj("self_attn.k_proj", kvw, d)?,
-            v: proj("self_attn.v_proj", kvw, d)?,
-            o: proj("self_attn.o_proj", d, qw)?,
-            post_norm: w.vector(&format!("{p}.post_attention_layernorm.weight"), d)?,
-            gate: proj("mlp.gate_proj", inter, d)?,
-            up: proj("mlp.up_proj", inter, d)?,
-            down: proj("mlp.down_proj", d, inter)?,
-        });
+        let (spec, ffn) = sublayers(&w, i)?;
+        let attn = AttnBlock::load(&w, &format!("{p}.self_attn"), d, spec, &vector)?;
+        layers.push(PreNorm::load(&w, &p, d, attn, ffn)?);
     }
-    let norm = w.vector("model.norm.weight", d)?;
-    let table = w.matrix("model.embed_tokens.weight", v, d)?;
-    // Tied: the embedding table is the LM head (Hugging Face ignores a stored
-    // lm_head.weight then); untied, a missing lm_head.weight is an error naming it.
-    let (embed, lm_head) = if cfg.tie_word_embeddings {
-        (Embedding::Tied, table)
-    } else {
-        (Embedding::Own(table), w.matrix("lm_head.weight", v, d)?)
+    // Tied: the embedding table is the LM head, kept once.
+    let ends = Ends::load(&w, cfg.vocab_size, d, cfg.tie_word_embeddings, w.vector("model.norm.weight", d)?)?;
+    let parts = StackParts {
+        family,
+        shape: cfg.step_shape(),
+        hidden: d,
+        eps: cfg.rms_norm_eps,
+        ends,
+        inv_freqs: vec![cfg.inv_freq()], // rope_type default, or llama3 as the config says
+        layers,
     };
-    Ok(DecoderWeights { embed, layers, norm, lm_head })
+    Stack::new(parts, ctx.device)
+}
+
+/// Layer `i`'s dense SwiGLU MLP under Hugging Face's names (`model.layers.N.mlp`).
+pub fn dense_mlp(w: &Loader<'_>, cfg: &DecoderConfig, i: usize) -> Result<Ffn, ModelError> {
+    let p = format!("model.layers.{i}.mlp");
+    Ok(Ffn::Dense(Mlp::load(w, &p, MLP_NAMES, cfg.hidden_size, cfg.intermediate_size, Act::SwiGlu)?))
+}
+
+/// The Llama-shaped decoder `ctx` describes (Llama, Qwen2's q/k/v biases, Mistral's
+/// windows): pre-norm layers of attention and a SwiGLU MLP.
+pub fn load(cfg: &DecoderConfig, ctx: &BuildCtx<'_>) -> Result<Stack<PreNorm>, ModelError> {
+    let global = Attn::new(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+    prenorm_stack(ctx, cfg, "decoder", |w, i| {
+        let spec = AttnSpec {
+            attn: Attn { window: cfg.layer_attn[i].window(), ..global },
+            rope: 0,
+            qkv_bias: cfg.qkv_bias,
+            o_bias: false,
+            qk_norm: QkNormKind::None,
+        };
+        Ok((spec, dense_mlp(w, cfg, i)?))
+    })
 }

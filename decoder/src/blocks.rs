@@ -1,0 +1,332 @@
+//! The sublayer blocks a family's layer is composed of: the attention sublayer
+//! ([`AttnBlock`], with the options the families need), the dense MLP ([`Mlp`]), the
+//! feed-forward a layer runs ([`Ffn`]: dense, or a mixture of experts), and the pre-norm
+//! layer most families are ([`PreNorm`]). Each reads its input rows from the step's
+//! buffers and writes its output rows there; each row's output is a function of that row
+//! alone (and, for attention, its own sequence's visible keys), so a layer composed of
+//! them is batch-, chunk- and thread-invariant bit for bit.
+
+use tl_core::ModelError;
+use tl_quant::Linear;
+
+use crate::attention::{attention, write_kv, Attn};
+use crate::moe::Moe;
+use crate::proj::{f32_bytes, grow, linear, Proj};
+use crate::rowops::{full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, swiglu};
+use crate::stack::{Cx, LayerBody};
+use crate::weights::Loader;
+use crate::Path;
+
+/// Reads a norm weight `(len,)` by its tensor name, as the family's norms are applied
+/// (Gemma adds its `1 +` here).
+pub type NormReader<'r> = &'r dyn Fn(&str, usize) -> Result<Vec<f32>, ModelError>;
+
+/// RMSNorms on the queries and keys after the q/k/v projection, before RoPE.
+pub enum QkNorm {
+    /// None (Llama, Qwen2, Mistral).
+    None,
+    /// Each head over its own `D` values, one `(D,)` weight for the query heads and one for
+    /// the key heads (Qwen3, Gemma 3): `self_attn.q_norm` / `self_attn.k_norm`.
+    PerHead {
+        /// `(D,)`.
+        q: Vec<f32>,
+        /// `(D,)`.
+        k: Vec<f32>,
+    },
+    /// The whole query row `(H*D,)` and the whole key row `(H_kv*D,)` (OLMoE).
+    Full {
+        /// `(H*D,)`.
+        q: Vec<f32>,
+        /// `(H_kv*D,)`.
+        k: Vec<f32>,
+    },
+}
+
+/// Which q/k norm a family's attention has (the weights are read by [`AttnBlock::load`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNormKind {
+    /// No q/k norm.
+    None,
+    /// Per head over `D`.
+    PerHead,
+    /// Over the whole q and k rows.
+    Full,
+}
+
+/// What a family's attention sublayer is: its shape and options.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnSpec {
+    /// Heads, head size, scale, window.
+    pub attn: Attn,
+    /// Which of the model's RoPE tables the layer applies.
+    pub rope: usize,
+    /// `q_proj.bias`, `k_proj.bias`, `v_proj.bias` present.
+    pub qkv_bias: bool,
+    /// `o_proj.bias` present.
+    pub o_bias: bool,
+    /// The q/k norm.
+    pub qk_norm: QkNormKind,
+}
+
+/// The attention sublayer: `proj = o(attention(rope(norm_qk(qkv(h) + b))))`, K and V of
+/// the step's tokens written into the pool as f16 before any query reads them.
+pub struct AttnBlock {
+    /// `[H*D + 2*H_kv*D, d]`: q, k, v stacked.
+    pub qkv: Proj,
+    /// `(H*D + 2*H_kv*D,)` the q, k and v biases side by side, when the family has them.
+    pub qkv_bias: Option<Vec<f32>>,
+    /// The q/k norm.
+    pub qk_norm: QkNorm,
+    /// Heads, head size, scale, window.
+    pub attn: Attn,
+    /// Index of the RoPE table the layer applies.
+    pub rope: usize,
+    /// `[d, H*D]`.
+    pub o: Linear,
+    /// `(d,)` the o projection's bias, when the family has one.
+    pub o_bias: Option<Vec<f32>>,
+}
+
+/// `v += b` on every row of `x` `(rows, b.len())`: after a product, one f32 add per
+/// element (as `x W^T + b`), a function of the row alone.
+fn add_bias(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        for (v, &b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
+    }
+}
+
+impl AttnBlock {
+    /// The sublayer under Hugging Face's names below `p` (`model.layers.N.self_attn`):
+    /// `q_proj`, `k_proj`, `v_proj`, `o_proj` (and their `.bias` where `spec` says),
+    /// `q_norm`, `k_norm` read through `norm`.
+    pub fn load(
+        w: &Loader<'_>,
+        p: &str,
+        d: usize,
+        spec: AttnSpec,
+        norm: NormReader<'_>,
+    ) -> Result<AttnBlock, ModelError> {
+        let a = spec.attn;
+        let (qw, kvw) = (a.heads * a.head_dim, a.kv_heads * a.head_dim);
+        let proj = |name: &str, out, inp| w.proj(&format!("{p}.{name}"), out, inp);
+        let qkv = Proj::new(vec![proj("q_proj", qw, d)?, proj("k_proj", kvw, d)?, proj("v_proj", kvw, d)?]);
+        let qkv_bias = if spec.qkv_bias {
+            let mut b = w.vector(&format!("{p}.q_proj.bias"), qw)?;
+            b.extend(w.vector(&format!("{p}.k_proj.bias"), kvw)?);
+            b.extend(w.vector(&format!("{p}.v_proj.bias"), kvw)?);
+            Some(b)
+        } else {
+            None
+        };
+        let (qn, kn) = (format!("{p}.q_norm.weight"), format!("{p}.k_norm.weight"));
+        let qk_norm = match spec.qk_norm {
+            QkNormKind::None => QkNorm::None,
+            QkNormKind::PerHead => QkNorm::PerHead { q: norm(&qn, a.head_dim)?, k: norm(&kn, a.head_dim)? },
+            QkNormKind::Full => QkNorm::Full { q: norm(&qn, qw)?, k: norm(&kn, kvw)? },
+        };
+        let o_bias = if spec.o_bias { Some(w.vector(&format!("{p}.o_proj.bias"), d)?) } else { None };
+        Ok(AttnBlock { qkv, qkv_bias, qk_norm, attn: a, rope: spec.rope, o: proj("o_proj", d, qw)?, o_bias })
+    }
+
+    /// `proj` `(N, d)` from `h` `(N, d)`, for layer `layer`.
+    pub fn forward(&self, layer: u32, cx: &mut Cx<'_, '_>) -> Result<(), ModelError> {
+        let Cx { step, kv, n, dm, eps, b } = cx;
+        let (n, dm, eps, path) = (*n, *dm, *eps, step.path);
+        let a = &self.attn;
+        let (qkv_w, qw) = (a.qkv_width(), a.heads * a.head_dim);
+        let qkv = grow(&mut b.qkv, n * qkv_w); // (N, H*D + 2*H_kv*D)
+        self.qkv.forward(&b.h[..n * dm], n, qkv, &mut b.tmp, "qkv_proj")?;
+        if let Some(bias) = &self.qkv_bias {
+            add_bias(qkv, bias);
+        }
+        match &self.qk_norm {
+            QkNorm::None => {}
+            QkNorm::PerHead { q, k } => head_rms_norm(path, qkv, qkv_w, (a.heads, q), (a.kv_heads, k), eps),
+            QkNorm::Full { q, k } => full_qk_rms_norm(path, qkv, qkv_w, q, k, eps),
+        }
+        b.ropes[self.rope].apply(qkv, qkv_w, 0, a.heads + a.kv_heads); // q and k heads
+        write_kv(step, &mut **kv, layer, a, qkv)?;
+        let att = grow(&mut b.att, n * qw); // (N, H*D)
+        attention(step, &**kv, layer, a, qkv, att)?;
+        let proj = grow(&mut b.proj, n * dm); // (N, d)
+        linear(&self.o, att, n, proj, "o_proj")?;
+        if let Some(bias) = &self.o_bias {
+            add_bias(proj, bias);
+        }
+        Ok(())
+    }
+
+    /// Bytes its weights hold.
+    pub fn weight_bytes(&self) -> usize {
+        let norms = match &self.qk_norm {
+            QkNorm::None => 0,
+            QkNorm::PerHead { q, k } | QkNorm::Full { q, k } => f32_bytes(q) + f32_bytes(k),
+        };
+        self.qkv.packed_bytes()
+            + self.o.packed_bytes()
+            + self.qkv_bias.as_deref().map_or(0, f32_bytes)
+            + self.o_bias.as_deref().map_or(0, f32_bytes)
+            + norms
+    }
+}
+
+/// The gated activation of an MLP, on `(rows, 2I)` gate|up rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// `silu(gate) * up` (Llama and most families).
+    SwiGlu,
+    /// `gelu_tanh(gate) * up` (Gemma).
+    GeluTanh,
+}
+
+/// A gated MLP's tensor names below its prefix.
+#[derive(Clone, Copy, Debug)]
+pub struct MlpNames {
+    /// The gate projection (`gate_proj`; Mixtral's experts: `w1`).
+    pub gate: &'static str,
+    /// The up projection (`up_proj`; Mixtral's experts: `w3`).
+    pub up: &'static str,
+    /// The down projection (`down_proj`; Mixtral's experts: `w2`).
+    pub down: &'static str,
+}
+
+/// Hugging Face's Llama names.
+pub const MLP_NAMES: MlpNames = MlpNames { gate: "gate_proj", up: "up_proj", down: "down_proj" };
+
+/// A gated MLP: `down(act(gate(h), up(h)))`.
+pub struct Mlp {
+    /// `[2*I, d]`: gate, up stacked.
+    pub gate_up: Proj,
+    /// `[d, I]`.
+    pub down: Linear,
+    /// The activation.
+    pub act: Act,
+}
+
+/// The scratch an [`Mlp`] runs in.
+pub struct MlpScratch<'s> {
+    /// `(rows, 2I)` gate | up.
+    pub gu: &'s mut Vec<f32>,
+    /// `(rows, I)` the activation.
+    pub act: &'s mut Vec<f32>,
+    /// For a projection that could not be fused.
+    pub tmp: &'s mut Vec<f32>,
+}
+
+impl Mlp {
+    /// The MLP under the `names` below `p` (`model.layers.N.mlp`), `I = inter`.
+    pub fn load(
+        w: &Loader<'_>,
+        p: &str,
+        names: MlpNames,
+        d: usize,
+        inter: usize,
+        act: Act,
+    ) -> Result<Mlp, ModelError> {
+        let proj = |name: &str, out, inp| w.proj(&format!("{p}.{name}"), out, inp);
+        let gate_up = Proj::new(vec![proj(names.gate, inter, d)?, proj(names.up, inter, d)?]);
+        Ok(Mlp { gate_up, down: proj(names.down, d, inter)?, act })
+    }
+
+    /// Width I.
+    pub fn inter(&self) -> usize {
+        self.down.inp()
+    }
+
+    /// `y` `(rows, d)` from `x` `(rows, d)`.
+    pub fn run(&self, path: Path, x: &[f32], rows: usize, y: &mut [f32], s: MlpScratch<'_>) -> Result<(), ModelError> {
+        let inter = self.inter();
+        let gu = grow(s.gu, rows * 2 * inter); // (rows, 2I) gate | up
+        self.gate_up.forward(x, rows, gu, s.tmp, "gate_up_proj")?;
+        let act = grow(s.act, rows * inter); // (rows, I)
+        match self.act {
+            Act::SwiGlu => swiglu(path, gu, act, inter),
+            Act::GeluTanh => gelu_tanh_gated(path, gu, act, inter),
+        }
+        linear(&self.down, act, rows, y, "down_proj")
+    }
+
+    /// `proj` `(N, d)` from `h` `(N, d)`.
+    pub fn forward(&self, cx: &mut Cx<'_, '_>) -> Result<(), ModelError> {
+        let (n, dm, path) = (cx.n, cx.dm, cx.path());
+        let b = &mut *cx.b;
+        let proj = grow(&mut b.proj, n * dm); // (N, d)
+        let s = MlpScratch { gu: &mut b.gu, act: &mut b.act, tmp: &mut b.tmp };
+        self.run(path, &b.h[..n * dm], n, proj, s)
+    }
+
+    /// Bytes its weights hold.
+    pub fn weight_bytes(&self) -> usize {
+        self.gate_up.packed_bytes() + self.down.packed_bytes()
+    }
+}
+
+/// A layer's feed-forward sublayer.
+pub enum Ffn {
+    /// One MLP for every token.
+    Dense(Mlp),
+    /// A mixture of experts.
+    Moe(Moe),
+}
+
+impl Ffn {
+    /// `proj` `(N, d)` from `h` `(N, d)`.
+    pub fn forward(&self, cx: &mut Cx<'_, '_>) -> Result<(), ModelError> {
+        match self {
+            Ffn::Dense(m) => m.forward(cx),
+            Ffn::Moe(m) => m.forward(cx),
+        }
+    }
+
+    /// Bytes its weights hold.
+    pub fn weight_bytes(&self) -> usize {
+        match self {
+            Ffn::Dense(m) => m.weight_bytes(),
+            Ffn::Moe(m) => m.weight_bytes(),
+        }
+    }
+}
+
+/// The pre-norm layer (Llama, Qwen2, Qwen3, Mistral and the mixtures of experts):
+/// `x += attn(norm_in(x)); x += ffn(norm_post(x))`.
+pub struct PreNorm {
+    /// `(d,)` RMSNorm weight before attention (`input_layernorm`).
+    pub input_norm: Vec<f32>,
+    /// The attention sublayer.
+    pub attn: AttnBlock,
+    /// `(d,)` RMSNorm weight before the feed-forward (`post_attention_layernorm`).
+    pub post_norm: Vec<f32>,
+    /// The feed-forward sublayer.
+    pub ffn: Ffn,
+}
+
+impl PreNorm {
+    /// The two norms of layer prefix `p` (`model.layers.N`) under Hugging Face's names,
+    /// around the given sublayers.
+    pub fn load(w: &Loader<'_>, p: &str, d: usize, attn: AttnBlock, ffn: Ffn) -> Result<PreNorm, ModelError> {
+        Ok(PreNorm {
+            input_norm: w.vector(&format!("{p}.input_layernorm.weight"), d)?,
+            attn,
+            post_norm: w.vector(&format!("{p}.post_attention_layernorm.weight"), d)?,
+            ffn,
+        })
+    }
+}
+
+impl LayerBody for PreNorm {
+    fn forward(&self, layer: u32, cx: &mut Cx<'_, '_>) -> Result<(), ModelError> {
+        cx.norm_x(&self.input_norm); // h = norm(x)
+        self.attn.forward(layer, cx)?; // proj = attn(h)
+        cx.add_proj(); // x += proj
+        cx.norm_x(&self.post_norm);
+        self.ffn.forward(cx)?;
+        cx.add_proj();
+        Ok(())
+    }
+
+    fn weight_bytes(&self) -> usize {
+        f32_bytes(&self.input_norm) + self.attn.weight_bytes() + f32_bytes(&self.post_norm) + self.ffn.weight_bytes()
+    }
+}

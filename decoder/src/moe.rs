@@ -1,0 +1,217 @@
+//! The mixture-of-experts feed-forward: a router picks `k` of `E` expert MLPs per token
+//! and the token's output is their weighted sum.
+//!
+//! Per token (Hugging Face's `Qwen3MoeSparseMoeBlock`, `MixtralSparseMoeBlock`,
+//! `OlmoeSparseMoeBlock`, `GptOssMLP`):
+//!
+//! ```text
+//! logits = h Wr^T (+ br)                                  (E,)
+//! SoftmaxTopK: p = softmax(logits); top k of p; renorm: w = p / sum(top p)
+//! TopKSoftmax: top k of logits; w = softmax(those k)       (gpt-oss)
+//! y = sum over the chosen experts e, ascending id, of w_e * mlp_e(h)
+//! ```
+//!
+//! Top k is by (score descending, expert id ascending). A step's tokens are grouped by
+//! expert, so each expert's weights are read once per step for all the tokens that chose
+//! it (what makes batched MoE fast); yet every token's arithmetic is the same as alone: an
+//! expert's product gives each row the same bits whatever rows share it (tl_quant's
+//! contract), the router and the weighting are functions of the row alone, and each row's
+//! sum runs over its experts in ascending id whatever the batch. So the block is batch-,
+//! chunk- and thread-invariant bit for bit.
+
+use tl_core::ModelError;
+use tl_quant::Linear;
+
+use crate::blocks::{Mlp, MlpScratch};
+use crate::lanes::{exp16, Path, W};
+use crate::proj::{f32_bytes, grow, linear};
+use crate::stack::Cx;
+
+/// How a token's router logits become its experts' weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Softmax over every expert, then the top k; with `renorm` the k weights are divided
+    /// by their sum (Mixtral always; Qwen3-MoE as `norm_topk_prob` says; OLMoE as its
+    /// `norm_topk_prob` says, false in the released models).
+    SoftmaxTopK {
+        /// Divide the chosen weights by their sum.
+        renorm: bool,
+    },
+    /// The top k of the logits, then a softmax over those k (gpt-oss).
+    TopKSoftmax,
+}
+
+/// A mixture-of-experts feed-forward.
+pub struct Moe {
+    /// `[E, d]` the router.
+    pub router: Linear,
+    /// `(E,)` the router's bias, when the family has one (gpt-oss).
+    pub router_bias: Option<Vec<f32>>,
+    /// The `E` experts, by id.
+    pub experts: Vec<Mlp>,
+    /// Experts per token, `1..=E`.
+    pub top_k: usize,
+    /// How logits become weights.
+    pub routing: Routing,
+}
+
+/// The block's scratch, kept between steps.
+#[derive(Default)]
+pub struct MoeBuffers {
+    /// `(N, E)` router logits.
+    logits: Vec<f32>,
+    /// `(N, k)` each token's experts and weights, ascending expert id.
+    chosen: Vec<(usize, f32)>,
+    /// The `(row, weight)` of each token routed to the current expert.
+    routed: Vec<(usize, f32)>,
+    /// `(m, d)` the current expert's input rows, gathered.
+    xin: Vec<f32>,
+    /// `(m, d)` its output rows.
+    y: Vec<f32>,
+    /// `(m, 2I)`, `(m, I)`, scratch: the expert MLP's buffers.
+    gu: Vec<f32>,
+    act: Vec<f32>,
+    tmp: Vec<f32>,
+}
+
+/// `e^(x - max)` of every value in place, by the decoder's [`exp16`] (the same bits on
+/// every path), and their sum in ascending order.
+fn exp_shifted(path: Path, xs: &mut [f32], max: f32) -> f32 {
+    let mut sum = 0.0f32;
+    for chunk in xs.chunks_mut(W) {
+        let mut v = [0.0f32; W];
+        for (d, &x) in v.iter_mut().zip(chunk.iter()) {
+            *d = x - max;
+        }
+        let e = exp16(path, &v);
+        for (x, &e) in chunk.iter_mut().zip(&e) {
+            *x = e;
+            sum += e;
+        }
+    }
+    sum
+}
+
+/// The `k` largest of `scores` by (score descending, index ascending), into `out` in that
+/// order; NaN ranks below every number.
+fn top_k(scores: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
+    out.clear();
+    let better = |a: (usize, f32), b: (usize, f32)| match (a.1.is_nan(), b.1.is_nan()) {
+        (false, true) => true,
+        (true, false) => false,
+        (true, true) => a.0 < b.0,
+        (false, false) => a.1 > b.1 || (a.1 == b.1 && a.0 < b.0),
+    };
+    for (i, &s) in scores.iter().enumerate() {
+        let c = (i, s);
+        // Insertion into the kept list (k is small: 1 to 8 in released models).
+        let at = out.iter().position(|&o| better(c, o)).unwrap_or(out.len());
+        if at < k {
+            out.insert(at, c);
+            out.truncate(k);
+        }
+    }
+}
+
+impl Moe {
+    /// Experts per token and expert count are checked by the family's config; this
+    /// re-checks what would index out of bounds.
+    fn check(&self) -> Result<(), ModelError> {
+        let e = self.experts.len();
+        if self.top_k == 0 || self.top_k > e || self.router.out() != e {
+            return Err(ModelError::Other(format!(
+                "mixture of experts: top_k {} of {e} experts, router of {} outputs",
+                self.top_k,
+                self.router.out()
+            )));
+        }
+        Ok(())
+    }
+
+    /// One token's experts and weights from its router logits `row` `(E,)` (overwritten),
+    /// into `out`, sorted by expert id.
+    fn route(&self, path: Path, row: &mut [f32], out: &mut Vec<(usize, f32)>) {
+        let k = self.top_k;
+        match self.routing {
+            Routing::SoftmaxTopK { renorm } => {
+                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let sum = exp_shifted(path, row, max);
+                row.iter_mut().for_each(|p| *p /= sum);
+                top_k(row, k, out);
+                if renorm {
+                    // Summed in rank order, as torch sums the topk values.
+                    let s: f32 = out.iter().fold(0.0, |a, &(_, p)| a + p);
+                    out.iter_mut().for_each(|(_, p)| *p /= s);
+                }
+            }
+            Routing::TopKSoftmax => {
+                top_k(row, k, out);
+                let max = out[0].1;
+                let mut v: Vec<f32> = out.iter().map(|&(_, l)| l).collect();
+                let sum = exp_shifted(path, &mut v, max);
+                for ((_, w), e) in out.iter_mut().zip(v) {
+                    *w = e / sum;
+                }
+            }
+        }
+        out.sort_by_key(|&(e, _)| e);
+    }
+
+    /// `proj` `(N, d)` from `h` `(N, d)`.
+    pub fn forward(&self, cx: &mut Cx<'_, '_>) -> Result<(), ModelError> {
+        self.check()?;
+        let (n, dm, path) = (cx.n, cx.dm, cx.path());
+        let (e_count, k) = (self.experts.len(), self.top_k);
+        let b = &mut *cx.b;
+        let m = &mut b.moe;
+        let h = &b.h[..n * dm];
+        let logits = grow(&mut m.logits, n * e_count); // (N, E)
+        linear(&self.router, h, n, logits, "router")?;
+        m.chosen.clear();
+        let mut one = Vec::with_capacity(k);
+        for row in logits.chunks_exact_mut(e_count) {
+            if let Some(bias) = &self.router_bias {
+                row.iter_mut().zip(bias).for_each(|(l, &b)| *l += b);
+            }
+            self.route(path, row, &mut one);
+            m.chosen.extend_from_slice(&one);
+        }
+
+        let proj = grow(&mut b.proj, n * dm); // (N, d)
+        proj.fill(0.0);
+        for (e, expert) in self.experts.iter().enumerate() {
+            // The tokens that chose expert e, in batch order, with their weights.
+            m.routed.clear();
+            for (t, picks) in m.chosen.chunks_exact(k).enumerate() {
+                if let Some(&(_, w)) = picks.iter().find(|&&(pe, _)| pe == e) {
+                    m.routed.push((t, w));
+                }
+            }
+            let rows = m.routed.len();
+            if rows == 0 {
+                continue; // unread: a decode step touches only its k experts
+            }
+            let xin = grow(&mut m.xin, rows * dm); // (m, d)
+            for (dst, &(t, _)) in xin.chunks_exact_mut(dm).zip(&m.routed) {
+                dst.copy_from_slice(&h[t * dm..(t + 1) * dm]);
+            }
+            let y = grow(&mut m.y, rows * dm); // (m, d)
+            let s = MlpScratch { gu: &mut m.gu, act: &mut m.act, tmp: &mut m.tmp };
+            expert.run(path, xin, rows, y, s).map_err(|err| ModelError::Other(format!("expert {e}: {err}")))?;
+            // Each row's sum runs over its experts in ascending id: this loop's order.
+            for (src, &(t, w)) in y.chunks_exact(dm).zip(&m.routed) {
+                for (o, &v) in proj[t * dm..(t + 1) * dm].iter_mut().zip(src) {
+                    *o += w * v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes its weights hold.
+    pub fn weight_bytes(&self) -> usize {
+        self.router.packed_bytes()
+            + self.router_bias.as_deref().map_or(0, f32_bytes)
+            + self.experts.iter().map(Mlp::weight_bytes).sum::<usize>()
+    }
+}

@@ -1,0 +1,227 @@
+//! The skeleton every family's forward shares: the step plan, the buffers kept between
+//! steps, the embedding, the RoPE tables, the layers in order, the final norm and the LM
+//! head. A family supplies what differs: its layers ([`LayerBody`], usually the shared
+//! [`PreNorm`](crate::PreNorm), composed of the sublayer blocks in blocks.rs and moe.rs),
+//! its [`Ends`] and its RoPE inverse-frequency vectors. docs/forward.md walks a step
+//! through with every shape.
+//!
+//! A step is a batch of sequences, each a run of new tokens at absolute positions. The N
+//! tokens of the step are laid out in batch order ([`Plan`]); every per-token buffer is
+//! `(N, ...)`, row-major, and lives in [`Buffers`], kept between steps.
+//!
+//! Batch invariance (bit for bit): every projection goes through `tl_quant::Linear`,
+//! whose output elements each use one fixed summation order whatever the number of rows
+//! or threads; the row-wise blocks compute each row by one function of that row alone;
+//! attention of token t reads exactly its visible keys of its own sequence, in ascending
+//! order. So nothing a token computes depends on the other tokens of the step, nor on
+//! how rayon splits the work, nor (`crate::lanes`) on the instruction set.
+
+use std::sync::Mutex;
+
+use candle_core::Device;
+use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, KvSlabs, Model, ModelError};
+use tl_quant::Linear;
+
+use crate::attention::Step;
+use crate::head::{embed, LmHead};
+use crate::lanes::Path;
+use crate::plan::{Plan, StepShape};
+use crate::proj::{f32_bytes, grow};
+use crate::rope::RopeTables;
+use crate::rowops::{add, rms_norm};
+use crate::weights::Loader;
+
+/// The two ends of a decoder: the embedding table, the final norm and the LM head.
+pub struct Ends {
+    /// `(V, d)` the embedding table when it is not tied to the head.
+    pub embed: Option<Linear>,
+    /// `[V, d]` the LM head; with tied embeddings also the embedding table, kept once.
+    pub lm_head: Linear,
+    /// `(d,)` the final RMSNorm's weight, as the forward multiplies by it.
+    pub norm: Vec<f32>,
+    /// `Some(s)`: embedding rows are multiplied by `s` (one f32 product each; Gemma's
+    /// `sqrt(d)`); the tied head stays unscaled.
+    pub embed_scale: Option<f32>,
+}
+
+impl Ends {
+    /// Hugging Face's names: `model.embed_tokens.weight` `(V, d)` and, untied,
+    /// `lm_head.weight` (tied: the table is the head, and a stored `lm_head.weight` is
+    /// ignored as transformers ignores it; untied, a missing one is an error naming it).
+    /// `norm` is the final norm's weight, which the family reads (`model.norm.weight`,
+    /// as its norms need it).
+    pub fn load(w: &Loader<'_>, vocab: usize, d: usize, tied: bool, norm: Vec<f32>) -> Result<Ends, ModelError> {
+        let table = w.matrix("model.embed_tokens.weight", vocab, d)?;
+        let (embed, lm_head) = if tied { (None, table) } else { (Some(table), w.matrix("lm_head.weight", vocab, d)?) };
+        Ok(Ends { embed, lm_head, norm, embed_scale: None })
+    }
+
+    /// The `(V, d)` embedding table (rows widened to f32 on lookup).
+    pub fn embedding(&self) -> &Linear {
+        self.embed.as_ref().unwrap_or(&self.lm_head)
+    }
+
+    fn bytes(&self) -> usize {
+        self.embed.as_ref().map_or(0, Linear::packed_bytes) + self.lm_head.packed_bytes() + f32_bytes(&self.norm)
+    }
+}
+
+/// A step's buffers, kept between steps so a step allocates nothing once they have grown
+/// to its size (the largest step seen so far). Blocks grow the ones they use.
+#[derive(Default)]
+pub struct Buffers {
+    /// `(N, d)` the residual stream.
+    pub x: Vec<f32>,
+    /// `(N, d)` a norm's output: a sublayer's input, or its normed output.
+    pub h: Vec<f32>,
+    /// `(N, H*D + 2*H_kv*D)` queries, keys, values side by side.
+    pub qkv: Vec<f32>,
+    /// `(N, H*D)` attention output, heads concatenated.
+    pub att: Vec<f32>,
+    /// `(N, d)` a sublayer's output (the o or down projection), before the residual add.
+    pub proj: Vec<f32>,
+    /// `(N, 2*I)` gate and up side by side.
+    pub gu: Vec<f32>,
+    /// `(N, I)` the gated activation.
+    pub act: Vec<f32>,
+    /// Scratch for projections that could not be fused, and the LM head's rows.
+    pub tmp: Vec<f32>,
+    /// One `(N, D/2)` cos/sin table per RoPE frequency vector of the model.
+    pub ropes: Vec<RopeTables>,
+    /// The mixture-of-experts block's scratch.
+    pub moe: crate::moe::MoeBuffers,
+}
+
+/// What a layer body is handed for one step: the step, the KV slabs and the buffers.
+pub struct Cx<'s, 'a> {
+    /// Path, batch and plan.
+    pub step: Step<'a>,
+    /// The KV slabs the attention blocks write and read.
+    pub kv: &'s mut dyn KvSlabs,
+    /// Tokens in the step, N.
+    pub n: usize,
+    /// Hidden size d.
+    pub dm: usize,
+    /// The model's RMSNorm epsilon.
+    pub eps: f32,
+    /// The step's buffers.
+    pub b: &'s mut Buffers,
+}
+
+impl Cx<'_, '_> {
+    /// The vector path of the step.
+    pub fn path(&self) -> Path {
+        self.step.path
+    }
+
+    /// `h = rms_norm(x) * w`: a sublayer's input.
+    pub fn norm_x(&mut self, w: &[f32]) {
+        let n = self.n * self.dm;
+        rms_norm(self.step.path, &self.b.x[..n], w, self.eps, grow(&mut self.b.h, n));
+    }
+
+    /// `h = rms_norm(proj) * w`: a sublayer's output normed (Gemma's post-norms).
+    pub fn norm_proj(&mut self, w: &[f32]) {
+        let n = self.n * self.dm;
+        rms_norm(self.step.path, &self.b.proj[..n], w, self.eps, grow(&mut self.b.h, n));
+    }
+
+    /// The residual add `x += proj`.
+    pub fn add_proj(&mut self) {
+        let n = self.n * self.dm;
+        add(&mut self.b.x[..n], &self.b.proj[..n], self.dm);
+    }
+
+    /// The residual add `x += h`.
+    pub fn add_h(&mut self) {
+        let n = self.n * self.dm;
+        add(&mut self.b.x[..n], &self.b.h[..n], self.dm);
+    }
+}
+
+/// One layer of a family: reads the residual stream `cx.b.x` `(N, d)` and leaves it
+/// updated. A function of each row alone (through the blocks), so batch-invariant.
+pub trait LayerBody: Send + Sync {
+    /// Run layer `layer` (its index: the KV slab it writes) over the step.
+    fn forward(&self, layer: u32, cx: &mut Cx<'_, '_>) -> Result<(), ModelError>;
+    /// Bytes its weights hold, for `Model::weight_bytes`.
+    fn weight_bytes(&self) -> usize;
+}
+
+/// What a family hands [`Stack::new`].
+pub struct StackParts<L> {
+    /// The family, for errors ("the Qwen3 forward runs on the CPU").
+    pub family: &'static str,
+    /// KV geometry and vocabulary a step is checked against.
+    pub shape: StepShape,
+    /// Hidden size d.
+    pub hidden: usize,
+    /// RMSNorm epsilon of every norm.
+    pub eps: f32,
+    /// Embedding, final norm, LM head.
+    pub ends: Ends,
+    /// `(D/2,)` each RoPE inverse-frequency vector a layer may apply (by index).
+    pub inv_freqs: Vec<Vec<f32>>,
+    /// The layers, in order.
+    pub layers: Vec<L>,
+}
+
+/// A loaded decoder: immutable weights; per-sequence state lives in the KV pool.
+pub struct Stack<L> {
+    p: StackParts<L>,
+    /// The step's buffers; a lock because `forward` takes `&self` (steps do not overlap
+    /// in practice; a second concurrent step would wait).
+    bufs: Mutex<Buffers>,
+}
+
+impl<L: LayerBody> Stack<L> {
+    /// The model, on the CPU (the only device the blocks run on).
+    pub fn new(parts: StackParts<L>, device: &Device) -> Result<Stack<L>, ModelError> {
+        if !device.is_cpu() {
+            return Err(ModelError::Other(format!("the {} forward runs on the CPU, not {device:?}", parts.family)));
+        }
+        Ok(Stack { p: parts, bufs: Mutex::new(Buffers::default()) })
+    }
+}
+
+impl<L: LayerBody> Model for Stack<L> {
+    fn hidden_size(&self) -> usize {
+        self.p.hidden
+    }
+
+    fn weight_bytes(&self) -> Option<usize> {
+        let layers: usize = self.p.layers.iter().map(LayerBody::weight_bytes).sum();
+        let rope: usize = self.p.inv_freqs.iter().map(|f| f32_bytes(f)).sum();
+        Some(layers + self.p.ends.bytes() + rope)
+    }
+
+    fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
+        let p = &self.p;
+        let plan = Plan::new(batch, p.shape, &*ctx.kv)?; // checked before any slab is written
+        let step = Step { path: Path::best(), batch, plan: &plan };
+        let (n, dm) = (plan.n_tokens(), p.hidden);
+
+        // A panic elsewhere while holding the lock leaves only stale numbers, which every
+        // step overwrites before reading.
+        let mut guard = self.bufs.lock().unwrap_or_else(|e| e.into_inner());
+        let b = &mut *guard;
+
+        let x = grow(&mut b.x, n * dm); // (N, d) the residual stream
+        embed(p.ends.embedding(), batch, x)?;
+        if let Some(s) = p.ends.embed_scale {
+            x.iter_mut().for_each(|v| *v *= s);
+        }
+        b.ropes.resize_with(p.inv_freqs.len(), RopeTables::default);
+        for (table, inv_freq) in b.ropes.iter_mut().zip(&p.inv_freqs) {
+            table.fill(&plan.pos, inv_freq); // (N, D/2) cos, sin
+        }
+
+        let mut cx = Cx { step, kv: &mut *ctx.kv, n, dm, eps: p.eps, b };
+        for (l, layer) in p.layers.iter().enumerate() {
+            layer.forward(l as u32, &mut cx)?;
+        }
+
+        let head = LmHead { norm: &p.ends.norm, eps: p.eps, head: &p.ends.lm_head };
+        head.run(step.path, &b.x, &plan, ctx, &mut b.tmp)
+    }
+}
