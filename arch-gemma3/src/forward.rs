@@ -54,7 +54,7 @@ impl LayerBody for Gemma3Layer {
         self.attn.forward(layer, cx)?; // proj (N, d)
         cx.norm_proj(&self.post_attn_norm); // h = norm(proj)
         cx.add_h(); // x += h
-        // MLP sublayer: norm, gate/up, GELU-tanh gate, down, post-norm, residual.
+                    // MLP sublayer: norm, gate/up, GELU-tanh gate, down, post-norm, residual.
         cx.norm_x(&self.pre_ffn_norm);
         self.mlp.forward(cx)?;
         cx.norm_proj(&self.post_ffn_norm);

@@ -217,14 +217,7 @@ pub struct MlpScratch<'s> {
 
 impl Mlp {
     /// The MLP under the `names` below `p` (`model.layers.N.mlp`), `I = inter`.
-    pub fn load(
-        w: &Loader<'_>,
-        p: &str,
-        names: MlpNames,
-        d: usize,
-        inter: usize,
-        act: Act,
-    ) -> Result<Mlp, ModelError> {
+    pub fn load(w: &Loader<'_>, p: &str, names: MlpNames, d: usize, inter: usize, act: Act) -> Result<Mlp, ModelError> {
         let proj = |name: &str, out, inp| w.proj(&format!("{p}.{name}"), out, inp);
         let gate_up = Proj::new(vec![proj(names.gate, inter, d)?, proj(names.up, inter, d)?]);
         Ok(Mlp { gate_up, down: proj(names.down, d, inter)?, act })

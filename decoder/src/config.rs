@@ -348,6 +348,17 @@ impl DecoderConfig {
         }
     }
 
+    /// The KV block geometry of this config, blocks of `block_tokens` positions.
+    pub fn kv_geometry(&self, block_tokens: u32) -> tl_core::KvGeometry {
+        // The config's caps keep these far below u32::MAX.
+        tl_core::KvGeometry {
+            n_layers: self.num_hidden_layers as u32,
+            n_kv_heads: self.num_key_value_heads as u32,
+            head_dim: self.head_dim as u32,
+            block_tokens,
+        }
+    }
+
     /// Width of the key and value projections' outputs, `H_kv * D`.
     pub fn kv_width(&self) -> usize {
         self.num_key_value_heads * self.head_dim

@@ -61,18 +61,18 @@ mod weights;
 use tl_core::{BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError};
 
 pub use attention::{attention, write_kv, Attn, Step};
-pub use config::{global_layers, layer_types, sliding_window, DecoderConfig, LayerAttn, Variant};
 pub use blocks::{
     Act, AttnBlock, AttnSpec, Ffn, Mlp, MlpNames, MlpScratch, NormReader, PreNorm, QkNorm, QkNormKind, MLP_NAMES,
 };
-pub use moe::{Moe, MoeBuffers, Routing};
-pub use stack::{Buffers, Cx, Ends, LayerBody, Stack, StackParts};
+pub use config::{global_layers, layer_types, sliding_window, DecoderConfig, LayerAttn, Variant};
 pub use head::{embed, LmHead};
 pub use lanes::Path;
+pub use moe::{Moe, MoeBuffers, Routing};
 pub use plan::{Plan, StepShape};
 pub use proj::{f32_bytes, grow, linear, Proj};
 pub use rope::{inv_freq_default, inv_freq_llama3, Llama3Scaling, RopeTables};
 pub use rowops::{add, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, rms_norm, swiglu};
+pub use stack::{Buffers, Cx, Ends, LayerBody, Stack, StackParts};
 pub use weights::{dense_mlp, prenorm_stack, Loader};
 
 /// The forward's vector kernels, exposed for the tests that compare every instruction set
@@ -86,14 +86,7 @@ pub mod kernels {
 
 /// The KV block geometry of a decoder config, for blocks of `block_tokens` positions.
 pub fn kv_geometry(config: &ModelConfig, block_tokens: u32) -> Result<KvGeometry, ConfigError> {
-    let c = config.arch_config::<DecoderConfig>()?;
-    // The config's caps keep these far below u32::MAX.
-    Ok(KvGeometry {
-        n_layers: c.num_hidden_layers as u32,
-        n_kv_heads: c.num_key_value_heads as u32,
-        head_dim: c.head_dim as u32,
-        block_tokens,
-    })
+    Ok(config.arch_config::<DecoderConfig>()?.kv_geometry(block_tokens))
 }
 
 /// Build the decoder `ctx.config` describes (its typed config must be a

@@ -1,0 +1,157 @@
+//! tl-arch-qwen3-moe: Qwen3-MoE (Qwen3-30B-A3B, Qwen3-235B-A22B), registered as
+//! `tl_arch = "qwen3_moe"` and as Hugging Face `model_type = "qwen3_moe"`.
+//!
+//! A Qwen3-MoE layer is a Qwen3 layer (per-head q/k norms, no biases) whose MLP is, in
+//! the sparse layers, tl-decoder's [`Moe`]: a router `[E, d]`, a softmax over the `E`
+//! experts, the top `num_experts_per_tok`, renormalised when `norm_topk_prob` is true
+//! (transformers' `Qwen3MoeTopKRouter`), SwiGLU experts of width `moe_intermediate_size`,
+//! summed in ascending expert id. Layer `i` is sparse iff it is not in `mlp_only_layers`
+//! and `(i + 1) % decoder_sparse_step == 0`; the others have a dense MLP of width
+//! `intermediate_size`. Absent fields take transformers' `Qwen3MoeConfig` defaults.
+//!
+//! Tensors are the hub's: `model.layers.N.mlp.gate.weight` (the router, kept as stored,
+//! never int4: a coarser router would choose other experts) and one tensor per expert,
+//! `model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight`. GGUF files (llama.cpp's
+//! `qwen3moe`, stacked `ffn_*_exps`) are not read yet.
+//!
+//! Nothing names this crate from core: a binary or test that loads a Qwen3-MoE writes
+//! `use tl_arch_qwen3_moe as _;` so the registrations are linked.
+#![deny(missing_docs)]
+
+use std::any::Any;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tl_core::{
+    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
+    ModelTypeRegistration, WeightError,
+};
+use tl_decoder::fields::{field, flag, invalid, size};
+use tl_decoder::{dense_mlp, prenorm_stack, Act, DecoderConfig, Ffn, Loader, Mlp, Moe, Routing, MLP_NAMES};
+
+/// Caps: no released MoE comes near them; a typo that large is refused at parse.
+const MAX_EXPERTS: usize = 1 << 12;
+const MAX_WIDTH: usize = 1 << 18;
+
+/// `Qwen3MoeConfig`'s defaults (transformers 5.23) for absent fields.
+const DEFAULT_EXPERTS: usize = 128;
+const DEFAULT_TOP_K: usize = 8;
+const DEFAULT_MOE_WIDTH: usize = 768;
+
+/// A Qwen3-MoE's typed config: Qwen3's fields and the experts'.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Qwen3MoeConfig {
+    /// The shared decoder fields (attention, dense MLP width, RoPE, ...).
+    pub base: DecoderConfig,
+    /// Experts per sparse layer, E (`num_experts`; transformers 5 also writes it as
+    /// `num_local_experts`).
+    pub num_experts: usize,
+    /// Experts per token, k (`num_experts_per_tok`), `1..=E`.
+    pub top_k: usize,
+    /// Each expert's MLP width (`moe_intermediate_size`).
+    pub moe_intermediate_size: usize,
+    /// Renormalise the k chosen weights to sum to one.
+    pub norm_topk_prob: bool,
+    /// `(L,)` whether each layer is sparse.
+    pub sparse: Vec<bool>,
+}
+
+impl Qwen3MoeConfig {
+    /// Parse and check `config`: Qwen3's fields ([`tl_arch_qwen3::QWEN3`]) and the
+    /// experts', each error naming its field.
+    pub fn parse(config: &ModelConfig) -> Result<Qwen3MoeConfig, ConfigError> {
+        let base = DecoderConfig::parse(config, tl_arch_qwen3::QWEN3)?;
+        let json = config.json();
+        let (experts_key, experts) = match (size(json, "num_experts", MAX_EXPERTS)?, field(json, "num_local_experts")) {
+            (Some(e), _) => ("num_experts", e),
+            (None, Some(_)) => ("num_local_experts", size(json, "num_local_experts", MAX_EXPERTS)?.unwrap_or(0)),
+            (None, None) => ("num_experts", DEFAULT_EXPERTS),
+        };
+        let top_k = size(json, "num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(DEFAULT_TOP_K);
+        if top_k > experts {
+            return Err(invalid(
+                "num_experts_per_tok",
+                &Value::from(top_k),
+                &format!("more experts per token than the {experts} experts ({experts_key})"),
+            ));
+        }
+        let width = size(json, "moe_intermediate_size", MAX_WIDTH)?.unwrap_or(DEFAULT_MOE_WIDTH);
+        let step = size(json, "decoder_sparse_step", base.num_hidden_layers.max(1))?.unwrap_or(1);
+        let dense = match field(json, "mlp_only_layers") {
+            None => Vec::new(),
+            Some(v) => v
+                .as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .map(|x| x.as_u64().filter(|&i| (i as usize) < base.num_hidden_layers).map(|i| i as usize))
+                        .collect::<Option<Vec<usize>>>()
+                })
+                .ok_or_else(|| {
+                    invalid(
+                        "mlp_only_layers",
+                        v,
+                        &format!("expected a list of layer indices below {}", base.num_hidden_layers),
+                    )
+                })?,
+        };
+        // transformers: sparse iff not listed and `num_experts > 0 and (i + 1) % step == 0`.
+        let sparse = (0..base.num_hidden_layers).map(|i| !dense.contains(&i) && (i + 1) % step == 0).collect();
+        Ok(Qwen3MoeConfig {
+            base,
+            num_experts: experts,
+            top_k,
+            moe_intermediate_size: width,
+            norm_topk_prob: flag(json, "norm_topk_prob")?.unwrap_or(false),
+            sparse,
+        })
+    }
+}
+
+/// Layer `i`'s mixture of experts under the hub's names; a file holding more experts than
+/// the config says is refused, naming the first extra tensor (the router's shape is
+/// checked against `E` as it loads).
+fn moe(w: &Loader<'_>, cfg: &Qwen3MoeConfig, i: usize) -> Result<Ffn, ModelError> {
+    let p = format!("model.layers.{i}.mlp");
+    let (d, e_count) = (cfg.base.hidden_size, cfg.num_experts);
+    let router = w.matrix(&format!("{p}.gate.weight"), e_count, d)?;
+    let extra = format!("{p}.experts.{e_count}.gate_proj.weight");
+    if w.store().info(&extra).is_some() {
+        return Err(ModelError::Weights(WeightError::Tensor {
+            path: w.store().path().to_path_buf(),
+            name: extra,
+            reason: format!("the config says num_experts = {e_count}, the file holds more experts"),
+        }));
+    }
+    let experts = (0..e_count)
+        .map(|e| Mlp::load(w, &format!("{p}.experts.{e}"), MLP_NAMES, d, cfg.moe_intermediate_size, Act::SwiGlu))
+        .collect::<Result<Vec<_>, _>>()?;
+    let routing = Routing::SoftmaxTopK { renorm: cfg.norm_topk_prob };
+    Ok(Ffn::Moe(Moe { router, router_bias: None, experts, top_k: cfg.top_k, routing }))
+}
+
+/// The Qwen3-MoE family.
+struct Qwen3MoeArch;
+
+impl Architecture for Qwen3MoeArch {
+    fn parse_config(&self, config: &ModelConfig) -> Result<Arc<dyn Any + Send + Sync>, ConfigError> {
+        Ok(Arc::new(Qwen3MoeConfig::parse(config)?))
+    }
+
+    fn kv_geometry(&self, config: &ModelConfig, block_tokens: u32) -> Result<KvGeometry, ConfigError> {
+        Ok(config.arch_config::<Qwen3MoeConfig>()?.base.kv_geometry(block_tokens))
+    }
+
+    fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
+        let cfg = ctx.config.arch_config::<Qwen3MoeConfig>()?;
+        let attn = tl_arch_qwen3::forward::attn_spec(&cfg.base);
+        let stack = prenorm_stack(&ctx, &cfg.base, "Qwen3-MoE", |w, i| {
+            let ffn = if cfg.sparse[i] { moe(w, cfg, i)? } else { dense_mlp(w, &cfg.base, i)? };
+            Ok((attn, ffn))
+        })?;
+        Ok(Box::new(stack))
+    }
+}
+
+inventory::submit!(ArchRegistration { name: "qwen3_moe", make: || Box::new(Qwen3MoeArch) });
+// A Hugging Face config.json without `tl_arch` selects this crate by its `model_type`.
+inventory::submit!(ModelTypeRegistration { model_type: "qwen3_moe", arch: "qwen3_moe" });

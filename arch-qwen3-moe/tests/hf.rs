@@ -1,0 +1,108 @@
+//! Qwen3-MoE against Hugging Face's float32 forward (tests/fixtures, written by
+//! scripts/fixtures/make_tiny_qwen3_moe.py: 8 experts, top 3; renormalised with a dense
+//! first layer, and raw with a dense layer after the sparse one), the batch, chunk,
+//! thread and `--weights f32` invariances bit for bit, and bad files and configs refused
+//! with the field or tensor named.
+
+// Name the plugin crate so its registrations ("qwen3_moe") are linked.
+use tl_arch_qwen3_moe as _;
+
+use tl_core::{EngineConfig, ModelRunner, Weights};
+use tl_testkit::*;
+
+tl_testkit::fixtures!();
+
+const NAMES: [&str; 2] = ["tiny-qwen3-moe", "tiny-qwen3-moe-raw"];
+
+#[test]
+fn tiny_qwen3_moe_matches_hf_normalised_and_raw() {
+    for name in NAMES {
+        let mut r = load(name, 0, Weights::Native);
+        assert_eq!(r.config().arch, "qwen3_moe", "model_type \"qwen3_moe\" selects the architecture");
+        let refs = reference(name);
+        check_hf(&mut r, &refs, name);
+        check_greedy(&mut r, &refs, name);
+    }
+}
+
+#[test]
+fn batches_chunks_threads_and_f32_weights_do_not_change_qwen3_moe_logits() {
+    // Chunks that split a prompt's tokens between steps change which tokens share each
+    // expert's product; a batch of all prompts routes them together.
+    for name in NAMES {
+        check_invariance(&fixture(name), &reference(name), &[vec![3, 2, 5], vec![7, 1]]);
+    }
+}
+
+/// A copy of fixture `name` with its config.json edited by `edit`.
+fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = fixture(name);
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config")).expect("JSON");
+    edit(&mut cfg);
+    std::fs::write(dir.path().join("config.json"), cfg.to_string()).expect("write config");
+    std::fs::copy(src.join("model.safetensors"), dir.path().join("model.safetensors")).expect("copy weights");
+    dir
+}
+
+fn load_err(dir: &std::path::Path) -> String {
+    match ModelRunner::load(dir, &EngineConfig::default()) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_expert_configs_are_refused_naming_the_field_or_tensor() {
+    let name = NAMES[0];
+    let top = load_err(edited(name, |c| c["num_experts_per_tok"] = 9.into()).path());
+    assert!(top.contains("num_experts_per_tok") && top.contains('9'), "{top}");
+    // Fewer experts than the file holds: the router's shape names the mismatch.
+    let fewer = load_err(edited(name, |c| c["num_experts"] = 4.into()).path());
+    assert!(fewer.contains("mlp.gate.weight"), "{fewer}");
+    // More experts than the file holds: the first missing tensor is named.
+    let more = load_err(edited(name, |c| c["num_experts"] = 16.into()).path());
+    assert!(more.contains("model.layers.1.mlp.gate.weight") || more.contains("experts.8"), "{more}");
+    let layers = load_err(edited(name, |c| c["mlp_only_layers"] = serde_json::json!([5])).path());
+    assert!(layers.contains("mlp_only_layers"), "{layers}");
+    let step = load_err(edited(name, |c| c["decoder_sparse_step"] = 0.into()).path());
+    assert!(step.contains("decoder_sparse_step"), "{step}");
+}
+
+#[test]
+fn a_missing_expert_tensor_is_named() {
+    // Rewrite the safetensors without expert 5's up projection of layer 2.
+    let dir = edited(NAMES[0], |_| {});
+    let path = dir.path().join("model.safetensors");
+    let bytes = std::fs::read(&path).expect("read");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header JSON");
+    let gone = "model.layers.2.mlp.experts.5.up_proj.weight";
+    let map = header.as_object_mut().expect("object");
+    let [begin, end] = [0, 1].map(|i| map[gone]["data_offsets"][i].as_u64().expect("offset") as usize);
+    map.remove(gone);
+    let data = &bytes[8 + n..];
+    let mut kept = Vec::with_capacity(data.len());
+    kept.extend_from_slice(&data[..begin]);
+    kept.extend_from_slice(&data[end..]);
+    // Tensors after the removed one move down by its size, so the ranges still tile.
+    for (k, v) in map.iter_mut() {
+        if k == "__metadata__" {
+            continue;
+        }
+        for i in 0..2 {
+            let o = v["data_offsets"][i].as_u64().expect("offset") as usize;
+            if o >= end {
+                v["data_offsets"][i] = ((o - (end - begin)) as u64).into();
+            }
+        }
+    }
+    let head = serde_json::to_vec(&header).expect("JSON");
+    let mut out = (head.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&head);
+    out.extend_from_slice(&kept);
+    std::fs::write(&path, out).expect("write");
+    let err = load_err(dir.path());
+    assert!(err.contains(gone), "{err}");
+}

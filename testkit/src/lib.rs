@@ -1,0 +1,279 @@
+//! Dev-only: what every family's tests share, so none copies it. A test binary writes
+//! `tl_testkit::fixtures!();` (or includes a module that does) to get `fixture(name)`,
+//! `load(name, threads, weights)` and `reference(name)` over its own crate's
+//! `tests/fixtures/`; then:
+//!
+//! - [`run_in_steps`], [`greedy`], [`alloc`], [`release`]: token runs through the pool;
+//! - [`check_hf`], [`check_greedy`]: a model against its reference.json (Hugging Face's
+//!   float32 last logits within the f16 cache's tolerance; greedy tokens equal until a
+//!   near tie);
+//! - [`check_invariance`]: chunked prefill, a batch of every prompt, other thread counts
+//!   and `--weights f32`, each the same bits as the prompt alone;
+//! - [`check_same_bits`]: two loads of one model (a GGUF and its safetensors) give the
+//!   same logits bit for bit.
+//!
+//! Golden data always comes from the fixture's generator script (transformers), never
+//! from the code under test.
+#![deny(missing_docs)]
+
+use std::path::Path;
+
+use serde_json::Value;
+use tl_core::{EngineConfig, ForwardBatch, ForwardSeq, KvConfig, ModelRunner, Weights};
+
+// Name the KV plugin crate so its registration ("f16-slab") is linked.
+use tl_kv as _;
+
+/// `fixture(name)`, `load(name, threads, weights)` and `reference(name)` over the calling
+/// crate's `tests/fixtures/` (the macro expands `CARGO_MANIFEST_DIR` in that crate).
+#[macro_export]
+macro_rules! fixtures {
+    () => {
+        /// The fixture directory `name` of this crate.
+        #[allow(dead_code)]
+        pub fn fixture(name: &str) -> std::path::PathBuf {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+        }
+
+        /// Load fixture `name`.
+        #[allow(dead_code)]
+        pub fn load(name: &str, threads: usize, weights: tl_core::Weights) -> tl_core::ModelRunner {
+            $crate::load_path(&fixture(name), threads, weights)
+        }
+
+        /// The reference prompts of fixture `name`.
+        #[allow(dead_code)]
+        pub fn reference(name: &str) -> Vec<$crate::RefPrompt> {
+            $crate::reference_at(&fixture(name))
+        }
+    };
+}
+
+/// Token positions per KV block in these tests: small, so every prompt spans blocks.
+pub const B: u32 = 4;
+
+/// Runner settings for the fixtures: blocks of [`B`] positions, 256 of them, `threads`
+/// (0: every core) and the weight mode.
+pub fn engine(threads: usize, weights: Weights) -> EngineConfig {
+    EngineConfig {
+        kv: KvConfig { block_tokens: B, n_blocks: Some(256), ..KvConfig::default() },
+        threads,
+        weights,
+        ..EngineConfig::default()
+    }
+}
+
+/// Load the model at `path` (a directory or a GGUF file) with [`engine`]'s settings.
+pub fn load_path(path: &Path, threads: usize, weights: Weights) -> ModelRunner {
+    ModelRunner::load(path, &engine(threads, weights)).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+/// One prompt of a reference.json.
+pub struct RefPrompt {
+    /// The prompt's text.
+    pub text: String,
+    /// Its token ids.
+    pub ids: Vec<u32>,
+    /// Hugging Face's float32 logits after its last token.
+    pub last_logits: Vec<f32>,
+    /// The tolerance the generator computed ([`tolerance`]'s rule).
+    pub tolerance: f32,
+    /// Hugging Face's greedy continuation.
+    pub greedy: Vec<u32>,
+    /// Its top-1 minus top-2 logit at each step.
+    pub margins: Vec<f64>,
+}
+
+fn u32s(v: &Value) -> Vec<u32> {
+    v.as_array().expect("an array").iter().map(|x| x.as_u64().expect("an id") as u32).collect()
+}
+
+fn f64s(v: &Value) -> Vec<f64> {
+    v.as_array().expect("an array").iter().map(|x| x.as_f64().expect("a number")).collect()
+}
+
+/// The prompts of the reference.json in fixture directory `dir`.
+pub fn reference_at(dir: &Path) -> Vec<RefPrompt> {
+    let path = dir.join("reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let json: Value = serde_json::from_str(&text).expect("reference.json is JSON");
+    json["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .map(|p| RefPrompt {
+            text: p["text"].as_str().expect("text").to_string(),
+            ids: u32s(&p["ids"]),
+            // Written as f32 values widened to f64: `as f32` is exact.
+            last_logits: f64s(&p["last_logits"]).into_iter().map(|x| x as f32).collect(),
+            tolerance: p["tolerance"].as_f64().expect("tolerance") as f32,
+            greedy: u32s(&p["greedy"]["tokens"]),
+            margins: f64s(&p["greedy"]["margins"]),
+        })
+        .collect()
+}
+
+/// Fresh blocks for `positions` positions.
+pub fn alloc(r: &ModelRunner, positions: usize) -> Vec<u32> {
+    let n = positions.div_ceil(r.block_tokens());
+    r.pool().lock().expect("pool lock").alloc(n).expect("enough blocks")
+}
+
+/// Give `blocks` back to the pool.
+pub fn release(r: &ModelRunner, blocks: &[u32]) {
+    let pool = r.pool();
+    let mut pool = pool.lock().expect("pool lock");
+    for &id in blocks {
+        pool.release(id).expect("release");
+    }
+}
+
+/// Run `tokens` as one sequence in fresh blocks, in steps of the given sizes (the last
+/// step takes the rest), and return the last step's logits.
+pub fn run_in_steps(r: &mut ModelRunner, tokens: &[u32], steps: &[usize]) -> Vec<f32> {
+    let blocks = alloc(r, tokens.len());
+    let mut start = 0;
+    let mut sizes = steps.iter().copied();
+    let mut last = Vec::new();
+    while start < tokens.len() {
+        let n = sizes.next().unwrap_or(tokens.len() - start).min(tokens.len() - start);
+        last = r.forward(&ForwardBatch::single(&tokens[start..start + n], start, &blocks)).expect("forward").data;
+        start += n;
+    }
+    release(r, &blocks);
+    last
+}
+
+/// The greedy choice: the largest logit, ties to the lowest id.
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// `prompt` then `steps` greedy tokens, one decode step each; returns the new tokens.
+pub fn greedy(r: &mut ModelRunner, prompt: &[u32], steps: usize) -> Vec<u32> {
+    let blocks = alloc(r, prompt.len() + steps);
+    let mut logits = r.forward(&ForwardBatch::single(prompt, 0, &blocks)).expect("prefill").data;
+    let mut out = Vec::with_capacity(steps);
+    for k in 0..steps {
+        let t = argmax(&logits);
+        out.push(t);
+        if k + 1 < steps {
+            logits = r.forward(&ForwardBatch::single(&[t], prompt.len() + k, &blocks)).expect("decode").data;
+        }
+    }
+    release(r, &blocks);
+    out
+}
+
+/// The largest |x|.
+pub fn max_abs(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |m, &v| m.max(v.abs()))
+}
+
+/// The largest |a - b| (same lengths).
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).fold(0.0f32, |m, (&x, &y)| m.max((x - y).abs()))
+}
+
+/// The bit patterns, for comparisons bit for bit.
+pub fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+/// The f16 cache's bound (seed 2.4), every family's: 1e-3 of the largest |logit|, or 2e-2.
+pub fn tolerance(hf: &[f32]) -> f32 {
+    (1e-3 * max_abs(hf)).max(2e-2)
+}
+
+/// Each prompt's last logits within [`tolerance`] of Hugging Face's (and the reference's
+/// own tolerance is that rule); `label` names the model in messages.
+pub fn check_hf(r: &mut ModelRunner, refs: &[RefPrompt], label: &str) {
+    for p in refs {
+        let ours = run_in_steps(r, &p.ids, &[]);
+        let diff = max_abs_diff(&ours, &p.last_logits);
+        let tol = tolerance(&p.last_logits);
+        assert!((tol - p.tolerance).abs() < 1e-6, "reference tolerance {} disagrees with the rule {tol}", p.tolerance);
+        eprintln!("{label} {:?} ({} tokens): max |ours - HF| = {diff:.3e} (tolerance {tol:.3e})", p.text, p.ids.len());
+        assert!(diff <= tol, "{label} prompt {:?}: max |ours - HF| = {diff} > {tol}", p.text);
+    }
+}
+
+/// Greedy decoding, one token a step over the pool, equals Hugging Face's run until a step
+/// whose top-1/top-2 margin is below the tolerance (only a near tie may part them), and
+/// the first token always.
+pub fn check_greedy(r: &mut ModelRunner, refs: &[RefPrompt], label: &str) {
+    for p in refs {
+        let tol = tolerance(&p.last_logits) as f64;
+        let ours = greedy(r, &p.ids, p.greedy.len());
+        let mut matched = 0;
+        for (k, (&a, &b)) in ours.iter().zip(&p.greedy).enumerate() {
+            if a != b {
+                // Only a near tie at this step may part the sequences.
+                assert!(
+                    p.margins[k] < tol,
+                    "{label} {:?}: step {k}: ours {a}, HF {b}, margin {}",
+                    p.text,
+                    p.margins[k]
+                );
+                break;
+            }
+            matched += 1;
+        }
+        eprintln!("{label} {:?}: {matched} of {} greedy tokens equal HF's", p.text, p.greedy.len());
+        assert!(matched > 0, "{label} {:?}: the first greedy token differs", p.text);
+    }
+}
+
+/// Every prompt alone through `r` (one step each).
+pub fn alone(r: &mut ModelRunner, refs: &[RefPrompt]) -> Vec<Vec<f32>> {
+    refs.iter().map(|p| run_in_steps(r, &p.ids, &[])).collect()
+}
+
+/// The invariances every family keeps, bit for bit, against `want` (each prompt alone in
+/// one step on `r`): each prompt in the step sizes of `chunkings` (`[1; len]` always
+/// added: one token a step), and all prompts in one step of a batch.
+pub fn check_chunks_and_batch(r: &mut ModelRunner, refs: &[RefPrompt], want: &[Vec<f32>], chunkings: &[Vec<usize>]) {
+    for (p, want) in refs.iter().zip(want) {
+        let one_by_one = vec![1; p.ids.len()];
+        for steps in std::iter::once(&one_by_one).chain(chunkings) {
+            assert_eq!(bits(&run_in_steps(r, &p.ids, steps)), bits(want), "{:?} in steps {steps:?}", p.text);
+        }
+    }
+    let tables: Vec<Vec<u32>> = refs.iter().map(|p| alloc(r, p.ids.len())).collect();
+    let batch = ForwardBatch {
+        seqs: refs.iter().zip(&tables).map(|(p, b)| ForwardSeq { tokens: &p.ids, start: 0, blocks: b }).collect(),
+    };
+    let together = r.forward(&batch).expect("forward");
+    for (i, want) in want.iter().enumerate() {
+        assert_eq!(bits(together.row(i)), bits(want), "prompt {i} differs in a batch");
+    }
+    for t in &tables {
+        release(r, t);
+    }
+}
+
+/// Each prompt through `other` (another load of the same model: other threads, weight
+/// mode, file) equals `want` bit for bit; `what` names the difference.
+pub fn check_same_bits(other: &mut ModelRunner, refs: &[RefPrompt], want: &[Vec<f32>], what: &str) {
+    for (p, want) in refs.iter().zip(want) {
+        assert_eq!(bits(&run_in_steps(other, &p.ids, &[])), bits(want), "{what}: {:?}", p.text);
+    }
+}
+
+/// [`check_chunks_and_batch`] on the model at `path`, then 1 and 2 threads and
+/// `--weights f32`, each equal to the prompts alone bit for bit.
+pub fn check_invariance(path: &Path, refs: &[RefPrompt], chunkings: &[Vec<usize>]) {
+    let mut r = load_path(path, 0, Weights::Native);
+    let want = alone(&mut r, refs);
+    check_chunks_and_batch(&mut r, refs, &want, chunkings);
+    check_same_bits(&mut load_path(path, 1, Weights::Native), refs, &want, "1 thread");
+    check_same_bits(&mut load_path(path, 2, Weights::Native), refs, &want, "2 threads");
+    check_same_bits(&mut load_path(path, 0, Weights::F32), refs, &want, "--weights f32");
+}
