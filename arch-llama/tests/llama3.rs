@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use tl_arch_llama as _;
-use tl_core::{ForwardBatch, ForwardSeq, ModelRunner, Weights};
+use tl_core::{ModelRunner, Weights};
 
 const NAME: &str = "tiny-llama3";
 
@@ -18,20 +18,9 @@ fn load_gguf() -> ModelRunner {
 }
 
 fn check_hf(r: &mut ModelRunner) {
-    for p in reference(NAME) {
-        let ours = run_in_steps(r, &p.ids, &[]);
-        let diff = max_abs_diff(&ours, &p.last_logits);
-        eprintln!("{NAME} {:?}: max |ours - HF| = {diff:.3e} (tolerance {:.3e})", p.text, p.tolerance);
-        assert!(diff <= p.tolerance, "{NAME} {:?}: max |ours - HF| = {diff} > {}", p.text, p.tolerance);
-        let tol = p.tolerance as f64;
-        let ours = greedy(r, &p.ids, p.greedy.len());
-        let same = ours.iter().zip(&p.greedy).take_while(|(a, b)| a == b).count();
-        if same < p.greedy.len() {
-            assert!(p.margins[same] < tol, "{:?}: greedy step {same} differs, margin {}", p.text, p.margins[same]);
-        }
-        eprintln!("{NAME} {:?}: {same} of {} greedy tokens equal HF's", p.text, p.greedy.len());
-        assert!(same > 0, "{:?}: the first greedy token differs", p.text);
-    }
+    let refs = reference(NAME);
+    common::check_hf(r, &refs, NAME);
+    check_greedy(r, &refs, NAME);
 }
 
 #[test]
@@ -77,27 +66,5 @@ fn tiny_llama3_gguf_equals_safetensors_bit_for_bit() {
 
 #[test]
 fn batches_chunks_and_f32_weights_do_not_change_llama3_logits() {
-    let refs = reference(NAME);
-    let mut r = load(NAME, 0, Weights::Native);
-    let alone: Vec<Vec<f32>> = refs.iter().map(|p| run_in_steps(&mut r, &p.ids, &[])).collect();
-    for (p, want) in refs.iter().zip(&alone) {
-        for steps in [vec![1; p.ids.len()], vec![3, 2, 5]] {
-            assert_eq!(bits(&run_in_steps(&mut r, &p.ids, &steps)), bits(want), "{:?} in steps {steps:?}", p.text);
-        }
-    }
-    let tables: Vec<Vec<u32>> = refs.iter().map(|p| alloc(&r, p.ids.len())).collect();
-    let batch = ForwardBatch {
-        seqs: refs.iter().zip(&tables).map(|(p, b)| ForwardSeq { tokens: &p.ids, start: 0, blocks: b }).collect(),
-    };
-    let together = r.forward(&batch).expect("forward");
-    for (i, want) in alone.iter().enumerate() {
-        assert_eq!(bits(together.row(i)), bits(want), "prompt {i} differs in a batch");
-    }
-    for t in &tables {
-        release(&r, t);
-    }
-    let mut f32w = load(NAME, 0, Weights::F32);
-    for (p, want) in refs.iter().zip(&alone) {
-        assert_eq!(bits(&run_in_steps(&mut f32w, &p.ids, &[])), bits(want), "--weights f32: {:?}", p.text);
-    }
+    check_invariance(&fixture(NAME), &reference(NAME), &[vec![3, 2, 5]]);
 }

@@ -11,14 +11,9 @@ mod common;
 use tl_arch_mistral as _;
 
 use common::*;
-use tl_core::{ForwardBatch, ForwardSeq, ModelRunner, Weights};
+use tl_core::{ModelRunner, Weights};
 
 const WINDOW: usize = 16;
-
-/// The f16 cache's bound (seed 2.4), as for Llama: 1e-3 of the largest |logit|, or 2e-2.
-fn tolerance(hf: &[f32]) -> f32 {
-    (1e-3 * max_abs(hf)).max(2e-2)
-}
 
 #[test]
 fn tiny_mistral_matches_hf_past_its_window() {
@@ -26,29 +21,9 @@ fn tiny_mistral_matches_hf_past_its_window() {
     assert!(refs.iter().filter(|p| p.ids.len() > WINDOW).count() >= 3, "prompts longer than the window");
     let mut r = load("tiny-mistral", 0, Weights::Native);
     assert_eq!(r.config().arch, "mistral", "model_type \"mistral\" selects the architecture");
-    for p in &refs {
-        let ours = run_in_steps(&mut r, &p.ids, &[]);
-        let diff = max_abs_diff(&ours, &p.last_logits);
-        let tol = tolerance(&p.last_logits);
-        assert!((tol - p.tolerance).abs() < 1e-6, "reference tolerance {} disagrees with the rule {tol}", p.tolerance);
-        eprintln!("{} tokens: max |ours - HF| = {diff:.3e} (tolerance {tol:.3e})", p.ids.len());
-        assert!(diff <= tol, "prompt {:?}: max |ours - HF| = {diff} > {tol}", p.text);
-    }
+    check_hf(&mut r, &refs, "tiny-mistral");
     // Greedy decoding one token a step (each step's query sees only the last 16 keys).
-    for p in &refs {
-        let tol = tolerance(&p.last_logits) as f64;
-        let ours = greedy(&mut r, &p.ids, p.greedy.len());
-        let mut matched = 0;
-        for (k, (&a, &b)) in ours.iter().zip(&p.greedy).enumerate() {
-            if a != b {
-                assert!(p.margins[k] < tol, "{:?}: step {k}: ours {a}, HF {b}, margin {}", p.text, p.margins[k]);
-                break;
-            }
-            matched += 1;
-        }
-        eprintln!("{:?}: {matched} of {} greedy tokens equal HF's", p.text, p.greedy.len());
-        assert!(matched > 0, "{:?}: the first greedy token differs", p.text);
-    }
+    check_greedy(&mut r, &refs, "tiny-mistral");
 }
 
 #[test]
@@ -72,40 +47,18 @@ fn without_its_window_the_same_weights_are_far_from_hf() {
 
 #[test]
 fn batches_chunks_threads_and_f32_weights_do_not_change_mistral_logits() {
-    let refs = reference("tiny-mistral");
-    let mut r = load("tiny-mistral", 0, Weights::Native);
-    let alone: Vec<Vec<f32>> = refs.iter().map(|p| run_in_steps(&mut r, &p.ids, &[])).collect();
+    let (refs, path) = (reference("tiny-mistral"), fixture("tiny-mistral"));
     // Chunked prefill: one token at a time, uneven pieces, and chunks that start inside,
-    // at and past the window's edge, across KV blocks of 4.
-    for (p, want) in refs.iter().zip(&alone) {
-        for steps in [vec![1; p.ids.len()], vec![3, 2, 5], vec![WINDOW - 1, 2], vec![WINDOW, 7], vec![WINDOW + 3, 1, 9]]
-        {
-            assert_eq!(bits(&run_in_steps(&mut r, &p.ids, &steps)), bits(want), "{:?} in steps {steps:?}", p.text);
-        }
-    }
-    // All prompts in one step: each row equals the prompt alone.
-    let tables: Vec<Vec<u32>> = refs.iter().map(|p| alloc(&r, p.ids.len())).collect();
-    let batch = ForwardBatch {
-        seqs: refs.iter().zip(&tables).map(|(p, b)| ForwardSeq { tokens: &p.ids, start: 0, blocks: b }).collect(),
-    };
-    let together = r.forward(&batch).expect("forward");
-    for (i, want) in alone.iter().enumerate() {
-        assert_eq!(bits(together.row(i)), bits(want), "prompt {i} differs in a batch");
-    }
-    for t in &tables {
-        release(&r, t);
-    }
-    // The thread count, widening the weights to f32, and another block size do not matter.
-    let mut one = load("tiny-mistral", 1, Weights::Native);
-    let mut two = load("tiny-mistral", 2, Weights::Native);
-    let mut wide = load("tiny-mistral", 0, Weights::F32);
+    // at and past the window's edge, across KV blocks of 4; a batch of all prompts,
+    // batched decode, 1 and 2 threads, `--weights f32`.
+    let chunks = [vec![3, 2, 5], vec![WINDOW - 1, 2], vec![WINDOW, 7], vec![WINDOW + 3, 1, 9]];
+    check_invariance(&path, &refs, &chunks);
+    // Another block size does not matter either.
+    let want = alone(&mut load("tiny-mistral", 0, Weights::Native), &refs);
     let mut e = engine(0, Weights::Native);
     e.kv.block_tokens = 16;
-    let mut blocks16 = ModelRunner::load(&fixture("tiny-mistral"), &e).expect("load, B = 16");
-    for (p, want) in refs.iter().zip(&alone) {
-        assert_eq!(bits(&run_in_steps(&mut one, &p.ids, &[])), bits(want), "1 thread: {:?}", p.text);
-        assert_eq!(bits(&run_in_steps(&mut two, &p.ids, &[])), bits(want), "2 threads: {:?}", p.text);
-        assert_eq!(bits(&run_in_steps(&mut wide, &p.ids, &[])), bits(want), "--weights f32: {:?}", p.text);
+    let mut blocks16 = ModelRunner::load(&path, &e).expect("load, B = 16");
+    for (p, want) in refs.iter().zip(&want) {
         assert_eq!(bits(&run_in_steps(&mut blocks16, &p.ids, &[5])), bits(want), "blocks of 16: {:?}", p.text);
     }
 }

@@ -259,6 +259,45 @@ pub fn check_chunks_and_batch(r: &mut ModelRunner, refs: &[RefPrompt], want: &[V
     }
 }
 
+/// Prefill every prompt in one step, then `steps` greedy decode steps with every sequence
+/// in each step; returns each step's logits rows `[step][sequence]`.
+pub fn decode_together(r: &mut ModelRunner, prompts: &[&[u32]], steps: usize) -> Vec<Vec<Vec<f32>>> {
+    let tables: Vec<Vec<u32>> = prompts.iter().map(|p| alloc(r, p.len() + steps)).collect();
+    let mut next: Vec<Vec<u32>> = prompts.iter().map(|p| p.to_vec()).collect();
+    let mut start = vec![0usize; prompts.len()];
+    let mut out = Vec::new();
+    for _ in 0..=steps {
+        let seqs = next.iter().zip(&start).zip(&tables);
+        let batch =
+            ForwardBatch { seqs: seqs.map(|((t, &s), b)| ForwardSeq { tokens: t, start: s, blocks: b }).collect() };
+        let logits = r.forward(&batch).expect("forward");
+        let rows: Vec<Vec<f32>> = (0..prompts.len()).map(|i| logits.row(i).to_vec()).collect();
+        for (i, row) in rows.iter().enumerate() {
+            start[i] += next[i].len();
+            next[i] = vec![argmax(row)];
+        }
+        out.push(rows);
+    }
+    for t in &tables {
+        release(r, t);
+    }
+    out
+}
+
+/// Greedy decode steps (one token each) of all prompts batched together give each
+/// prompt's logits alone at every step, bit for bit: what a server with several users
+/// runs (and, for a mixture of experts, rows of different sequences sharing experts).
+pub fn check_batched_decode(r: &mut ModelRunner, refs: &[RefPrompt], steps: usize) {
+    let prompts: Vec<&[u32]> = refs.iter().map(|p| p.ids.as_slice()).collect();
+    let together = decode_together(r, &prompts, steps);
+    for (i, p) in prompts.iter().enumerate() {
+        let solo = decode_together(r, &[p], steps);
+        for (k, (a, b)) in solo.iter().zip(&together).enumerate() {
+            assert_eq!(bits(&a[0]), bits(&b[i]), "prompt {i}: decode step {k} differs in a batch");
+        }
+    }
+}
+
 /// Each prompt through `other` (another load of the same model: other threads, weight
 /// mode, file) equals `want` bit for bit; `what` names the difference.
 pub fn check_same_bits(other: &mut ModelRunner, refs: &[RefPrompt], want: &[Vec<f32>], what: &str) {
@@ -267,12 +306,14 @@ pub fn check_same_bits(other: &mut ModelRunner, refs: &[RefPrompt], want: &[Vec<
     }
 }
 
-/// [`check_chunks_and_batch`] on the model at `path`, then 1 and 2 threads and
-/// `--weights f32`, each equal to the prompts alone bit for bit.
+/// [`check_chunks_and_batch`] and 12 steps of [`check_batched_decode`] on the model at
+/// `path`, then 1 and 2 threads and `--weights f32`, each equal to the prompts alone bit
+/// for bit.
 pub fn check_invariance(path: &Path, refs: &[RefPrompt], chunkings: &[Vec<usize>]) {
     let mut r = load_path(path, 0, Weights::Native);
     let want = alone(&mut r, refs);
     check_chunks_and_batch(&mut r, refs, &want, chunkings);
+    check_batched_decode(&mut r, refs, 12);
     check_same_bits(&mut load_path(path, 1, Weights::Native), refs, &want, "1 thread");
     check_same_bits(&mut load_path(path, 2, Weights::Native), refs, &want, "2 threads");
     check_same_bits(&mut load_path(path, 0, Weights::F32), refs, &want, "--weights f32");
