@@ -21,16 +21,14 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use serde_json::Value;
 use tl_core::{
     ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
-    ModelTypeRegistration, WeightError,
+    ModelTypeRegistration,
 };
-use tl_decoder::fields::{field, flag, invalid, size};
-use tl_decoder::{dense_mlp, prenorm_stack, Act, DecoderConfig, Ffn, Loader, Mlp, Moe, Routing, MLP_NAMES};
+use tl_decoder::fields::{experts, field, flag, invalid, size};
+use tl_decoder::{dense_mlp, prenorm_stack, DecoderConfig, Ffn, Moe, MoeSpec, Routing, MLP_NAMES};
 
 /// Caps: no released MoE comes near them; a typo that large is refused at parse.
-const MAX_EXPERTS: usize = 1 << 12;
 const MAX_WIDTH: usize = 1 << 18;
 
 /// `Qwen3MoeConfig`'s defaults (transformers 5.23) for absent fields.
@@ -62,19 +60,7 @@ impl Qwen3MoeConfig {
     pub fn parse(config: &ModelConfig) -> Result<Qwen3MoeConfig, ConfigError> {
         let base = DecoderConfig::parse(config, tl_arch_qwen3::QWEN3)?;
         let json = config.json();
-        let (experts_key, experts) = match (size(json, "num_experts", MAX_EXPERTS)?, field(json, "num_local_experts")) {
-            (Some(e), _) => ("num_experts", e),
-            (None, Some(_)) => ("num_local_experts", size(json, "num_local_experts", MAX_EXPERTS)?.unwrap_or(0)),
-            (None, None) => ("num_experts", DEFAULT_EXPERTS),
-        };
-        let top_k = size(json, "num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(DEFAULT_TOP_K);
-        if top_k > experts {
-            return Err(invalid(
-                "num_experts_per_tok",
-                &Value::from(top_k),
-                &format!("more experts per token than the {experts} experts ({experts_key})"),
-            ));
-        }
+        let (experts, top_k) = experts(json, &["num_experts", "num_local_experts"], DEFAULT_EXPERTS, DEFAULT_TOP_K)?;
         let width = size(json, "moe_intermediate_size", MAX_WIDTH)?.unwrap_or(DEFAULT_MOE_WIDTH);
         let step = size(json, "decoder_sparse_step", base.num_hidden_layers.max(1))?.unwrap_or(1);
         let dense = match field(json, "mlp_only_layers") {
@@ -107,28 +93,6 @@ impl Qwen3MoeConfig {
     }
 }
 
-/// Layer `i`'s mixture of experts under the hub's names; a file holding more experts than
-/// the config says is refused, naming the first extra tensor (the router's shape is
-/// checked against `E` as it loads).
-fn moe(w: &Loader<'_>, cfg: &Qwen3MoeConfig, i: usize) -> Result<Ffn, ModelError> {
-    let p = format!("model.layers.{i}.mlp");
-    let (d, e_count) = (cfg.base.hidden_size, cfg.num_experts);
-    let router = w.matrix(&format!("{p}.gate.weight"), e_count, d)?;
-    let extra = format!("{p}.experts.{e_count}.gate_proj.weight");
-    if w.store().info(&extra).is_some() {
-        return Err(ModelError::Weights(WeightError::Tensor {
-            path: w.store().path().to_path_buf(),
-            name: extra,
-            reason: format!("the config says num_experts = {e_count}, the file holds more experts"),
-        }));
-    }
-    let experts = (0..e_count)
-        .map(|e| Mlp::load(w, &format!("{p}.experts.{e}"), MLP_NAMES, d, cfg.moe_intermediate_size, Act::SwiGlu))
-        .collect::<Result<Vec<_>, _>>()?;
-    let routing = Routing::SoftmaxTopK { renorm: cfg.norm_topk_prob };
-    Ok(Ffn::Moe(Moe { router, router_bias: None, experts, top_k: cfg.top_k, routing }))
-}
-
 /// The Qwen3-MoE family.
 struct Qwen3MoeArch;
 
@@ -144,8 +108,20 @@ impl Architecture for Qwen3MoeArch {
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg = ctx.config.arch_config::<Qwen3MoeConfig>()?;
         let attn = tl_arch_qwen3::forward::attn_spec(&cfg.base);
+        let moe = MoeSpec {
+            experts: cfg.num_experts,
+            top_k: cfg.top_k,
+            width: cfg.moe_intermediate_size,
+            routing: Routing::SoftmaxTopK { renorm: cfg.norm_topk_prob },
+            router: "gate",
+            names: MLP_NAMES,
+        };
         let stack = prenorm_stack(&ctx, &cfg.base, "Qwen3-MoE", |w, i| {
-            let ffn = if cfg.sparse[i] { moe(w, cfg, i)? } else { dense_mlp(w, &cfg.base, i)? };
+            let ffn = if cfg.sparse[i] {
+                Ffn::Moe(Moe::load(w, &format!("model.layers.{i}.mlp"), cfg.base.hidden_size, moe)?)
+            } else {
+                dense_mlp(w, &cfg.base, i)?
+            };
             Ok((attn, ffn))
         })?;
         Ok(Box::new(stack))

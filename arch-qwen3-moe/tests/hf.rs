@@ -7,7 +7,7 @@
 // Name the plugin crate so its registrations ("qwen3_moe") are linked.
 use tl_arch_qwen3_moe as _;
 
-use tl_core::{EngineConfig, ModelRunner, Weights};
+use tl_core::Weights;
 use tl_testkit::*;
 
 tl_testkit::fixtures!();
@@ -36,21 +36,11 @@ fn batches_chunks_threads_and_f32_weights_do_not_change_qwen3_moe_logits() {
 
 /// A copy of fixture `name` with its config.json edited by `edit`.
 fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let src = fixture(name);
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config")).expect("JSON");
-    edit(&mut cfg);
-    std::fs::write(dir.path().join("config.json"), cfg.to_string()).expect("write config");
-    std::fs::copy(src.join("model.safetensors"), dir.path().join("model.safetensors")).expect("copy weights");
-    dir
+    with_config(&fixture(name), edit)
 }
 
 fn load_err(dir: &std::path::Path) -> String {
-    match ModelRunner::load(dir, &EngineConfig::default()) {
-        Ok(_) => panic!("{} loaded", dir.display()),
-        Err(e) => e.to_string(),
-    }
+    load_error(dir)
 }
 
 #[test]

@@ -42,3 +42,35 @@ pub fn flag(json: &Value, name: &str) -> Result<Option<bool>, ConfigError> {
     let Some(v) = field(json, name) else { return Ok(None) };
     v.as_bool().map(Some).ok_or_else(|| invalid(name, v, "expected true or false"))
 }
+
+/// Caps on a mixture of experts: no released model comes near them.
+const MAX_EXPERTS: usize = 1 << 12;
+
+/// A mixture of experts' counts: `E` under the first of `keys` present (families spell
+/// it `num_experts` or `num_local_experts`; else `default_experts`) and `k`
+/// (`num_experts_per_tok`, else `default_k`), with `k <= E` (an error naming
+/// `num_experts_per_tok` otherwise).
+pub fn experts(
+    json: &Value,
+    keys: &[&'static str],
+    default_experts: usize,
+    default_k: usize,
+) -> Result<(usize, usize), ConfigError> {
+    let mut e = None;
+    for &key in keys {
+        if let Some(n) = size(json, key, MAX_EXPERTS)? {
+            e = Some((key, n));
+            break;
+        }
+    }
+    let (key, e) = e.unwrap_or((keys.first().copied().unwrap_or("num_experts"), default_experts));
+    let k = size(json, "num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(default_k);
+    if k > e {
+        return Err(invalid(
+            "num_experts_per_tok",
+            &Value::from(k),
+            &format!("more experts per token than the {e} experts ({key})"),
+        ));
+    }
+    Ok((e, k))
+}

@@ -67,7 +67,7 @@ pub use blocks::{
 pub use config::{global_layers, layer_types, sliding_window, DecoderConfig, LayerAttn, Variant};
 pub use head::{embed, LmHead};
 pub use lanes::Path;
-pub use moe::{Moe, MoeBuffers, Routing};
+pub use moe::{Moe, MoeBuffers, MoeSpec, Routing};
 pub use plan::{Plan, StepShape};
 pub use proj::{f32_bytes, grow, linear, Proj};
 pub use rope::{inv_freq_default, inv_freq_llama3, Llama3Scaling, RopeTables};

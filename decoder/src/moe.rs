@@ -19,13 +19,14 @@
 //! sum runs over its experts in ascending id whatever the batch. So the block is batch-,
 //! chunk- and thread-invariant bit for bit.
 
-use tl_core::ModelError;
+use tl_core::{ModelError, WeightError};
 use tl_quant::Linear;
 
-use crate::blocks::{Mlp, MlpScratch};
+use crate::blocks::{Act, Mlp, MlpNames, MlpScratch};
 use crate::lanes::{exp16, Path, W};
 use crate::proj::{f32_bytes, grow, linear};
 use crate::stack::Cx;
+use crate::weights::Loader;
 
 /// How a token's router logits become its experts' weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,7 +114,46 @@ fn top_k(scores: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
     }
 }
 
+/// What a family's mixture of experts is, for [`Moe::load`].
+#[derive(Clone, Copy, Debug)]
+pub struct MoeSpec {
+    /// Experts, E.
+    pub experts: usize,
+    /// Experts per token, k.
+    pub top_k: usize,
+    /// Each expert's MLP width.
+    pub width: usize,
+    /// How logits become weights.
+    pub routing: Routing,
+    /// The router's tensor below the block's prefix (`gate`).
+    pub router: &'static str,
+    /// Each expert's tensors below `<prefix>.experts.<e>`.
+    pub names: MlpNames,
+}
+
 impl Moe {
+    /// The block under prefix `p` (`model.layers.N.mlp`; Mixtral's `block_sparse_moe`):
+    /// the router `<p>.<router>.weight` `[E, d]`, kept as stored and never int4 (a
+    /// coarser router would choose other experts), and one tensor per expert under
+    /// `<p>.experts.<e>.` A file holding more experts than the config says is refused,
+    /// naming the first extra tensor (the router's shape is checked against `E` as it
+    /// loads, and a missing expert tensor is named by the loader).
+    pub fn load(w: &Loader<'_>, p: &str, d: usize, spec: MoeSpec) -> Result<Moe, ModelError> {
+        let router = w.matrix(&format!("{p}.{}.weight", spec.router), spec.experts, d)?;
+        let extra = format!("{p}.experts.{}.{}.weight", spec.experts, spec.names.gate);
+        if w.store().info(&extra).is_some() {
+            return Err(ModelError::Weights(WeightError::Tensor {
+                path: w.store().path().to_path_buf(),
+                name: extra,
+                reason: format!("the config says {} experts, the file holds more", spec.experts),
+            }));
+        }
+        let experts = (0..spec.experts)
+            .map(|e| Mlp::load(w, &format!("{p}.experts.{e}"), spec.names, d, spec.width, Act::SwiGlu))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Moe { router, router_bias: None, experts, top_k: spec.top_k, routing: spec.routing })
+    }
+
     /// Experts per token and expert count are checked by the family's config; this
     /// re-checks what would index out of bounds.
     fn check(&self) -> Result<(), ModelError> {

@@ -318,3 +318,23 @@ pub fn check_invariance(path: &Path, refs: &[RefPrompt], chunkings: &[Vec<usize>
     check_same_bits(&mut load_path(path, 2, Weights::Native), refs, &want, "2 threads");
     check_same_bits(&mut load_path(path, 0, Weights::F32), refs, &want, "--weights f32");
 }
+
+/// A temporary copy of the model directory `dir` (config.json and model.safetensors) with
+/// its config.json edited by `edit`: for tests of what a bad config gets.
+pub fn with_config(dir: &Path, edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(dir.join("config.json")).expect("config.json");
+    let mut cfg: Value = serde_json::from_str(&text).expect("config.json is JSON");
+    edit(&mut cfg);
+    std::fs::write(tmp.path().join("config.json"), cfg.to_string()).expect("write config");
+    std::fs::copy(dir.join("model.safetensors"), tmp.path().join("model.safetensors")).expect("copy weights");
+    tmp
+}
+
+/// The error loading the model at `path` gets (a panic if it loads).
+pub fn load_error(path: &Path) -> String {
+    match ModelRunner::load(path, &EngineConfig::default()) {
+        Ok(_) => panic!("{} loaded", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
