@@ -8,7 +8,7 @@
 //! config says (`tl_norms_include_one`), and are used as stored.
 
 use tl_core::{BuildCtx, ModelError};
-use tl_decoder::{Act, Attn, AttnBlock, AttnSpec, Ends, Loader, Mlp, QkNormKind, Stack, StackParts, MLP_NAMES};
+use tl_decoder::{Act, Attn, AttnBlock, AttnSpec, Ends, Loader, Mlp, QkNormKind, Rope, Stack, StackParts, MLP_NAMES};
 
 use crate::config::{Gemma3Config, LayerKind};
 use crate::forward::Gemma3Layer;
@@ -70,9 +70,9 @@ pub fn load(cfg: &Gemma3Config, ctx: &BuildCtx<'_>) -> Result<Stack<Gemma3Layer>
         hidden: d,
         eps: cfg.rms_norm_eps,
         ends,
-        inv_freqs: vec![
-            tl_decoder::inv_freq_default(cfg.rope_local_theta, hd), // (D/2,) rope_local_base_freq
-            tl_decoder::inv_freq_default(cfg.rope_theta, hd),       // (D/2,) rope_theta
+        ropes: vec![
+            Rope::plain(tl_decoder::inv_freq_default(cfg.rope_local_theta, hd)), // rope_local_base_freq
+            Rope::plain(tl_decoder::inv_freq_default(cfg.rope_theta, hd)),       // rope_theta
         ],
         layers,
     };

@@ -51,9 +51,21 @@ fn config_refuses_what_the_engine_cannot_run() {
         (json!({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}), &["rope_scaling.rope_type", "longrope"]),
         (json!({"rope_scaling": {"type": "linear", "factor": 2.0}}), &["rope_scaling.type", "linear"]),
         (json!({"rope_scaling": {"factor": 2.0}}), &["rope_scaling", "factor"]),
+        // YaRN is implemented (model-dir.md); it needs the context it was trained at, and
+        // a factor of at least 1 (transformers' validation).
         (
             json!({"rope_parameters": {"rope_theta": 10000.0, "rope_type": "yarn"}}),
-            &["rope_parameters.rope_type", "yarn"],
+            &["rope_parameters.original_max_position_embeddings"],
+        ),
+        (
+            json!({"rope_parameters": {"rope_theta": 10000.0, "rope_type": "yarn", "factor": 0.5,
+                "original_max_position_embeddings": 64}}),
+            &["rope_parameters.factor", "0.5"],
+        ),
+        (
+            json!({"rope_parameters": {"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0,
+                "original_max_position_embeddings": 64, "truncate": "no"}}),
+            &["rope_parameters.truncate", "no"],
         ),
         (
             json!({"rope_theta": 10000.0, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}),
@@ -136,4 +148,19 @@ fn config_defaults_follow_hugging_face() {
     // An explicit head_dim need not be hidden / heads.
     let c = llama(&with(json!({"head_dim": 32})));
     assert_eq!((c.head_dim, c.q_width(), c.kv_width()), (32, 128, 64));
+}
+
+#[test]
+fn yarn_configs_load_with_transformers_defaults() {
+    use tl_arch_llama as _;
+    use tl_decoder::RopeScaling;
+    let c = llama(&with(json!({"rope_parameters": {"rope_theta": 150000.0, "rope_type": "yarn",
+        "factor": 32.0, "original_max_position_embeddings": 64, "truncate": false}})));
+    let Some(RopeScaling::Yarn(y)) = c.rope_scaling else { panic!("not YaRN: {:?}", c.rope_scaling) };
+    assert_eq!((y.theta, y.factor, y.beta_fast, y.beta_slow, y.truncate), (150000.0, 32.0, 32.0, 1.0, false));
+    assert!(c.rope().scale > 1.0, "YaRN's attention factor scales cos and sin");
+    // No factor: transformers derives it from the two context lengths (256 / 64).
+    let c = llama(&with(json!({"rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 64}})));
+    let Some(RopeScaling::Yarn(y)) = c.rope_scaling else { panic!("not YaRN") };
+    assert_eq!((y.factor, y.theta, y.truncate), (4.0, 10000.0, true));
 }

@@ -52,3 +52,25 @@ fn batches_chunks_threads_and_f32_weights_do_not_change_qwen3_logits() {
     // batched decode, 1 and 2 threads and `--weights f32`: the same bits as alone.
     check_invariance(&fixture("tiny-qwen3"), &reference("tiny-qwen3"), &[vec![3, 2, 5]]);
 }
+
+#[test]
+fn tiny_qwen3_with_yarn_matches_hf() {
+    // YaRN (factor 4 over an original context of 32): the longer prompts and the greedy
+    // runs reach the interpolated frequencies; the fixture script checked that the default
+    // RoPE on the same weights is more than 10 tolerances away.
+    let name = "tiny-qwen3-yarn";
+    let mut r = load(name, 0, Weights::Native);
+    let c = r.config().json().clone();
+    assert_eq!(c["rope_parameters"]["rope_type"], "yarn");
+    check_hf(&mut r, &reference(name), name);
+    check_greedy(&mut r, &reference(name), name);
+    check_invariance(&fixture(name), &reference(name), &[vec![3, 2, 5]]);
+    // Without the scaling the same weights are far from HF's references.
+    let plain = with_config(&fixture(name), |c| {
+        c["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": 1e6})
+    });
+    let mut p = load_path(plain.path(), 0, Weights::Native);
+    let long = &reference(name)[3];
+    let diff = max_abs_diff(&run_in_steps(&mut p, &long.ids, &[]), &long.last_logits);
+    assert!(diff > 10.0 * tolerance(&long.last_logits), "the default RoPE is only {diff} away");
+}

@@ -3,8 +3,8 @@
 //!
 //! Hugging Face writes two generations of names: transformers 4.x puts `rope_theta` and
 //! `rope_scaling` at the top level and the dtype in `torch_dtype`; transformers 5.x nests
-//! `rope_parameters: {rope_theta, rope_type}` and writes `dtype`. Both load. RoPE `default`
-//! and `llama3` are implemented; anything the forward would compute wrong (another
+//! `rope_parameters: {rope_theta, rope_type}` and writes `dtype`. Both load. RoPE `default`,
+//! `llama3` and `yarn` are implemented; anything the forward would compute wrong (another
 //! scaled RoPE, biases, another activation) is refused here, naming the field and the
 //! value. Sliding windows: [`DecoderConfig::parse`] refuses any window in force; a family
 //! that implements windows says which layers are windowed with
@@ -14,7 +14,7 @@ use serde_json::Value;
 use tl_core::{ConfigError, ModelConfig};
 
 use crate::fields::{field, flag, invalid, positive_float, required, size};
-use crate::rope::Llama3Scaling;
+use crate::rope::{Llama3Scaling, Rope, RopeScaling, YarnScaling};
 
 /// Sizes above these are refused as absurd: no released Llama comes within a factor of
 /// four, and a typo that large would otherwise surface as an allocation failure at load.
@@ -77,8 +77,8 @@ pub struct DecoderConfig {
     pub rms_norm_eps: f32,
     /// RoPE base.
     pub rope_theta: f32,
-    /// Llama 3 RoPE scaling (`rope_type = "llama3"`), or `None` for the default RoPE.
-    pub rope_scaling: Option<Llama3Scaling>,
+    /// Llama 3's or YaRN's RoPE scaling, or `None` for the default RoPE.
+    pub rope_scaling: Option<RopeScaling>,
     /// `(num_hidden_layers,)` each layer's attention: all [`LayerAttn::Global`] unless the
     /// family parsed windows ([`DecoderConfig::parse_with_layers`]).
     pub layer_attn: Vec<LayerAttn>,
@@ -93,9 +93,57 @@ pub struct DecoderConfig {
     pub dtype: Option<String>,
 }
 
+/// YaRN's fields of a `rope_scaling` / `rope_parameters` object, transformers' defaults
+/// applied (`beta_fast` 32, `beta_slow` 1, `truncate` true); a missing `factor` is NaN
+/// here, resolved from the context lengths by [`DecoderConfig::parse_with_layers`]. The
+/// theta is filled in by [`rope`].
+fn yarn(obj: &Value, name: &str) -> Result<YarnScaling, ConfigError> {
+    let opt = |f: &str| -> Result<Option<f64>, ConfigError> {
+        match field(obj, f) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .map(Some)
+                .ok_or_else(|| invalid(&format!("{name}.{f}"), v, "expected a positive finite number")),
+        }
+    };
+    let original = opt("original_max_position_embeddings")?.ok_or_else(|| {
+        invalid(&format!("{name}.original_max_position_embeddings"), &Value::Null, "required by rope_type \"yarn\"")
+    })?;
+    let factor = opt("factor")?;
+    if let Some(f) = factor.filter(|&f| f < 1.0) {
+        // transformers' validation: "factor field must be a float or int >= 1".
+        return Err(invalid(&format!("{name}.factor"), &Value::from(f), "YaRN's factor must be at least 1"));
+    }
+    let truncate = match field(obj, "truncate") {
+        None => true,
+        Some(v) => v.as_bool().ok_or_else(|| invalid(&format!("{name}.truncate"), v, "expected true or false"))?,
+    };
+    let mscale = |f: &str| match field(obj, f) {
+        None => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .map(Some)
+            .ok_or_else(|| invalid(&format!("{name}.{f}"), v, "expected a finite number")),
+    };
+    Ok(YarnScaling {
+        theta: 0.0,
+        factor: factor.unwrap_or(f64::NAN),
+        beta_fast: opt("beta_fast")?.unwrap_or(32.0),
+        beta_slow: opt("beta_slow")?.unwrap_or(1.0),
+        original_max_position_embeddings: original,
+        attention_factor: opt("attention_factor")?,
+        mscale: mscale("mscale")?,
+        mscale_all_dim: mscale("mscale_all_dim")?,
+        truncate,
+    })
+}
+
 /// The RoPE type of a `rope_scaling` / `rope_parameters` object: the plain rotation
-/// (`None`) or Llama 3's scaling with its four fields; anything else is refused.
-fn rope_type(obj: &Value, name: &str) -> Result<Option<Llama3Scaling>, ConfigError> {
+/// (`None`), Llama 3's scaling with its four fields, or YaRN; anything else is refused.
+fn rope_type(obj: &Value, name: &str) -> Result<Option<RopeScaling>, ConfigError> {
     if !obj.is_object() {
         return Err(invalid(name, obj, "expected an object"));
     }
@@ -127,20 +175,30 @@ fn rope_type(obj: &Value, name: &str) -> Result<Option<Llama3Scaling>, ConfigErr
                     "must exceed low_freq_factor (the smoothing divides by their difference)",
                 ));
             }
-            Ok(Some(s))
+            Ok(Some(RopeScaling::Llama3(s)))
         }
+        Some(Value::String(t)) if t == "yarn" => Ok(Some(RopeScaling::Yarn(yarn(obj, name)?))),
         Some(t) => Err(invalid(
             &format!("{name}.{key}"),
             t,
-            "only the default and llama3 RoPE are implemented; another scaled RoPE would be served wrong",
+            "only the default, llama3 and yarn RoPE are implemented; another scaled RoPE would be served wrong",
         )),
         None => Err(invalid(name, obj, "no rope_type: cannot tell whether the RoPE is scaled")),
     }
 }
 
 /// `rope_theta` and the RoPE scaling from either generation of names, refusing any
-/// scaling but Llama 3's.
-fn rope(json: &Value) -> Result<(f64, Option<Llama3Scaling>), ConfigError> {
+/// scaling but Llama 3's and YaRN's (whose theta is filled in here).
+fn rope(json: &Value) -> Result<(f64, Option<RopeScaling>), ConfigError> {
+    let (theta, scaling) = rope_fields(json)?;
+    let scaling = match scaling {
+        Some(RopeScaling::Yarn(y)) => Some(RopeScaling::Yarn(YarnScaling { theta, ..y })),
+        s => s,
+    };
+    Ok((theta, scaling))
+}
+
+fn rope_fields(json: &Value) -> Result<(f64, Option<RopeScaling>), ConfigError> {
     let mut scaling = None;
     if let Some(s) = field(json, "rope_scaling") {
         scaling = rope_type(s, "rope_scaling")?;
@@ -283,6 +341,20 @@ impl DecoderConfig {
         let rms_norm_eps = positive_float(json, "rms_norm_eps")?.unwrap_or(DEFAULT_RMS_EPS) as f32;
         let (rope_theta, rope_scaling) = rope(json)?;
         let rope_theta = rope_theta as f32;
+        let rope_scaling = match rope_scaling {
+            // transformers: a missing factor is `max_position_embeddings / original`.
+            Some(RopeScaling::Yarn(y)) if y.factor.is_nan() => {
+                let Some(ctx) = config.max_position_embeddings else {
+                    return Err(invalid(
+                        "rope_parameters.factor",
+                        &Value::Null,
+                        "YaRN without a factor needs max_position_embeddings to derive it",
+                    ));
+                };
+                Some(RopeScaling::Yarn(YarnScaling { factor: ctx as f64 / y.original_max_position_embeddings, ..y }))
+            }
+            s => s,
+        };
         let layer_attn = layers(json, num_hidden_layers)?;
         if layer_attn.len() != num_hidden_layers {
             return Err(invalid("layer_types", &json["layer_types"], &format!("expected {num_hidden_layers} layers")));
@@ -330,12 +402,9 @@ impl DecoderConfig {
         self.num_attention_heads * self.head_dim
     }
 
-    /// `(D/2,)` the RoPE inverse frequencies this config asks for.
-    pub fn inv_freq(&self) -> Vec<f32> {
-        match &self.rope_scaling {
-            None => crate::rope::inv_freq_default(self.rope_theta, self.head_dim),
-            Some(s) => crate::rope::inv_freq_llama3(self.rope_theta, self.head_dim, s),
-        }
+    /// The RoPE this config asks for: inverse frequencies and the cos/sin scale.
+    pub fn rope(&self) -> Rope {
+        crate::rope::rope_of(self.rope_theta, self.head_dim, self.rope_scaling.as_ref())
     }
 
     /// What a step is checked against: layers, KV heads, head size, vocabulary.

@@ -23,8 +23,9 @@
 //! - buffers: [`Buffers`], grown with [`grow`], kept between steps;
 //! - norms: [`rms_norm`] over `(N, d)` rows, [`head_rms_norm`] per head and
 //!   [`full_qk_rms_norm`] over whole rows on the q and k of `(N, H*D + 2*H_kv*D)` rows;
-//! - RoPE: [`inv_freq_default`], [`inv_freq_llama3`] ([`Llama3Scaling`]), the step's
-//!   [`RopeTables`] (one per distinct frequency vector; a layer applies its own);
+//! - RoPE: [`inv_freq_default`], [`inv_freq_llama3`] ([`Llama3Scaling`]), [`inv_freq_yarn`]
+//!   ([`YarnScaling`]), a layer's [`Rope`] and the step's [`RopeTables`] (one per distinct
+//!   RoPE; a layer applies its own);
 //! - the attention sublayer [`AttnBlock`] ([`AttnSpec`]: q/k/v and o biases, q/k norms
 //!   [`QkNorm`], [`Attn`] heads, scale and window, the RoPE table): [`write_kv`] then
 //!   [`attention`] over the paged KV;
@@ -70,7 +71,10 @@ pub use lanes::Path;
 pub use moe::{Moe, MoeBuffers, MoeSpec, Routing};
 pub use plan::{Plan, StepShape};
 pub use proj::{f32_bytes, grow, linear, Proj};
-pub use rope::{inv_freq_default, inv_freq_llama3, Llama3Scaling, RopeTables};
+pub use rope::{
+    inv_freq_default, inv_freq_llama3, inv_freq_yarn, inv_freq_yarn_from, rope_of, Llama3Scaling, Rope, RopeScaling,
+    RopeTables, YarnScaling,
+};
 pub use rowops::{add, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, rms_norm, swiglu};
 pub use stack::{Buffers, Cx, Ends, LayerBody, Stack, StackParts};
 pub use weights::{dense_mlp, prenorm_stack, Loader};

@@ -2,7 +2,7 @@
 //! steps, the embedding, the RoPE tables, the layers in order, the final norm and the LM
 //! head. A family supplies what differs: its layers ([`LayerBody`], usually the shared
 //! [`PreNorm`](crate::PreNorm), composed of the sublayer blocks in blocks.rs and moe.rs),
-//! its [`Ends`] and its RoPE inverse-frequency vectors. docs/forward.md walks a step
+//! its [`Ends`] and its RoPEs. docs/forward.md walks a step
 //! through with every shape.
 //!
 //! A step is a batch of sequences, each a run of new tokens at absolute positions. The N
@@ -27,7 +27,7 @@ use crate::head::{embed, LmHead};
 use crate::lanes::Path;
 use crate::plan::{Plan, StepShape};
 use crate::proj::{f32_bytes, grow};
-use crate::rope::RopeTables;
+use crate::rope::{Rope, RopeTables};
 use crate::rowops::{add, rms_norm};
 use crate::weights::Loader;
 
@@ -160,8 +160,8 @@ pub struct StackParts<L> {
     pub eps: f32,
     /// Embedding, final norm, LM head.
     pub ends: Ends,
-    /// `(D/2,)` each RoPE inverse-frequency vector a layer may apply (by index).
-    pub inv_freqs: Vec<Vec<f32>>,
+    /// Each RoPE a layer may apply (by index): `(D/2,)` inverse frequencies and a scale.
+    pub ropes: Vec<Rope>,
     /// The layers, in order.
     pub layers: Vec<L>,
 }
@@ -191,7 +191,7 @@ impl<L: LayerBody> Model for Stack<L> {
 
     fn weight_bytes(&self) -> Option<usize> {
         let layers: usize = self.p.layers.iter().map(LayerBody::weight_bytes).sum();
-        let rope: usize = self.p.inv_freqs.iter().map(|f| f32_bytes(f)).sum();
+        let rope: usize = self.p.ropes.iter().map(|r| f32_bytes(&r.inv_freq)).sum();
         Some(layers + self.p.ends.bytes() + rope)
     }
 
@@ -211,9 +211,9 @@ impl<L: LayerBody> Model for Stack<L> {
         if let Some(s) = p.ends.embed_scale {
             x.iter_mut().for_each(|v| *v *= s);
         }
-        b.ropes.resize_with(p.inv_freqs.len(), RopeTables::default);
-        for (table, inv_freq) in b.ropes.iter_mut().zip(&p.inv_freqs) {
-            table.fill(&plan.pos, inv_freq); // (N, D/2) cos, sin
+        b.ropes.resize_with(p.ropes.len(), RopeTables::default);
+        for (table, rope) in b.ropes.iter_mut().zip(&p.ropes) {
+            table.fill(&plan.pos, rope); // (N, D/2) cos, sin
         }
 
         let mut cx = Cx { step, kv: &mut *ctx.kv, n, dm, eps: p.eps, b };

@@ -189,7 +189,7 @@ pub fn prenorm_stack(
         hidden: d,
         eps: cfg.rms_norm_eps,
         ends,
-        inv_freqs: vec![cfg.inv_freq()], // rope_type default, or llama3 as the config says
+        ropes: vec![cfg.rope()], // rope_type default, llama3 or yarn as the config says
         layers,
     };
     Stack::new(parts, ctx.device)

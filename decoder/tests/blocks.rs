@@ -2,7 +2,7 @@
 //! exactly the heads they name, each as the row kernel defines it.
 
 use tl_decoder::kernels::rms_norm_row;
-use tl_decoder::{head_rms_norm, Path, RopeTables};
+use tl_decoder::{head_rms_norm, Path, Rope, RopeTables};
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -58,7 +58,7 @@ fn rope_tables_rotate_the_named_heads() {
     let stride = 3 * d;
     let x = vals(pos.len() * stride, 3);
     let mut t = RopeTables::default();
-    t.fill(&pos, &inv);
+    t.fill(&pos, &Rope::plain(inv.to_vec()));
     let mut got = x.clone();
     t.apply(&mut got, stride, d, 2); // heads 1 and 2 only
     for (r, &p) in pos.iter().enumerate() {
@@ -76,7 +76,7 @@ fn rope_tables_rotate_the_named_heads() {
         }
     }
     let mut other = RopeTables::default();
-    other.fill(&pos, &[1.0, 0.1, 0.01, 0.001]);
+    other.fill(&pos, &Rope::plain(vec![1.0, 0.1, 0.01, 0.001]));
     let mut y = x.clone();
     other.apply(&mut y, stride, d, 2);
     assert_ne!(bits(&y), bits(&got));

@@ -3,7 +3,9 @@
 //! scripts/fixtures/llama3_rope.py (transformers 5.23 in the fixtures venv).
 
 use serde_json::Value;
-use tl_decoder::{inv_freq_default, inv_freq_llama3, Llama3Scaling};
+use tl_decoder::{
+    inv_freq_default, inv_freq_llama3, inv_freq_yarn, inv_freq_yarn_from, Llama3Scaling, Rope, RopeTables, YarnScaling,
+};
 
 struct Case {
     name: String,
@@ -92,4 +94,80 @@ fn true_division_is_caught() {
         cases().iter().filter(|c| bits(&naive(c.theta, c.d, &c.s)) != c.want).map(|c| c.name.clone()).collect();
     eprintln!("true division differs from transformers in: {differ:?}");
     assert!(differ.iter().any(|n| n.starts_with("odd-factor")), "no case catches a true division");
+}
+
+/// YaRN's inverse frequencies and attention factor equal transformers'
+/// `_compute_yarn_parameters` bit for bit (golden bits from scripts/fixtures/yarn_rope.py:
+/// gpt-oss's, Qwen's long-context configs, and synthetic ones covering no truncation, an
+/// explicit attention factor, mscale / mscale_all_dim and a factor derived from the
+/// context lengths).
+#[test]
+fn yarn_inverse_frequencies_equal_transformers_bit_for_bit() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/fixtures/yarn_rope.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("golden file")).expect("json");
+    let cases = doc["cases"].as_array().expect("cases");
+    assert!(cases.len() >= 8);
+    for c in cases {
+        let name = c["name"].as_str().expect("name");
+        let f = |k: &str| c[k].as_f64();
+        let original = f("original_max_position_embeddings").expect("original");
+        let s = YarnScaling {
+            theta: f("rope_theta").expect("theta"),
+            // transformers: no factor means max_position_embeddings / original.
+            factor: f("factor").unwrap_or_else(|| f("max_position_embeddings").expect("context") / original),
+            beta_fast: f("beta_fast").unwrap_or(32.0),
+            beta_slow: f("beta_slow").unwrap_or(1.0),
+            original_max_position_embeddings: original,
+            attention_factor: f("attention_factor"),
+            mscale: f("mscale"),
+            mscale_all_dim: f("mscale_all_dim"),
+            truncate: c["truncate"].as_bool().unwrap_or(true),
+        };
+        let d = c["head_dim"].as_u64().expect("head_dim") as usize;
+        let want: Vec<u32> =
+            c["inv_freq_bits"].as_array().expect("bits").iter().map(|b| b.as_i64().expect("bit") as u32).collect();
+        let u32s = |k: &str| -> Vec<u32> {
+            c[k].as_array().expect("bits").iter().map(|b| b.as_i64().expect("bit") as u32).collect()
+        };
+        // From torch's own powers, every bit equal.
+        let pos: Vec<f32> = u32s("pos_freqs_bits").into_iter().map(f32::from_bits).collect();
+        assert_eq!(bits(&inv_freq_yarn_from(&pos, d, &s)), want, "{name}: inverse frequencies");
+        // From the platform's powf: equal wherever the powers are (torch's vectorized
+        // pow is not correctly rounded; docs/spec/numbers.md).
+        let ours = bits(&inv_freq_yarn(s.theta as f32, d, &s));
+        let powf: Vec<u32> = (0..d / 2).map(|i| (s.theta as f32).powf((2 * i) as f32 / d as f32).to_bits()).collect();
+        let differ = (0..d / 2).filter(|&i| powf[i] != pos[i].to_bits()).count();
+        for i in (0..d / 2).filter(|&i| powf[i] == pos[i].to_bits()) {
+            assert_eq!(ours[i], want[i], "{name}: inverse frequency {i}");
+        }
+        assert!(differ <= 2, "{name}: {differ} powers differ from torch's");
+        let factor = f("attention_factor_out").expect("attention factor");
+        assert_eq!(s.attention_factor().to_bits(), factor.to_bits(), "{name}: attention factor");
+        // The extrapolated and interpolated bands both occur (else the blend is untested).
+        let plain = bits(&inv_freq_default(s.theta as f32, d));
+        if s.factor > 1.0 {
+            assert_eq!(want[0], plain[0], "{name}: the fastest frequency is kept");
+            assert_ne!(want[d / 2 - 1], plain[d / 2 - 1], "{name}: the slowest frequency is scaled");
+        }
+    }
+}
+
+/// A YaRN RoPE multiplies its cos and sin by the attention factor (one f32 product, as
+/// transformers' `emb.cos() * attention_scaling`); an unscaled one leaves them as they are.
+#[test]
+fn a_scaled_rope_multiplies_cos_and_sin() {
+    let inv = vec![1.0f32, 0.25];
+    let (mut plain, mut scaled) = (RopeTables::default(), RopeTables::default());
+    plain.fill(&[7], &Rope::plain(inv.clone()));
+    scaled.fill(&[7], &Rope { inv_freq: inv.clone(), scale: 1.25 });
+    let x = [0.3f32, -0.7, 1.1, 0.2];
+    let (mut a, mut b) = (x, x);
+    plain.apply(&mut a, 4, 0, 1);
+    scaled.apply(&mut b, 4, 0, 1);
+    for i in 0..2 {
+        let t = 7.0f32 * inv[i];
+        let (c, s) = (t.cos() * 1.25, t.sin() * 1.25);
+        assert_eq!(b[i].to_bits(), (x[i] * c - x[i + 2] * s).to_bits());
+        assert_eq!(a[i].to_bits(), (x[i] * t.cos() - x[i + 2] * t.sin()).to_bits());
+    }
 }

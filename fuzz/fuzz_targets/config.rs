@@ -4,8 +4,11 @@ use libfuzzer_sys::fuzz_target;
 use tl_arch_gemma3 as _;
 use tl_arch_llama as _;
 use tl_arch_mistral as _;
+use tl_arch_mixtral as _;
+use tl_arch_olmoe as _;
 use tl_arch_qwen2 as _;
 use tl_arch_qwen3 as _;
+use tl_arch_qwen3_moe as _;
 
 #[path = "../checks.rs"]
 mod checks;
