@@ -223,6 +223,7 @@ fn smollm2_pd_chat_through_vllm_router_hands_off_the_kv_and_equals_one_server() 
     assert_eq!(d.metric("tl_pd_prompt_tokens_computed_total"), 1.0, "D prefilled one token");
     assert_eq!(d.metric("tl_pd_recomputed_total"), 0.0);
     assert_eq!(d.metric("tl_pd_fetch_failures_total"), 0.0);
+    assert_eq!(d.metric("tl_prefix_cache_hit_tokens_total"), 0.0, "received positions are no prefix-cache hits");
     let completion = got_v["usage"]["completion_tokens"].as_f64().unwrap();
     let stop = if got_v["choices"][0]["finish_reason"] == json!("stop") { 1.0 } else { 0.0 };
     assert_eq!(d.metric("tl_step_tokens_sum") - fed0, completion + stop, "D's forward: the last prompt token + decode");
