@@ -46,12 +46,14 @@ fn req(prompt: &[u32], max_tokens: usize) -> Request {
 }
 
 /// (id, logprob bits, top bits) per token.
-fn tokens(rx: UnboundedReceiver<Event>) -> Vec<(u32, u64, Vec<(u32, u64)>)> {
+type Tokens = Vec<(u32, u64, Vec<(u32, u64)>)>;
+
+fn tokens(rx: UnboundedReceiver<Event>) -> Tokens {
     tokens_cached(rx).0
 }
 
 /// The tokens as [`tokens`] gives them, and the answer's `cached_tokens`.
-fn tokens_cached(mut rx: UnboundedReceiver<Event>) -> (Vec<(u32, u64, Vec<(u32, u64)>)>, usize) {
+fn tokens_cached(mut rx: UnboundedReceiver<Event>) -> (Tokens, usize) {
     let mut out = Vec::new();
     loop {
         match rx.blocking_recv().expect("engine hung up") {

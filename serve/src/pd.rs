@@ -124,6 +124,7 @@ pub(crate) async fn submit(
         if !single {
             // Each choice needs its own last block: the prefix cache path serves them.
             recompute(st, &origin, &format!("n = {} choices, a hand-off serves one", reqs.len()));
+            release_remote(st, &p);
             return Ok((st.engine.submit_all(reqs)?, Outcome::None));
         }
         let req = reqs.pop().ok_or_else(|| ApiError::bad("n", "no choice"))?;
@@ -179,6 +180,23 @@ fn recompute(st: &AppState, origin: &Origin, cause: &str) {
 fn unleased(st: &AppState, cause: &str) {
     st.pd.unleased_prefills.fetch_add(1, Ordering::Relaxed);
     eprintln!("pd: prefill leg answered without a KV lease: {cause}; its decode leg will recompute the prompt");
+}
+
+/// Free the prefill's lease without taking a block (an empty range), as a hand-off's
+/// fetch would have; else its blocks stay held until `--pd-lease` runs out. In the
+/// background: the answer does not depend on it.
+fn release_remote(st: &Arc<AppState>, p: &Params) {
+    let (Some(id), Some(host), Some(port)) = (p.remote_request_id.clone(), p.remote_host.clone(), p.remote_port) else {
+        return;
+    };
+    let st = Arc::clone(st);
+    tokio::spawn(async move {
+        let path = format!("/v1/kv/{id}?from=0&to=0");
+        let r = tokio::time::timeout(st.scale.pd_fetch_timeout, fetch(&st, &host, port, &path)).await;
+        if let Err(e) = r.map_err(|_| "timed out".to_string()).and_then(|r| r) {
+            eprintln!("pd: releasing lease {id} on {host}:{port} failed: {e}; it expires after --pd-lease");
+        }
+    });
 }
 
 /// The decode side: hold the local prefix hits, fetch the rest from the prefill server,

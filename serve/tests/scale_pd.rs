@@ -165,6 +165,10 @@ fn legs_that_cannot_hand_off_are_counted_and_logged_with_their_cause() {
     assert_eq!(d.metric("tl_pd_recomputed_total"), 1.0);
     assert_eq!(d.metric("tl_pd_kv_fetches_total"), 0.0);
     assert_one_line(&d.log(), &["not used", "n = 2 choices", "recomputing the prompt"]);
+    // D freed the unused lease (in the background) rather than leaving it to expire.
+    wait_metric(&p, "tl_pd_leases", 0.0, Duration::from_secs(5));
+    assert_eq!(p.metric("tl_pd_leases_fetched_total"), 1.0);
+    assert_eq!(p.metric("tl_pd_leases_expired_total"), 0.0);
 }
 
 #[test]

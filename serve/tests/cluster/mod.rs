@@ -7,7 +7,7 @@
 pub mod tap;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,18 +25,18 @@ pub struct Replica {
 
 impl Replica {
     /// `serve --model MODEL --port 0 --threads 1 ARGS...` with a small KV pool.
-    pub fn spawn(model: &PathBuf, args: &[&str]) -> Replica {
+    pub fn spawn(model: &Path, args: &[&str]) -> Replica {
         let pool = ["--kv-blocks", "256", "--block-tokens", "16", "--max-batch-tokens", "128"];
         Replica::start(model, &[&pool[..], args].concat(), false)
     }
 
     /// `serve --model MODEL --port 0 --threads 1 ARGS...`, every other setting the
     /// default (docs/scale-out.md's command lines), stderr kept for [`Replica::log`].
-    pub fn logged(model: &PathBuf, args: &[&str]) -> Replica {
+    pub fn logged(model: &Path, args: &[&str]) -> Replica {
         Replica::start(model, args, true)
     }
 
-    fn start(model: &PathBuf, args: &[&str], keep_log: bool) -> Replica {
+    fn start(model: &Path, args: &[&str], keep_log: bool) -> Replica {
         let log = keep_log.then(|| tempfile::NamedTempFile::new().expect("log file"));
         let stderr = match &log {
             Some(f) => Stdio::from(f.reopen().expect("reopen log")),
