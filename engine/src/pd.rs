@@ -357,10 +357,11 @@ impl Engine {
         }
         let blocks = std::mem::take(&mut p.blocks);
         let computed = req.prompt.len() - 1;
+        let local = (p.local * p.block_tokens).min(computed);
         let mut cell = Some(blocks);
         let r = self.submit_with(vec![req], |s| {
             if let Some(b) = cell.take() {
-                s.preload(b, computed);
+                s.preload(b, computed, local);
             }
         });
         if let Some(b) = cell {

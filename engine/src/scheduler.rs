@@ -48,6 +48,9 @@ pub(crate) struct Seq {
     pub(crate) tx: UnboundedSender<Event>,
     text: TextOut,
     cached_tokens: Option<usize>,
+    /// Of a P/D preload's positions, those this pool's prefix cache held: the only ones
+    /// that are prefix-cache hits (the rest came over the network).
+    preload_local: usize,
     /// Still counted in the bounded submit queue (not yet admitted once).
     pub(crate) counted: bool,
     preempted: bool,
@@ -96,6 +99,7 @@ impl Seq {
             tx,
             text: TextOut::default(),
             cached_tokens: None,
+            preload_local: 0,
             counted: true,
             preempted: false,
             n_preempted: 0,
@@ -114,10 +118,12 @@ impl Seq {
     }
 
     /// P/D decode: start from `blocks`, which hold this prompt's first `computed`
-    /// positions (ref 1 each, owned by the sequence from now on; pd.rs).
-    pub(crate) fn preload(&mut self, blocks: Vec<u32>, computed: usize) {
+    /// positions (ref 1 each, owned by the sequence from now on; pd.rs), the first
+    /// `local` of them found in this pool's prefix cache.
+    pub(crate) fn preload(&mut self, blocks: Vec<u32>, computed: usize, local: usize) {
         self.blocks = blocks;
         self.computed = computed;
+        self.preload_local = local;
     }
 
     pub(crate) fn generated(&self) -> usize {
@@ -439,7 +445,8 @@ impl Scheduler {
                 }
             }
             admitted += 1;
-            self.shared.prefix_hit_tokens.fetch_add(s.computed, Ordering::Relaxed);
+            let hit = if preloaded > 0 { s.preload_local } else { s.computed };
+            self.shared.prefix_hit_tokens.fetch_add(hit, Ordering::Relaxed);
             s.blocks.extend(ids);
             s.preempted = false;
             s.take = (len - s.computed).min(budget).min(self.lim.prefill_chunk);

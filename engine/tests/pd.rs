@@ -46,7 +46,14 @@ fn req(prompt: &[u32], max_tokens: usize) -> Request {
 }
 
 /// (id, logprob bits, top bits) per token.
-fn tokens(mut rx: UnboundedReceiver<Event>) -> Vec<(u32, u64, Vec<(u32, u64)>)> {
+type Tokens = Vec<(u32, u64, Vec<(u32, u64)>)>;
+
+fn tokens(rx: UnboundedReceiver<Event>) -> Tokens {
+    tokens_cached(rx).0
+}
+
+/// The tokens as [`tokens`] gives them, and the answer's `cached_tokens`.
+fn tokens_cached(mut rx: UnboundedReceiver<Event>) -> (Tokens, usize) {
     let mut out = Vec::new();
     loop {
         match rx.blocking_recv().expect("engine hung up") {
@@ -55,7 +62,7 @@ fn tokens(mut rx: UnboundedReceiver<Event>) -> Vec<(u32, u64, Vec<(u32, u64)>)> 
                 token.logprob.to_bits(),
                 token.top.iter().map(|&(i, l)| (i, l.to_bits())).collect(),
             )),
-            Event::Done { .. } => return out,
+            Event::Done { usage, .. } => return (out, usage.cached_tokens),
             Event::Error(e) => panic!("{e}"),
         }
     }
@@ -72,6 +79,7 @@ fn wait_idle(e: &Engine) {
 #[test]
 fn imported_kv_gives_the_single_engine_answer_bit_for_bit() {
     let (p, d, one) = (engine(&tiny()), engine(&tiny()), engine(&tiny()));
+    let mut local_seen = 0;
     // Shorter than a block, block aligned (len - 1 = 32), and a partial last block.
     for len in [7usize, 33, 45] {
         let prompt: Vec<u32> = (0..len as u32).map(|i| 3 + (i * 7) % 250).collect();
@@ -93,11 +101,18 @@ fn imported_kv_gives_the_single_engine_answer_bit_for_bit() {
         assert!(matches!(p.take_lease(&id, 0, None), Err(PdError::UnknownLease { .. })), "fetched once");
         d.import_into(&mut pre, &prompt, &env).expect("import");
         assert_eq!(pre.n_blocks(), need);
-        let got = tokens(d.submit_preloaded(req(&prompt, 12), pre).expect("decode"));
+        let (hits0, local) = (d.stats().prefix_hit_tokens, pre.n_local() * 16);
+        let (got, cached) = tokens_cached(d.submit_preloaded(req(&prompt, 12), pre).expect("decode"));
         assert_eq!(got, want, "prompt of {len}: decode from imported KV differs from one engine");
+        // The answer counts every preloaded position as cached (vLLM counts KV loaded
+        // through a connector so); the prefix-cache counter only the local blocks.
+        assert_eq!(cached, len - 1, "prompt of {len}: cached_tokens");
+        assert_eq!(d.stats().prefix_hit_tokens - hits0, local, "prompt of {len}: prefix-cache hits");
+        local_seen += local;
         wait_idle(&d);
         assert_eq!(d.stats().kv_blocks_in_use, 0);
     }
+    assert!(local_seen > 0, "the 45-token prompt found the 33-token one's blocks in D's prefix cache");
 }
 
 #[test]

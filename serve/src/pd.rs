@@ -43,8 +43,14 @@ pub struct Pd {
     local_blocks: AtomicUsize,
     computed_tokens: AtomicUsize,
     remote_prefills: AtomicUsize,
+    /// Hand-offs: KV fetched, checked and imported.
+    kv_fetches: AtomicUsize,
+    /// Prompt positions hand-offs started with (the sum of their `cached_tokens`).
+    preloaded_tokens: AtomicUsize,
     fetch_failed: AtomicUsize,
     recomputed: AtomicUsize,
+    /// Prefill legs answered without a lease: their decode legs get no KV to fetch.
+    unleased_prefills: AtomicUsize,
 }
 
 impl Pd {
@@ -100,18 +106,33 @@ pub(crate) async fn submit(
             .map_err(|e| ApiError::bad("kv_transfer_params", format!("kv_transfer_params: {e}")))?,
     };
     let single = reqs.len() == 1;
-    if p.do_remote_decode == Some(true) && single && !stream {
-        let id = format!("{:016x}{:016x}", crate::api::random_seed(), crate::api::random_seed());
-        let req = reqs.pop().ok_or_else(|| ApiError::bad("n", "no choice"))?;
-        let rx = st.engine.submit_held(req, id.clone(), st.scale.pd_lease)?;
-        return Ok((vec![rx], Outcome::Prefill(id)));
+    if p.do_remote_decode == Some(true) {
+        if single && !stream {
+            let id = format!("{:016x}{:016x}", crate::api::random_seed(), crate::api::random_seed());
+            let req = reqs.pop().ok_or_else(|| ApiError::bad("n", "no choice"))?;
+            let rx = st.engine.submit_held(req, id.clone(), st.scale.pd_lease)?;
+            return Ok((vec![rx], Outcome::Prefill(id)));
+        }
+        // Served as an ordinary request: the answer names no KV, so the decode leg will
+        // prefill the whole prompt. Nothing else would tell the operator why.
+        let cause = if stream { "the prefill leg streams".to_string() } else { format!("n = {}", reqs.len()) };
+        unleased(st, &cause);
     }
-    if p.do_remote_prefill == Some(true) && single {
+    if p.do_remote_prefill == Some(true) {
         st.pd.remote_prefills.fetch_add(1, Ordering::Relaxed);
+        let origin = Origin(&p);
+        if !single {
+            // Each choice needs its own last block: the prefix cache path serves them.
+            recompute(st, &origin, &format!("n = {} choices, a hand-off serves one", reqs.len()));
+            release_remote(st, &p);
+            return Ok((st.engine.submit_all(reqs)?, Outcome::None));
+        }
         let req = reqs.pop().ok_or_else(|| ApiError::bad("n", "no choice"))?;
         match decode(st, &p, &req).await {
             Ok(preload) => {
                 let computed = req.prompt.len() - 1;
+                st.pd.kv_fetches.fetch_add(1, Ordering::Relaxed);
+                st.pd.preloaded_tokens.fetch_add(computed, Ordering::Relaxed);
                 st.pd.local_blocks.fetch_add(preload.n_local(), Ordering::Relaxed);
                 st.pd.imported_blocks.fetch_add(preload.n_blocks() - preload.n_local(), Ordering::Relaxed);
                 st.pd.computed_tokens.fetch_add(req.prompt.len() - computed, Ordering::Relaxed);
@@ -120,6 +141,7 @@ pub(crate) async fn submit(
             Err(e) => {
                 st.pd.fetch_failed.fetch_add(1, Ordering::Relaxed);
                 if st.scale.pd_fetch_failure == FetchFailure::Fail {
+                    eprintln!("pd: hand-off of {origin} failed: {e}; answering 502 (--pd-fetch-failure fail)");
                     return Err(ApiError::new(
                         StatusCode::BAD_GATEWAY,
                         "server_error",
@@ -127,13 +149,54 @@ pub(crate) async fn submit(
                         format!("fetching the prefill's KV failed: {e}"),
                     ));
                 }
-                st.pd.recomputed.fetch_add(1, Ordering::Relaxed);
+                recompute(st, &origin, &e);
                 st.pd.computed_tokens.fetch_add(req.prompt.len(), Ordering::Relaxed);
                 reqs.push(req);
             }
         }
     }
     Ok((st.engine.submit_all(reqs)?, Outcome::None))
+}
+
+/// Where a decode request's KV was to come from, for the log lines.
+struct Origin<'a>(&'a Params);
+
+impl std::fmt::Display for Origin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = self.0;
+        let (id, host) = (p.remote_request_id.as_deref().unwrap_or("?"), p.remote_host.as_deref().unwrap_or("?"));
+        write!(f, "lease {id} on {host}:{}", p.remote_port.map_or("?".into(), |n| n.to_string()))
+    }
+}
+
+/// A decode request that prefills the prompt itself: counted, and one log line with
+/// the cause (the answer is the same, only slower, so nothing else would show it).
+fn recompute(st: &AppState, origin: &Origin, cause: &str) {
+    st.pd.recomputed.fetch_add(1, Ordering::Relaxed);
+    eprintln!("pd: hand-off of {origin} not used: {cause}; recomputing the prompt");
+}
+
+/// A prefill leg answered without a lease: counted, and one log line with the cause.
+fn unleased(st: &AppState, cause: &str) {
+    st.pd.unleased_prefills.fetch_add(1, Ordering::Relaxed);
+    eprintln!("pd: prefill leg answered without a KV lease: {cause}; its decode leg will recompute the prompt");
+}
+
+/// Free the prefill's lease without taking a block (an empty range), as a hand-off's
+/// fetch would have; else its blocks stay held until `--pd-lease` runs out. In the
+/// background: the answer does not depend on it.
+fn release_remote(st: &Arc<AppState>, p: &Params) {
+    let (Some(id), Some(host), Some(port)) = (p.remote_request_id.clone(), p.remote_host.clone(), p.remote_port) else {
+        return;
+    };
+    let st = Arc::clone(st);
+    tokio::spawn(async move {
+        let path = format!("/v1/kv/{id}?from=0&to=0");
+        let r = tokio::time::timeout(st.scale.pd_fetch_timeout, fetch(&st, &host, port, &path)).await;
+        if let Err(e) = r.map_err(|_| "timed out".to_string()).and_then(|r| r) {
+            eprintln!("pd: releasing lease {id} on {host}:{port} failed: {e}; it expires after --pd-lease");
+        }
+    });
 }
 
 /// The decode side: hold the local prefix hits, fetch the rest from the prefill server,
@@ -190,7 +253,11 @@ async fn fetch(st: &AppState, host: &str, port: u16, path: &str) -> Result<Bytes
 /// plus the envelope version, the fingerprint and the block size).
 pub(crate) fn annotate(st: &AppState, outcome: &Outcome, body: &mut Value) {
     let Outcome::Prefill(id) = outcome else { return };
-    let Some(lease) = st.engine.lease(id) else { return };
+    let Some(lease) = st.engine.lease(id) else {
+        // Expired (`--pd-lease`) before the prefill even answered.
+        unleased(st, &format!("lease {id} expired before the answer (--pd-lease)"));
+        return;
+    };
     let (host, port) = st.pd.addr.get().cloned().unwrap_or_else(|| ("127.0.0.1".into(), 0));
     body["kv_transfer_params"] = json!({
         "do_remote_prefill": true,
@@ -245,12 +312,20 @@ pub(crate) fn metrics_text(st: &AppState, text: &mut String) {
     let l = st.engine.lease_counts();
     let pd = &st.pd;
     let n = |a: &AtomicUsize| a.load(Ordering::Relaxed);
-    let rows: [(&str, &str, &str, usize); 10] = [
+    let rows: [(&str, &str, &str, usize); 13] = [
         ("tl_pd_leases", "gauge", "Prefill KV leases waiting for a fetch", l.held),
         ("tl_pd_lease_blocks", "gauge", "KV blocks held by prefill leases", l.held_blocks),
         ("tl_pd_leases_fetched", "counter", "Prefill leases released by a fetch", l.fetched),
         ("tl_pd_leases_expired", "counter", "Prefill leases released unfetched", l.expired),
+        ("tl_pd_unleased_prefills", "counter", "Prefill legs answered without a KV lease", n(&pd.unleased_prefills)),
         ("tl_pd_remote_prefills", "counter", "Decode requests with do_remote_prefill", n(&pd.remote_prefills)),
+        ("tl_pd_kv_fetches", "counter", "Hand-offs: KV fetched from a prefill server and imported", n(&pd.kv_fetches)),
+        (
+            "tl_pd_preloaded_tokens",
+            "counter",
+            "Prompt positions hand-offs started with (their cached_tokens)",
+            n(&pd.preloaded_tokens),
+        ),
         ("tl_pd_imported_blocks", "counter", "KV blocks imported from prefill servers", n(&pd.imported_blocks)),
         ("tl_pd_local_blocks", "counter", "Prompt blocks a decode found in its prefix cache", n(&pd.local_blocks)),
         (
@@ -260,7 +335,12 @@ pub(crate) fn metrics_text(st: &AppState, text: &mut String) {
             n(&pd.computed_tokens),
         ),
         ("tl_pd_fetch_failures", "counter", "KV fetches that failed or were refused", n(&pd.fetch_failed)),
-        ("tl_pd_recomputed", "counter", "Decode requests that prefilled after a failed fetch", n(&pd.recomputed)),
+        (
+            "tl_pd_recomputed",
+            "counter",
+            "Decode requests that prefilled the prompt themselves (failed fetch, n > 1)",
+            n(&pd.recomputed),
+        ),
     ];
     for (name, kind, help, v) in rows {
         let suffix = if kind == "counter" { "_total" } else { "" };

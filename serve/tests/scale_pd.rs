@@ -94,8 +94,8 @@ fn wait_metric(r: &Replica, name: &str, want: f64, within: Duration) {
 #[test]
 fn an_unfetched_lease_expires_and_frees_its_blocks_then_the_fetch_policy_decides() {
     let p = Replica::tiny(&["--pd-lease", "1"]);
-    let fail = Replica::tiny(&[]);
-    let recompute = Replica::tiny(&["--pd-fetch-failure", "recompute"]);
+    let fail = Replica::logged(&common::tiny(), &[]);
+    let recompute = Replica::logged(&common::tiny(), &["--pd-fetch-failure", "recompute"]);
     let one = Replica::tiny(&[]);
     let body = completion(&cluster::words(3, 10), 16, Some(5));
     let r = p.post(&prefill_leg(&body));
@@ -119,6 +119,56 @@ fn an_unfetched_lease_expires_and_frees_its_blocks_then_the_fetch_policy_decides
     let r = recompute.post(&b);
     assert_eq!(answer(&r), answer(&one.post(&body)), "a recomputed answer equals one server's");
     assert_eq!(recompute.metric("tl_pd_recomputed_total"), 1.0);
+    assert_eq!(recompute.metric("tl_pd_kv_fetches_total"), 0.0);
+    // One log line per failed hand-off, naming the lease and the cause.
+    let lease = format!(
+        "lease {} on 127.0.0.1:{}",
+        b["kv_transfer_params"]["remote_request_id"].as_str().unwrap(),
+        p.addr.port()
+    );
+    assert_one_line(&fail.log(), &[&lease, "kv_lease_not_found", "answering 502"]);
+    assert_one_line(&recompute.log(), &[&lease, "kv_lease_not_found", "recomputing the prompt"]);
+}
+
+/// `log` has exactly one `pd:` line, and it contains each of `parts`.
+fn assert_one_line(log: &str, parts: &[&str]) {
+    let lines: Vec<&str> = log.lines().filter(|l| l.starts_with("pd: ")).collect();
+    assert_eq!(lines.len(), 1, "one pd: line expected in:\n{log}");
+    for part in parts {
+        assert!(lines[0].contains(part), "{part:?} missing from {:?}", lines[0]);
+    }
+}
+
+#[test]
+fn legs_that_cannot_hand_off_are_counted_and_logged_with_their_cause() {
+    let (p, d, one) =
+        (Replica::logged(&common::tiny(), &[]), Replica::logged(&common::tiny(), &[]), Replica::tiny(&[]));
+    // A prefill leg of n = 2 choices is served without a lease: its answer names no KV.
+    let mut body = completion(&cluster::words(4, 10), 8, Some(3));
+    body["n"] = json!(2);
+    let r = p.post(&prefill_leg(&body));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json().get("kv_transfer_params"), None);
+    assert_eq!(p.metric("tl_pd_unleased_prefills_total"), 1.0);
+    assert_eq!(p.metric("tl_pd_leases"), 0.0);
+    assert_one_line(&p.log(), &["without a KV lease", "n = 2"]);
+    // A decode leg of n = 2 choices given a lease recomputes (each choice needs its own
+    // last block) and answers as one server.
+    let mut single = body.clone();
+    single["n"] = json!(1);
+    let mut b = body.clone();
+    b["kv_transfer_params"] = p.post(&prefill_leg(&single)).json()["kv_transfer_params"].clone();
+    let r = d.post(&b);
+    let want = one.post(&body);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["choices"], want.json()["choices"]);
+    assert_eq!(d.metric("tl_pd_recomputed_total"), 1.0);
+    assert_eq!(d.metric("tl_pd_kv_fetches_total"), 0.0);
+    assert_one_line(&d.log(), &["not used", "n = 2 choices", "recomputing the prompt"]);
+    // D freed the unused lease (in the background) rather than leaving it to expire.
+    wait_metric(&p, "tl_pd_leases", 0.0, Duration::from_secs(5));
+    assert_eq!(p.metric("tl_pd_leases_fetched_total"), 1.0);
+    assert_eq!(p.metric("tl_pd_leases_expired_total"), 0.0);
 }
 
 #[test]

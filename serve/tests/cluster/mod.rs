@@ -4,8 +4,10 @@
 //! from the replicas' own counters.
 #![allow(dead_code)]
 
+pub mod tap;
+
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,22 +19,45 @@ use crate::common::{listening_addr, metric, request, tiny, Resp};
 pub struct Replica {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Its stderr, when spawned by [`Replica::logged`].
+    log: Option<tempfile::NamedTempFile>,
 }
 
 impl Replica {
-    /// `serve --model MODEL --port 0 --threads 1 ARGS...`.
-    pub fn spawn(model: &PathBuf, args: &[&str]) -> Replica {
+    /// `serve --model MODEL --port 0 --threads 1 ARGS...` with a small KV pool.
+    pub fn spawn(model: &Path, args: &[&str]) -> Replica {
+        let pool = ["--kv-blocks", "256", "--block-tokens", "16", "--max-batch-tokens", "128"];
+        Replica::start(model, &[&pool[..], args].concat(), false)
+    }
+
+    /// `serve --model MODEL --port 0 --threads 1 ARGS...`, every other setting the
+    /// default (docs/scale-out.md's command lines), stderr kept for [`Replica::log`].
+    pub fn logged(model: &Path, args: &[&str]) -> Replica {
+        Replica::start(model, args, true)
+    }
+
+    fn start(model: &Path, args: &[&str], keep_log: bool) -> Replica {
+        let log = keep_log.then(|| tempfile::NamedTempFile::new().expect("log file"));
+        let stderr = match &log {
+            Some(f) => Stdio::from(f.reopen().expect("reopen log")),
+            None => Stdio::null(),
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_serve"))
             .args(["--model", &model.to_string_lossy(), "--port", "0", "--threads", "1"])
-            .args(["--kv-blocks", "256", "--block-tokens", "16", "--max-batch-tokens", "128"])
             .args(args)
             .env_remove("TL_API_KEY")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn serve");
         let addr = listening_addr(&mut child);
-        Replica { child, addr }
+        Replica { child, addr, log }
+    }
+
+    /// What it wrote to stderr so far (spawned by [`Replica::logged`]).
+    pub fn log(&self) -> String {
+        let f = self.log.as_ref().expect("spawned with Replica::logged");
+        std::fs::read_to_string(f.path()).expect("read log")
     }
 
     pub fn tiny(args: &[&str]) -> Replica {
