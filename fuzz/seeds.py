@@ -104,6 +104,18 @@ spm = [m for m in meta if not m[0].startswith("tokenizer.ggml.")] + [
     ("tokenizer.ggml.add_bos_token", True)]
 put("gguf", "sentencepiece", gguf(spm, tensors[:2]))
 
+# A mixture of experts (qwen3moe): the router and the experts stacked [E, I, d] that the
+# store serves per expert; then a stacked tensor of the wrong size and a k above E.
+moe_meta = [("general.architecture", "qwen3moe")] + [(k.replace("llama.", "qwen3moe."), v) for k, v in meta[1:]] + [
+    ("qwen3moe.expert_count", 2), ("qwen3moe.expert_used_count", 1), ("qwen3moe.expert_feed_forward_length", 32)]
+exps = struct.pack("<2048f", *[i / 2048 for i in range(2048)])  # 2 experts of [32, 32]
+moe_tensors = tensors[:2] + [("blk.0.ffn_gate_inp.weight", [32, 2], 0, struct.pack("<64f", *[0.5] * 64)),
+                             ("blk.0.ffn_gate_exps.weight", [32, 32, 2], 0, exps)]
+put("gguf", "qwen3moe-stacked", gguf(moe_meta, moe_tensors))
+put("gguf", "qwen3moe-stacked-short", gguf(moe_meta, moe_tensors[:3] + [("blk.0.ffn_gate_exps.weight", [32, 32, 3], 0, exps)]))
+put("gguf", "qwen3moe-k-above-e", gguf(moe_meta[:-2] + [("qwen3moe.expert_used_count", 3),
+                                                         ("qwen3moe.expert_feed_forward_length", 32)], moe_tensors))
+
 # Every GGUF block type tl keeps as stored (type id, block bytes, f16 scale offsets), two
 # rows of 256 weights each, bytes 0..255 with finite scales; then the bad cases: the data
 # shorter than the tensors claim, NaN / inf scales, and block counts that overflow.

@@ -11,8 +11,13 @@
 //!
 //! Tensors are the hub's: `model.layers.N.mlp.gate.weight` (the router, kept as stored,
 //! never int4: a coarser router would choose other experts) and one tensor per expert,
-//! `model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight`. GGUF files (llama.cpp's
-//! `qwen3moe`, stacked `ffn_*_exps`) are not read yet.
+//! `model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight`. GGUF files
+//! (`general.architecture = "qwen3moe"`, llama.cpp's converter) store the router as
+//! `blk.N.ffn_gate_inp.weight` and the experts stacked (`ffn_gate_exps`, `ffn_up_exps`,
+//! `ffn_down_exps`), served as the per-expert tensors without a copy; llama.cpp always
+//! renormalises a qwen3moe file's weights, so its config says `norm_topk_prob: true`
+//! (unless `qwen3moe.expert_weights_norm` says false), and a layer without a router is a
+//! dense one (`mlp_only_layers`).
 //!
 //! Nothing names this crate from core: a binary or test that loads a Qwen3-MoE writes
 //! `use tl_arch_qwen3_moe as _;` so the registrations are linked.
@@ -21,11 +26,13 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use serde_json::{json, Value};
 use tl_core::{
-    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
-    ModelTypeRegistration,
+    ArchRegistration, Architecture, BuildCtx, ConfigError, Gguf, GgufArch, GgufRegistration, KvGeometry, Model,
+    ModelConfig, ModelError, ModelTypeRegistration, TensorInfo, TensorMap, WeightError,
 };
 use tl_decoder::fields::{experts, field, flag, invalid, size};
+use tl_decoder::gguf::{config_json, expert_counts, Family, MoeGguf};
 use tl_decoder::{dense_mlp, prenorm_stack, DecoderConfig, Ffn, Moe, MoeSpec, Routing, MLP_NAMES};
 
 /// Caps: no released MoE comes near them; a typo that large is refused at parse.
@@ -128,6 +135,49 @@ impl Architecture for Qwen3MoeArch {
     }
 }
 
+const FAMILY: Family =
+    Family { prefix: "qwen3moe", tl_arch: "qwen3_moe", model_type: "qwen3_moe", class: "Qwen3MoeForCausalLM" };
+
+const EXPERTS: MoeGguf = MoeGguf { module: "mlp", names: MLP_NAMES };
+
+/// Qwen3-MoE GGUF files: llama.cpp's names to the hub's, `qwen3moe.*` metadata to a
+/// config.json.
+struct Qwen3MoeGguf;
+
+impl GgufArch for Qwen3MoeGguf {
+    fn config_json(&self, file: &Gguf) -> Result<Value, WeightError> {
+        let mut cfg = config_json(file, &FAMILY)?;
+        let (count, used) = expert_counts(file, FAMILY.prefix)?;
+        let width = file.required("qwen3moe.expert_feed_forward_length")?;
+        let layers = file.required("qwen3moe.block_count")?;
+        let dense: Vec<u64> =
+            (0..layers).filter(|i| !file.has_gguf_tensor(&format!("blk.{i}.ffn_gate_inp.weight"))).collect();
+        let norm = match file.value("qwen3moe.expert_weights_norm") {
+            Some(v) => v.to_bool().map_err(|_| file.meta_err("qwen3moe.expert_weights_norm", "expected a bool"))?,
+            None => true,
+        };
+        cfg.insert("num_experts".into(), json!(count));
+        cfg.insert("num_experts_per_tok".into(), json!(used));
+        cfg.insert("moe_intermediate_size".into(), json!(width));
+        cfg.insert("norm_topk_prob".into(), json!(norm));
+        cfg.insert("mlp_only_layers".into(), json!(dense));
+        cfg.insert("decoder_sparse_step".into(), json!(1));
+        cfg.insert("use_sliding_window".into(), json!(false));
+        cfg.insert("attention_bias".into(), json!(false));
+        Ok(Value::Object(cfg))
+    }
+
+    fn tensor(&self, _file: &Gguf, gguf_name: &str, _info: &TensorInfo) -> Result<TensorMap, WeightError> {
+        let name = EXPERTS.router(gguf_name).or_else(|| tl_arch_qwen3::hf_name_qwen3(gguf_name));
+        Ok(TensorMap { name: name.unwrap_or_else(|| gguf_name.to_string()), rows: None })
+    }
+
+    fn stacked(&self, _file: &Gguf, gguf_name: &str, info: &TensorInfo) -> Result<Option<Vec<String>>, WeightError> {
+        Ok(EXPERTS.stacked(gguf_name, info))
+    }
+}
+
 inventory::submit!(ArchRegistration { name: "qwen3_moe", make: || Box::new(Qwen3MoeArch) });
+inventory::submit!(GgufRegistration { architecture: "qwen3moe", make: || Box::new(Qwen3MoeGguf) });
 // A Hugging Face config.json without `tl_arch` selects this crate by its `model_type`.
 inventory::submit!(ModelTypeRegistration { model_type: "qwen3_moe", arch: "qwen3_moe" });

@@ -96,3 +96,22 @@ fn a_missing_expert_tensor_is_named() {
     let err = load_err(dir.path());
     assert!(err.contains(gone), "{err}");
 }
+
+#[test]
+fn the_gguf_of_the_same_weights_equals_the_safetensors_bit_for_bit() {
+    // llama.cpp's layout: the router as `ffn_gate_inp`, the experts stacked in
+    // `ffn_{gate,up,down}_exps` (served per expert without a copy), the config from the
+    // `qwen3moe.*` metadata; the dense first layer found by its missing router.
+    let name = NAMES[0];
+    let path = fixture(name).join("model.gguf");
+    let mut g = load_path(&path, 0, Weights::Native);
+    let c = g.config().json().clone();
+    assert_eq!((c["tl_arch"].as_str(), c["num_experts"].as_u64()), (Some("qwen3_moe"), Some(8)));
+    assert_eq!((c["num_experts_per_tok"].as_u64(), c["moe_intermediate_size"].as_u64()), (Some(3), Some(32)));
+    assert_eq!((c["norm_topk_prob"].as_bool(), &c["mlp_only_layers"]), (Some(true), &serde_json::json!([0])));
+    let refs = reference(name);
+    let want = alone(&mut load(name, 0, Weights::Native), &refs);
+    check_same_bits(&mut g, &refs, &want, "GGUF");
+    check_same_bits(&mut load_path(&path, 0, Weights::F32), &refs, &want, "GGUF, --weights f32");
+    check_hf(&mut g, &refs, "tiny-qwen3-moe GGUF");
+}

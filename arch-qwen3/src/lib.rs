@@ -88,7 +88,7 @@ impl GgufArch for Qwen3Gguf {
 }
 
 /// The HF name of a Qwen3 GGUF tensor: the Llama names plus the two head norms.
-fn hf_name_qwen3(gguf: &str) -> Option<String> {
+pub fn hf_name_qwen3(gguf: &str) -> Option<String> {
     if let Some(name) = hf_name(gguf) {
         return Some(name);
     }

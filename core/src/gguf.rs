@@ -266,6 +266,38 @@ impl Gguf {
         self.string("general.architecture")?.ok_or_else(|| self.meta_err("general.architecture", "missing"))
     }
 
+    /// Serve the slices of the stacked tensor `gguf_name` (its outermost axis: `[S, ...]`,
+    /// `S = names.len()`) as tensors of their own under `names`, each a view of its bytes
+    /// (no copy); [`Gguf::remap`] must then list each name. A tensor that is not `S`
+    /// slices of whole rows is an error naming it.
+    pub fn split(&mut self, gguf_name: &str, names: Vec<String>) -> Result<(), WeightError> {
+        let fail = |reason: String| WeightError::Tensor { path: self.path.clone(), name: gguf_name.into(), reason };
+        let e = self.tensors.remove(gguf_name).ok_or_else(|| fail("not in the file, or split twice".into()))?;
+        let slices = names.len();
+        if e.shape.len() < 2 || e.shape[0] != slices || slices == 0 || e.rows.is_some() {
+            return Err(fail(format!("shape {:?} is not {slices} stacked slices", e.shape)));
+        }
+        let bytes = (e.end - e.begin) / slices;
+        if bytes * slices != e.end - e.begin {
+            return Err(fail(format!("{} bytes do not split into {slices} slices", e.end - e.begin)));
+        }
+        for (i, name) in names.into_iter().enumerate() {
+            let begin = e.begin + i * bytes;
+            let slice = Entry {
+                gguf_name: format!("{gguf_name}[{i}]"),
+                ggml: e.ggml,
+                shape: e.shape[1..].to_vec(),
+                begin,
+                end: begin + bytes,
+                rows: None,
+            };
+            if self.tensors.insert(name.clone(), slice).is_some() {
+                return Err(fail(format!("slice {i}'s name {name:?} is taken")));
+            }
+        }
+        Ok(())
+    }
+
     /// Serve each tensor as `map` says (every tensor of the file, by its GGUF name, must
     /// be listed once); a name two tensors map to, or a row order that is not a
     /// permutation of a 2-D tensor's rows, is an error naming the tensor.

@@ -17,6 +17,13 @@ pub trait GgufArch: Send + Sync {
     /// name and stored shape (before any remapping). A tensor the architecture does not
     /// use keeps its GGUF name.
     fn tensor(&self, file: &Gguf, gguf_name: &str, info: &TensorInfo) -> Result<TensorMap, WeightError>;
+    /// For a stacked tensor (a mixture of experts' `ffn_*_exps`: one expert per slice
+    /// along its outermost axis), the name each slice is read by, in order; each slice is
+    /// served as its own tensor, a view of the file without a copy. `None` (the default):
+    /// not stacked, named by [`GgufArch::tensor`].
+    fn stacked(&self, _file: &Gguf, _gguf_name: &str, _info: &TensorInfo) -> Result<Option<Vec<String>>, WeightError> {
+        Ok(None)
+    }
     /// The tokenizer.json of the file's vocabulary, when the family converts it its own
     /// way (the same `tokenizer.ggml.model` can need different conversions in two
     /// families); `None` (the default): by `tokenizer.ggml.model`, as registered

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::arch::Architecture;
 use crate::config::{ConfigError, ModelConfig};
-use crate::gguf::{config_error, gguf_source, Gguf};
+use crate::gguf::{config_error, gguf_source, Gguf, TensorMap};
 use crate::gguf_arch::GgufArch;
 use crate::registry;
 use crate::weights::WeightStore;
@@ -66,9 +66,18 @@ pub(crate) fn gguf_weights(path: &Path) -> Result<(Gguf, Box<dyn GgufArch>), Con
     let reg = registry::gguf_arch(arch).map_err(|e| wrap(store.meta_err("general.architecture", &e.to_string())))?;
     let translation = (reg.make)();
     let mut map = Vec::new();
+    let mut stacked = Vec::new();
     for name in store.names() {
         let info = store.info(&name).ok_or_else(|| wrap(store.meta_err(&name, "tensor vanished")))?;
-        map.push((name.clone(), translation.tensor(&store, &name, &info).map_err(wrap)?));
+        match translation.stacked(&store, &name, &info).map_err(wrap)? {
+            Some(slices) => stacked.push((name, slices)),
+            None => map.push((name.clone(), translation.tensor(&store, &name, &info).map_err(wrap)?)),
+        }
+    }
+    // A stacked tensor's slices are tensors of their own, already under their names.
+    for (name, slices) in stacked {
+        map.extend(slices.iter().map(|s| (s.clone(), TensorMap { name: s.clone(), rows: None })));
+        store.split(&name, slices).map_err(wrap)?;
     }
     store.remap(map).map_err(wrap)?;
     Ok((store, translation))

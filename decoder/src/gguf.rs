@@ -3,7 +3,7 @@
 //! families it permutes), and `<arch>.*` metadata as a config.json.
 
 use serde_json::{json, Map, Value};
-use tl_core::{Gguf, WeightError, WeightStore};
+use tl_core::{Gguf, TensorInfo, WeightError, WeightStore};
 
 use crate::rope::{inv_freq_default, Llama3Scaling};
 
@@ -92,9 +92,17 @@ pub fn config_json(file: &Gguf, fam: &Family) -> Result<Map<String, Value>, Weig
             ));
         }
     }
+    let mut yarn = None;
     if let Some(t) = file.string(&key("rope.scaling.type"))? {
-        if t != "none" {
-            return Err(file.meta_err(&key("rope.scaling.type"), &format!("{t:?}: scaled RoPE is not supported")));
+        match t {
+            "none" => {}
+            "yarn" => yarn = Some(yarn_json(file, fam)?),
+            _ => {
+                return Err(file.meta_err(
+                    &key("rope.scaling.type"),
+                    &format!("{t:?}: only llama3 and yarn scaled RoPE are supported"),
+                ))
+            }
         }
     }
     let theta = file.float(&key("rope.freq_base"))?.unwrap_or(10000.0);
@@ -137,6 +145,9 @@ pub fn config_json(file: &Gguf, fam: &Family) -> Result<Map<String, Value>, Weig
                 "original_max_position_embeddings": s.original_max_position_embeddings,
             }),
         );
+    }
+    if let Some(y) = yarn {
+        cfg.insert("rope_scaling".into(), y);
     }
     if let Some(ctx) = file.uint(&key("context_length"))? {
         cfg.insert("max_position_embeddings".into(), json!(ctx));
@@ -228,4 +239,77 @@ fn converter_factors(theta: f32, head_dim: usize, s: &Llama3Scaling) -> Vec<f32>
             }
         })
         .collect()
+}
+
+/// YaRN's `rope_scaling` from `<prefix>.rope.scaling.*` (what llama.cpp's converter writes:
+/// `factor`, `original_context_length`, and `yarn_beta_fast` / `yarn_beta_slow` when the
+/// config had them); the keys it adds for other models' variants (`yarn_log_multiplier`,
+/// `attn_factor`) change the arithmetic and are refused.
+fn yarn_json(file: &Gguf, fam: &Family) -> Result<Value, WeightError> {
+    let key = |k: &str| format!("{}.rope.scaling.{k}", fam.prefix);
+    for k in ["yarn_log_multiplier", "attn_factor", "yarn_ext_factor", "yarn_attn_factor"] {
+        if let Some(v) = file.float(&key(k))? {
+            if v != 0.0 && !(k.ends_with("attn_factor") && v == 1.0) {
+                return Err(
+                    file.meta_err(&key(k), &format!("{v}: YaRN variants beyond transformers' are not supported"))
+                );
+            }
+        }
+    }
+    let factor = file.float(&key("factor"))?.ok_or_else(|| file.meta_err(&key("factor"), "required by yarn"))?;
+    let original = file.uint(&key("original_context_length"))?;
+    let original = original.ok_or_else(|| file.meta_err(&key("original_context_length"), "required by yarn"))?;
+    let mut y = json!({"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": original});
+    for (k, hf) in [("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")] {
+        if let Some(v) = file.float(&key(k))? {
+            y[hf] = json!(v);
+        }
+    }
+    Ok(y)
+}
+
+/// A mixture of experts' GGUF layout (llama.cpp's converter): the router
+/// `blk.N.ffn_gate_inp.weight` `[E, d]` and the experts stacked, `blk.N.ffn_gate_exps`,
+/// `ffn_up_exps` `[E, I, d]` and `ffn_down_exps` `[E, d, I]`, served as Hugging Face's
+/// per-expert tensors below `model.layers.N.<module>` (`mlp`; Mixtral's
+/// `block_sparse_moe`) without a copy.
+pub struct MoeGguf {
+    /// The HF module of the sparse block.
+    pub module: &'static str,
+    /// The HF names of an expert's gate, up and down projections.
+    pub names: crate::MlpNames,
+}
+
+impl MoeGguf {
+    /// The HF name of a router tensor, or `None`.
+    pub fn router(&self, gguf: &str) -> Option<String> {
+        let layer: usize = gguf.strip_prefix("blk.")?.strip_suffix(".ffn_gate_inp.weight")?.parse().ok()?;
+        Some(format!("model.layers.{layer}.{}.gate.weight", self.module))
+    }
+
+    /// The per-expert HF names of a stacked expert tensor `[E, ...]`, or `None` for any
+    /// other tensor.
+    pub fn stacked(&self, gguf: &str, info: &TensorInfo) -> Option<Vec<String>> {
+        let (layer, part) = gguf.strip_prefix("blk.")?.split_once('.')?;
+        let layer: usize = layer.parse().ok()?;
+        let proj = match part {
+            "ffn_gate_exps.weight" => self.names.gate,
+            "ffn_up_exps.weight" => self.names.up,
+            "ffn_down_exps.weight" => self.names.down,
+            _ => return None,
+        };
+        let experts = info.shape.first().copied().filter(|_| info.shape.len() == 3)?;
+        Some((0..experts).map(|e| format!("model.layers.{layer}.{}.experts.{e}.{proj}.weight", self.module)).collect())
+    }
+}
+
+/// The experts' config fields from `<prefix>.expert_count` and `expert_used_count`:
+/// `(count, used)`, each an error naming its key when missing or zero.
+pub fn expert_counts(file: &Gguf, prefix: &str) -> Result<(u64, u64), WeightError> {
+    let count = file.required(&format!("{prefix}.expert_count"))?;
+    let used = file.required(&format!("{prefix}.expert_used_count"))?;
+    if count == 0 || used == 0 || used > count {
+        return Err(file.meta_err(&format!("{prefix}.expert_used_count"), &format!("{used} of {count} experts")));
+    }
+    Ok((count, used))
 }
