@@ -78,6 +78,7 @@ impl Architecture for OlmoeArch {
             qkv_bias: false,
             o_bias: false,
             qk_norm: QkNormKind::Full,
+            sinks: false,
         };
         let moe = MoeSpec {
             experts: cfg.num_experts,

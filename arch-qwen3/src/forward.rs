@@ -25,6 +25,7 @@ pub fn attn_spec(cfg: &DecoderConfig) -> AttnSpec {
         qkv_bias: false,
         o_bias: false,
         qk_norm: QkNormKind::PerHead,
+        sinks: false,
     }
 }
 

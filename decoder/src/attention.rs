@@ -21,6 +21,8 @@
 //! - `m = max_j s_j`; `e_j = exp(s_j - m)` with [`crate::lanes::exp`];
 //!   `sum = hsum` of 16 lane sums, lane `l` adding `e_j` for `j = l, l + 16, ...`.
 //! - `out[i] = (FMA chain over j ascending of e_j * v_j[i], from +0.0) / sum`.
+//! - With a sink logit `z` for the head (gpt-oss): `m = max(max_j s_j, z)` and `sum`
+//!   gains `exp(z - m)` after the tree; nothing else changes (without one, nothing does).
 //!
 //! Token `t` reads exactly its visible keys of its own sequence and nothing is split
 //! across threads, so its result does not depend on the batch, the chunking or the
@@ -142,6 +144,8 @@ struct Keys<'a> {
     n: usize,
     d: usize,
     scale: f32,
+    /// The pass's query heads' sink logits (gpt-oss), one per head, or empty: none.
+    sinks: &'a [f32],
 }
 
 /// Keys `lo .. n` in ascending position, as `(j - lo, key row, value row)`. An iterator
@@ -199,7 +203,7 @@ impl Iterator for KeyRows<'_> {
 /// and `m = n - lo` rounded up to 16). Below, `j` counts keys from `lo`.
 #[inline(always)]
 unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
-    let Keys { kv, lo, n, d, scale } = *keys;
+    let Keys { kv, lo, n, d, scale, sinks } = *keys;
     let kv = &kv;
     let m = n - lo;
     let (dp, np) = (d.div_ceil(W) * W, m.div_ceil(W) * W);
@@ -248,7 +252,15 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
     let mut sums = [0.0f32; G];
     for (h, sum) in sums.iter_mut().enumerate() {
         let row = std::slice::from_raw_parts_mut(sc.add(h * np), np);
-        let mx = row[..m].iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+        let mut mx = row[..m].iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+        // A sink (gpt-oss) is one more logit in the softmax whose value is dropped: it
+        // joins the max, and its exp is added to the sum after the lanes' tree.
+        let sink = sinks.get(h).copied();
+        if let Some(s) = sink {
+            if s > mx {
+                mx = s;
+            }
+        }
         let mv = L::splat(mx);
         for c in row.chunks_exact_mut(W) {
             L::st(c.as_mut_ptr(), exp::<L>(L::sub(L::ld(c.as_ptr()), mv)));
@@ -259,6 +271,11 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
             acc = L::add(acc, L::ld(c.as_ptr()));
         }
         *sum = L::hsum(acc);
+        if let Some(s) = sink {
+            let mut e = [0.0f32; W];
+            L::st(e.as_mut_ptr(), exp::<L>(L::sub(L::splat(s), mv)));
+            *sum += e[0];
+        }
     }
 
     // Weighted values, 16 columns at a time: per-lane FMA chains over the keys.
@@ -283,7 +300,9 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
 #[inline(always)]
 unsafe fn group_impl<L: Lanes>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
     let d = keys.d;
-    for (q, o) in q.chunks(MAX_G * d).zip(out.chunks_mut(MAX_G * d)) {
+    for (pass, (q, o)) in q.chunks(MAX_G * d).zip(out.chunks_mut(MAX_G * d)).enumerate() {
+        let sinks = keys.sinks.get(pass * MAX_G..(pass * MAX_G + q.len() / d)).unwrap_or(&[]);
+        let keys = &Keys { sinks, ..*keys };
         match q.len() / d {
             1 => heads::<L, 1>(q, keys, scratch, o),
             2 => heads::<L, 2>(q, keys, scratch, o),
@@ -299,7 +318,7 @@ simd_entry!(fn attend_group_unchecked => group_impl(
 
 /// Keys `lo .. n` of `d` values, scores scaled by `scale`: one task's span, for the tests.
 #[doc(hidden)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Span {
     /// First visible key.
     pub lo: usize,
@@ -312,10 +331,11 @@ pub struct Span {
 }
 
 /// Checks what the kernel's raw reads and writes rely on, then runs it.
+/// `sinks`: the group's query heads' sink logits (one each), or empty.
 fn attend_group(
     path: Path,
     q: &[f32],
-    kv: &KvView<'_>,
+    (kv, sinks): (&KvView<'_>, &[f32]),
     span: Span,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
@@ -324,7 +344,10 @@ fn attend_group(
     if d == 0 || lo >= n || q.len() != out.len() || !q.len().is_multiple_of(d) || !kv.holds(n, d) {
         return Err(format!("attention: keys {lo}..{n} of {d} values do not fit the slabs or q/out ({})", q.len()));
     }
-    let keys = Keys { kv: *kv, lo, n, d, scale };
+    if !sinks.is_empty() && sinks.len() * d != q.len() {
+        return Err(format!("attention: {} sinks for {} query heads", sinks.len(), q.len() / d));
+    }
+    let keys = Keys { kv: *kv, lo, n, d, scale, sinks };
     attend_group_unchecked(path, q, &keys, scratch, out);
     Ok(())
 }
@@ -340,8 +363,21 @@ pub fn attend_span(
     span: Span,
     out: &mut [f32],
 ) -> Result<(), String> {
+    attend_span_sinks(path, q, (k_blocks, v_blocks), block_tokens, (span, &[]), out)
+}
+
+/// [`attend_span`] with one sink logit per query head (`sinks` `(G,)`), for the tests.
+#[doc(hidden)]
+pub fn attend_span_sinks(
+    path: Path,
+    q: &[f32],
+    (k_blocks, v_blocks): (&[&[u16]], &[&[u16]]),
+    block_tokens: usize,
+    (span, sinks): (Span, &[f32]),
+    out: &mut [f32],
+) -> Result<(), String> {
     let kv = KvView { k: k_blocks, v: v_blocks, base: 0, b: block_tokens };
-    attend_group(path, q, &kv, span, &mut Vec::new(), out)
+    attend_group(path, q, (&kv, sinks), span, &mut Vec::new(), out)
 }
 
 /// One KV head's attention for tests: `q` `(G, D)` over keys `0 .. n` held in blocks of
@@ -384,7 +420,22 @@ pub fn attention(
     qkv: &[f32],
     out: &mut [f32],
 ) -> Result<(), ModelError> {
+    attention_sinks(step, kv, (layer, attn, &[]), qkv, out)
+}
+
+/// [`attention`] with a sink logit per query head (`sinks` `(H,)`, gpt-oss: one more
+/// logit in each softmax whose value is dropped), or none (`sinks` empty).
+pub fn attention_sinks(
+    step: &Step<'_>,
+    kv: &dyn KvSlabs,
+    (layer, attn, sinks): (u32, &Attn, &[f32]),
+    qkv: &[f32],
+    out: &mut [f32],
+) -> Result<(), ModelError> {
     attn.check(&kv.geometry())?;
+    if !sinks.is_empty() && sinks.len() != attn.heads {
+        return Err(ModelError::Other(format!("attention: {} sinks for {} heads", sinks.len(), attn.heads)));
+    }
     let Step { path, batch, plan } = *step;
     let (heads, kv_heads, d) = (attn.heads, attn.kv_heads, attn.head_dim);
     let (q, q_stride) = (qkv, attn.qkv_width());
@@ -423,10 +474,11 @@ pub fn attention(
         let qh = &q[q0..q0 + group * d];
         let keys = attn.visible(plan.pos[t]);
         let span = Span { lo: keys.start, n: keys.end, d, scale: attn.scale };
+        let sinks = sinks.get(g * group..(g + 1) * group).unwrap_or(&[]);
         SCRATCH
             .with(|s| match s.try_borrow_mut() {
-                Ok(mut s) => attend_group(path, qh, &kv, span, &mut s, o),
-                Err(_) => attend_group(path, qh, &kv, span, &mut Vec::new(), o),
+                Ok(mut s) => attend_group(path, qh, (&kv, sinks), span, &mut s, o),
+                Err(_) => attend_group(path, qh, (&kv, sinks), span, &mut Vec::new(), o),
             })
             .map_err(ModelError::Other)
     })

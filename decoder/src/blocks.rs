@@ -9,10 +9,10 @@
 use tl_core::ModelError;
 use tl_quant::Linear;
 
-use crate::attention::{attention, write_kv, Attn};
+use crate::attention::{attention_sinks, write_kv, Attn};
 use crate::moe::Moe;
 use crate::proj::{f32_bytes, grow, linear, Proj};
-use crate::rowops::{full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, swiglu};
+use crate::rowops::{clamped_swiglu, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, swiglu};
 use crate::stack::{Cx, LayerBody};
 use crate::weights::Loader;
 use crate::Path;
@@ -66,6 +66,8 @@ pub struct AttnSpec {
     pub o_bias: bool,
     /// The q/k norm.
     pub qk_norm: QkNormKind,
+    /// `sinks` `(H,)`: one logit per query head in the softmax (gpt-oss).
+    pub sinks: bool,
 }
 
 /// The attention sublayer: `proj = o(attention(rope(norm_qk(qkv(h) + b))))`, K and V of
@@ -85,6 +87,8 @@ pub struct AttnBlock {
     pub o: Linear,
     /// `(d,)` the o projection's bias, when the family has one.
     pub o_bias: Option<Vec<f32>>,
+    /// `(H,)` the query heads' sink logits, or empty.
+    pub sinks: Vec<f32>,
 }
 
 /// `v += b` on every row of `x` `(rows, b.len())`: after a product, one f32 add per
@@ -127,7 +131,9 @@ impl AttnBlock {
             QkNormKind::Full => QkNorm::Full { q: norm(&qn, qw)?, k: norm(&kn, kvw)? },
         };
         let o_bias = if spec.o_bias { Some(w.vector(&format!("{p}.o_proj.bias"), d)?) } else { None };
-        Ok(AttnBlock { qkv, qkv_bias, qk_norm, attn: a, rope: spec.rope, o: proj("o_proj", d, qw)?, o_bias })
+        let sinks = if spec.sinks { w.vector(&format!("{p}.sinks"), a.heads)? } else { Vec::new() };
+        let o = proj("o_proj", d, qw)?;
+        Ok(AttnBlock { qkv, qkv_bias, qk_norm, attn: a, rope: spec.rope, o, o_bias, sinks })
     }
 
     /// `proj` `(N, d)` from `h` `(N, d)`, for layer `layer`.
@@ -149,7 +155,7 @@ impl AttnBlock {
         b.ropes[self.rope].apply(qkv, qkv_w, 0, a.heads + a.kv_heads); // q and k heads
         write_kv(step, &mut **kv, layer, a, qkv)?;
         let att = grow(&mut b.att, n * qw); // (N, H*D)
-        attention(step, &**kv, layer, a, qkv, att)?;
+        attention_sinks(step, &**kv, (layer, a, &self.sinks), qkv, att)?;
         let proj = grow(&mut b.proj, n * dm); // (N, d)
         linear(&self.o, att, n, proj, "o_proj")?;
         if let Some(bias) = &self.o_bias {
@@ -168,17 +174,26 @@ impl AttnBlock {
             + self.o.packed_bytes()
             + self.qkv_bias.as_deref().map_or(0, f32_bytes)
             + self.o_bias.as_deref().map_or(0, f32_bytes)
+            + f32_bytes(&self.sinks)
             + norms
     }
 }
 
 /// The gated activation of an MLP, on `(rows, 2I)` gate|up rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Act {
     /// `silu(gate) * up` (Llama and most families).
     SwiGlu,
     /// `gelu_tanh(gate) * up` (Gemma).
     GeluTanh,
+    /// gpt-oss's: `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)`, `g =
+    /// min(gate, limit)`.
+    ClampedSwiGlu {
+        /// `swiglu_limit`.
+        limit: f32,
+        /// The sigmoid's slope (1.702 in gpt-oss).
+        alpha: f32,
+    },
 }
 
 /// A gated MLP's tensor names below its prefix.
@@ -195,7 +210,8 @@ pub struct MlpNames {
 /// Hugging Face's Llama names.
 pub const MLP_NAMES: MlpNames = MlpNames { gate: "gate_proj", up: "up_proj", down: "down_proj" };
 
-/// A gated MLP: `down(act(gate(h), up(h)))`.
+/// A gated MLP: `down(act(gate(h) + bg, up(h) + bu)) + bd` (biases where the family has
+/// them: gpt-oss's experts).
 pub struct Mlp {
     /// `[2*I, d]`: gate, up stacked.
     pub gate_up: Proj,
@@ -203,6 +219,10 @@ pub struct Mlp {
     pub down: Linear,
     /// The activation.
     pub act: Act,
+    /// `(2*I,)` the gate's then the up projection's biases, when present.
+    pub gate_up_bias: Option<Vec<f32>>,
+    /// `(d,)` the down projection's bias, when present.
+    pub down_bias: Option<Vec<f32>>,
 }
 
 /// The scratch an [`Mlp`] runs in.
@@ -220,7 +240,7 @@ impl Mlp {
     pub fn load(w: &Loader<'_>, p: &str, names: MlpNames, d: usize, inter: usize, act: Act) -> Result<Mlp, ModelError> {
         let proj = |name: &str, out, inp| w.proj(&format!("{p}.{name}"), out, inp);
         let gate_up = Proj::new(vec![proj(names.gate, inter, d)?, proj(names.up, inter, d)?]);
-        Ok(Mlp { gate_up, down: proj(names.down, d, inter)?, act })
+        Ok(Mlp { gate_up, down: proj(names.down, d, inter)?, act, gate_up_bias: None, down_bias: None })
     }
 
     /// Width I.
@@ -233,12 +253,20 @@ impl Mlp {
         let inter = self.inter();
         let gu = grow(s.gu, rows * 2 * inter); // (rows, 2I) gate | up
         self.gate_up.forward(x, rows, gu, s.tmp, "gate_up_proj")?;
+        if let Some(b) = &self.gate_up_bias {
+            add_bias(gu, b);
+        }
         let act = grow(s.act, rows * inter); // (rows, I)
         match self.act {
             Act::SwiGlu => swiglu(path, gu, act, inter),
             Act::GeluTanh => gelu_tanh_gated(path, gu, act, inter),
+            Act::ClampedSwiGlu { limit, alpha } => clamped_swiglu(path, gu, act, inter, (limit, alpha)),
         }
-        linear(&self.down, act, rows, y, "down_proj")
+        linear(&self.down, act, rows, y, "down_proj")?;
+        if let Some(b) = &self.down_bias {
+            add_bias(y, b);
+        }
+        Ok(())
     }
 
     /// `proj` `(N, d)` from `h` `(N, d)`.
@@ -252,7 +280,8 @@ impl Mlp {
 
     /// Bytes its weights hold.
     pub fn weight_bytes(&self) -> usize {
-        self.gate_up.packed_bytes() + self.down.packed_bytes()
+        let biases = self.gate_up_bias.as_deref().map_or(0, f32_bytes) + self.down_bias.as_deref().map_or(0, f32_bytes);
+        self.gate_up.packed_bytes() + self.down.packed_bytes() + biases
     }
 }
 

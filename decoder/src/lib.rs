@@ -61,7 +61,7 @@ mod weights;
 
 use tl_core::{BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError};
 
-pub use attention::{attention, write_kv, Attn, Step};
+pub use attention::{attention, attention_sinks, write_kv, Attn, Step};
 pub use blocks::{
     Act, AttnBlock, AttnSpec, Ffn, Mlp, MlpNames, MlpScratch, NormReader, PreNorm, QkNorm, QkNormKind, MLP_NAMES,
 };
@@ -75,7 +75,7 @@ pub use rope::{
     inv_freq_default, inv_freq_llama3, inv_freq_yarn, inv_freq_yarn_from, rope_of, Llama3Scaling, Rope, RopeScaling,
     RopeTables, YarnScaling,
 };
-pub use rowops::{add, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, rms_norm, swiglu};
+pub use rowops::{add, clamped_swiglu, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, rms_norm, swiglu};
 pub use stack::{Buffers, Cx, Ends, LayerBody, Stack, StackParts};
 pub use weights::{dense_mlp, prenorm_stack, Loader};
 
@@ -83,9 +83,9 @@ pub use weights::{dense_mlp, prenorm_stack, Loader};
 /// with the portable reference; not an API.
 #[doc(hidden)]
 pub mod kernels {
-    pub use crate::attention::{attend_one, attend_span, narrow_f16, Span, MAX_G};
+    pub use crate::attention::{attend_one, attend_span, attend_span_sinks, narrow_f16, Span, MAX_G};
     pub use crate::lanes::{exp16, Path};
-    pub use crate::rowops::{gelu_tanh_row, rms_norm_row, swiglu_row};
+    pub use crate::rowops::{clamped_swiglu_row, gelu_tanh_row, rms_norm_row, swiglu_row};
 }
 
 /// The KV block geometry of a decoder config, for blocks of `block_tokens` positions.

@@ -171,6 +171,49 @@ pub fn full_qk_rms_norm(path: Path, x: &mut [f32], stride: usize, q_w: &[f32], k
     });
 }
 
+/// gpt-oss's clamped SwiGLU on 16 lanes: `g' = min(g, limit)`, `u' = clamp(u, -limit,
+/// limit)`, `(u' + 1) * (g' * sigmoid(alpha * g'))` with `sigmoid(x) = 1 / (1 + exp(-x))`
+/// (transformers' `GptOssExperts._apply_gate`).
+#[inline(always)]
+unsafe fn clamped_swiglu16<L: Lanes>(g: L::V, u: L::V, limit: L::V, alpha: L::V) -> L::V {
+    let g = L::min(g, limit);
+    let u = L::min(L::max(u, L::sub(L::zero(), limit)), limit);
+    let z = L::mul(g, alpha);
+    let sig = L::div(L::splat(1.0), L::add(L::splat(1.0), exp::<L>(L::sub(L::zero(), z))));
+    L::mul(L::add(u, L::splat(1.0)), L::mul(g, sig))
+}
+
+/// One row of the clamped SwiGLU (see `clamped_swiglu16`).
+#[inline(always)]
+unsafe fn clamped_swiglu_row_impl<L: Lanes>(g: &[f32], u: &[f32], act: &mut [f32], limit: f32, alpha: f32) {
+    let n = g.len().min(u.len()).min(act.len());
+    let full = n / W * W;
+    let (lv, av) = (L::splat(limit), L::splat(alpha));
+    for c in (0..full).step_by(W) {
+        let v = clamped_swiglu16::<L>(L::ld(g.as_ptr().add(c)), L::ld(u.as_ptr().add(c)), lv, av);
+        L::st(act.as_mut_ptr().add(c), v);
+    }
+    if n > full {
+        let (gv, uv) = (ld_part::<L>(g.as_ptr().add(full), n - full), ld_part::<L>(u.as_ptr().add(full), n - full));
+        st_part::<L>(act.as_mut_ptr().add(full), clamped_swiglu16::<L>(gv, uv, lv, av), n - full);
+    }
+}
+
+simd_entry!(
+    /// One row of gpt-oss's clamped SwiGLU on `path`; `n = min(len)`.
+    #[doc(hidden)]
+    pub fn clamped_swiglu_row => clamped_swiglu_row_impl(g: &[f32], u: &[f32], act: &mut [f32], limit: f32, alpha: f32)
+);
+
+/// `act = (clamp(up) + 1) * glu(min(gate, limit))` per row (gpt-oss's experts): `gu`
+/// `(rows, 2I)` holds gate then up side by side; `act` is `(rows, I)`.
+pub fn clamped_swiglu(path: Path, gu: &[f32], act: &mut [f32], inter: usize, (limit, alpha): (f32, f32)) {
+    rows(act, inter, |i, a| {
+        let (g, u) = gu[i * 2 * inter..(i + 1) * 2 * inter].split_at(inter);
+        clamped_swiglu_row(path, g, u, a, limit, alpha)
+    });
+}
+
 /// `gelu_tanh(g) * u` on 16 lanes, with `gelu_tanh(g) = g * sigmoid(2 * inner) =
 /// g / (1 + exp(-2 * inner))`, `inner = sqrt(2/pi) * (g + 0.044715 * g^3)`: torch's
 /// `0.5 * g * (1 + tanh(inner))` rewritten (`1 + tanh(y) = 2 / (1 + exp(-2y))`) so no

@@ -212,6 +212,7 @@ pub fn load(cfg: &DecoderConfig, ctx: &BuildCtx<'_>) -> Result<Stack<PreNorm>, M
             qkv_bias: cfg.qkv_bias,
             o_bias: false,
             qk_norm: QkNormKind::None,
+            sinks: false,
         };
         Ok((spec, dense_mlp(w, cfg, i)?))
     })

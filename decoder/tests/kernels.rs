@@ -4,7 +4,8 @@
 //! definition), and the comparison is sharp enough to catch a reordered sum.
 
 use tl_decoder::kernels::{
-    attend_one, attend_span, exp16, gelu_tanh_row, narrow_f16, rms_norm_row, swiglu_row, Path, Span,
+    attend_one, attend_span, attend_span_sinks, clamped_swiglu_row, exp16, gelu_tanh_row, narrow_f16, rms_norm_row,
+    swiglu_row, Path, Span,
 };
 use tl_quant::{f16_to_f32, f32_to_f16};
 
@@ -409,4 +410,112 @@ fn gelu_tanh_is_accurate_and_the_same_on_every_path() {
     assert_eq!(out[2], 30.0);
     assert!(out[1].abs() < 1e-30 && out[3].abs() < 1e-30, "{out:?}");
     assert_eq!(out[4], 0.0);
+}
+
+/// Sinks (gpt-oss): one more logit per query head in the softmax, its value dropped. Every
+/// path equals the portable one bit for bit; the portable one equals the scalar reference
+/// of the documented arithmetic (`m = max(max_j s_j, z)`, `sum = tree + exp(z - m)`)
+/// bit for bit; a large sink shrinks the output towards zero and a very negative one
+/// changes nothing but the last bits at most.
+#[test]
+fn attention_sinks_are_one_more_logit_on_every_path() {
+    let paths = simd_paths();
+    let mut rng = Rng(0x5151_a0a0_1234_9876);
+    let exp = |x: f32| exp16(Path::Portable, &[x; 16])[0];
+    for d in [64, 16, 24] {
+        for group in [1, 3, 5] {
+            for n in [1, 17, 33] {
+                let c = Case::new(&mut rng, group, n, d, 16);
+                let sinks: Vec<f32> = (0..group).map(|_| rng.f32(4.0)).collect();
+                let (k, v): (Vec<&[u16]>, Vec<&[u16]>) =
+                    (c.k.iter().map(Vec::as_slice).collect(), c.v.iter().map(Vec::as_slice).collect());
+                let span = Span { lo: 0, n, d, scale: 1.0 / (d as f32).sqrt() };
+                let run = |p: Path, sinks: &[f32]| {
+                    let mut out = vec![f32::NAN; c.q.len()];
+                    attend_span_sinks(p, &c.q, (&k, &v), c.b, (span, sinks), &mut out).expect("runs");
+                    out
+                };
+                let portable = run(Path::Portable, &sinks);
+                for &p in &paths {
+                    assert_eq!(bits(&run(p, &sinks)), bits(&portable), "{p:?}: d {d} group {group} n {n}");
+                }
+                // The reference: the same scores, the sink in the max and the sum.
+                let mut want = Vec::new();
+                for (h, q) in c.q.chunks_exact(d).enumerate() {
+                    let s: Vec<f32> = (0..n)
+                        .map(|j| {
+                            let kr = c.row(&c.k, j);
+                            let mut lanes = [0.0f32; 16];
+                            for i in 0..d {
+                                lanes[i % 16] = q[i].mul_add(kr[i], lanes[i % 16]);
+                            }
+                            tree(lanes) * span.scale
+                        })
+                        .collect();
+                    let m = s.iter().fold(sinks[h], |m, &x| if x > m { x } else { m });
+                    let e: Vec<f32> = s.iter().map(|&x| exp(x - m)).collect();
+                    let mut lanes = [0.0f32; 16];
+                    for (j, &e) in e.iter().enumerate() {
+                        lanes[j % 16] += e;
+                    }
+                    let sum = tree(lanes) + exp(sinks[h] - m);
+                    let mut acc = vec![0.0f32; d];
+                    for (j, &e) in e.iter().enumerate() {
+                        for (a, v) in acc.iter_mut().zip(c.row(&c.v, j)) {
+                            *a = e.mul_add(v, *a);
+                        }
+                    }
+                    want.extend(acc.iter().map(|a| a / sum));
+                }
+                assert_eq!(bits(&portable), bits(&want), "reference: d {d} group {group} n {n}");
+                // A sink far above every score takes the mass; far below, none of it.
+                let big = run(Path::Portable, &vec![1e3; group]);
+                assert!(big.iter().all(|x| x.abs() < 1e-20), "a dominant sink leaves ~0");
+                let none = run(Path::Portable, &[]);
+                let tiny = run(Path::Portable, &vec![-1e3; group]);
+                assert_eq!(bits(&tiny), bits(&none), "exp(-huge) adds +0 to the sum");
+                assert_ne!(bits(&portable), bits(&none), "d {d} group {group} n {n}: the sinks changed nothing");
+            }
+        }
+    }
+}
+
+/// gpt-oss's clamped SwiGLU, in f64: `(clamp(u, -l, l) + 1) * g' * sigmoid(a * g')`,
+/// `g' = min(g, l)`.
+fn clamped_swiglu_ref(g: f64, u: f64, l: f64, a: f64) -> f64 {
+    let g = g.min(l);
+    (u.clamp(-l, l) + 1.0) * g / (1.0 + (-a * g).exp())
+}
+
+#[test]
+fn clamped_swiglu_is_accurate_and_the_same_on_every_path() {
+    let paths = simd_paths();
+    let mut rng = Rng(23);
+    let (limit, alpha) = (7.0f32, 1.702f32);
+    for len in [1, 15, 16, 17, 64, 100, 2048] {
+        // Values past the limit on both sides, so both clamps act.
+        let (g, u) = (rng.vec(len, 12.0), rng.vec(len, 12.0));
+        let mut want = vec![0.0; len];
+        clamped_swiglu_row(Path::Portable, &g, &u, &mut want, limit, alpha);
+        for i in 0..len {
+            let exact = clamped_swiglu_ref(g[i] as f64, u[i] as f64, limit as f64, alpha as f64);
+            let tol = 4e-6 * exact.abs().max(1e-3);
+            assert!(
+                (want[i] as f64 - exact).abs() <= tol,
+                "{len}: {i}: g {} u {} got {} want {exact}",
+                g[i],
+                u[i],
+                want[i]
+            );
+        }
+        for &p in &paths {
+            let mut got = vec![0.0; len];
+            clamped_swiglu_row(p, &g, &u, &mut got, limit, alpha);
+            assert_eq!(bits(&got), bits(&want), "clamped swiglu {p:?} {len}");
+        }
+    }
+    // The clamps: a gate above the limit acts as the limit, an up above it as the limit.
+    let mut out = [0.0f32; 2];
+    clamped_swiglu_row(Path::Portable, &[50.0, 7.0], &[50.0, 7.0], &mut out, limit, alpha);
+    assert_eq!(out[0].to_bits(), out[1].to_bits());
 }

@@ -1,0 +1,103 @@
+"""The rows of scripts/bench_moe.sh (it sets the environment): tl beside llama.cpp on the
+MoE files, each round llama.cpp then tl on the same file; medians over rounds and the median
+of each round's tl/llama.cpp ratio; raw JSON lines to $RAW, the markdown table to $TABLE."""
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+env = os.environ
+threads, prompt, gen, batch = env["THREADS"], env["PROMPT"], env["GEN"], int(env["BATCH"])
+files = json.load(open(env["FILES"]))
+raw = open(env["RAW"], "a")
+
+
+def record(obj):
+    raw.write(json.dumps(obj) + "\n")
+    raw.flush()
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        tail = (p.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"bench_moe: {cmd[0]} failed (exit {p.returncode}): {tail}", file=sys.stderr)
+        record({"cmd": cmd, "error": tail})
+        return []
+    return [json.loads(line) for line in (p.stdout + "\n" + p.stderr).splitlines() if line.startswith("{")]
+
+
+def llama(name, path):
+    out = {}
+    for kind, args in (("prefill", ["-p", prompt, "-n", "0"]), ("decode", ["-p", "0", "-n", gen, "-d", prompt])):
+        cmd = [f"{env['LLAMA_BIN']}/llama-bench", "-m", path, "-t", threads, "-r", env["REPEATS"], "-o", "jsonl"]
+        for j in run(cmd + args):
+            record({**j, "tool": "llama.cpp", "config": name, "kind": kind})
+            out[kind] = statistics.median(j["samples_ts"])
+    ctx = batch * (32 + int(gen)) + 16
+    cmd = [f"{env['LLAMA_BIN']}/llama-batched-bench", "-m", path, "-t", threads, "-tb", threads, "-c", str(ctx),
+           "-npp", "32", "-ntg", gen, "-npl", str(batch), "--output-format", "jsonl"]
+    for j in run(cmd):
+        record({**j, "tool": "llama.cpp", "config": name, "kind": "batched"})
+        out["batched"] = j["speed_tg"]
+    return out
+
+
+def tl(name, path):
+    out = {}
+    cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", prompt,
+           "--decode-tokens", gen, "--repeats", env["REPEATS"], "--json-only", "--batch", "1"]
+    for j in run(cmd):
+        record({**j, "config": name, "commit": env["TL_COMMIT"]})
+        out.update(prefill=j["prefill_tok_s"], decode=j["decode_tok_s"], rss=j["peak_rss_mib"],
+                   file=os.path.getsize(path) / 2**20, kv=j["kv_pool_mib"], load=j["load_s"])
+    cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", "32",
+           "--decode-tokens", gen, "--repeats", env["REPEATS"], "--json-only", "--batch", str(batch)]
+    for j in run(cmd):
+        record({**j, "config": name, "commit": env["TL_COMMIT"], "kind": "batched"})
+        if j["batch"] == batch:
+            out["batched"] = j["decode_tok_s"]
+    return out
+
+
+res = {n: {"tl": [], "llama": []} for n in files}
+for rnd in range(1, int(env["ROUNDS"]) + 1):
+    for n, path in files.items():
+        print(f"bench_moe: round {rnd}, {n}", file=sys.stderr)
+        res[n]["llama"].append(llama(n, path))
+        res[n]["tl"].append(tl(n, path))
+
+
+def med(runs, k):
+    v = [r[k] for r in runs if r.get(k)]
+    return statistics.median(v) if v else None
+
+
+def ratio(a, b, k):
+    v = [x[k] / y[k] for x, y in zip(a, b) if x.get(k) and y.get(k)]
+    return statistics.median(v) if v else None
+
+
+def f(x, d=1):
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+lines = [f"MoE benchmark model (scripts/bench_moe.sh), {threads} threads, {prompt}-token prompt, {gen} decoded; "
+         f"batched: {batch} sequences of 32 tokens, {gen} steps; tl {env['TL_COMMIT']}; llama.cpp {env['LLAMA_BIN']}; "
+         f"{cpu}, {platform.machine()}; medians over {env['ROUNDS']} rounds, ratios the median of each round's", "",
+         "| file | prefill tl | prefill llama.cpp | ratio | decode tl | decode llama.cpp | ratio "
+         f"| batched ({batch}) tl | batched llama.cpp | ratio | tl peak RSS / (file + KV) |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+for n in files:
+    t, l = res[n]["tl"], res[n]["llama"]
+    rss = med(t, "rss")
+    budget = (med(t, "file") or 0) + (med(t, "kv") or 0)
+    row = [n.upper()]
+    for k in ("prefill", "decode", "batched"):
+        row += [f(med(t, k)), f(med(l, k)), f(ratio(t, l, k), 2)]
+    row.append(f"{f(rss, 0)} / {f(budget, 0)} MiB = {f(rss / budget if rss and budget else None, 2)}")
+    lines.append("| " + " | ".join(row) + " |")
+open(env["TABLE"], "w").write("\n".join(lines) + "\n")
