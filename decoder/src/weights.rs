@@ -154,6 +154,54 @@ impl<'a> Loader<'a> {
         matrix(self.store, name, out, inp, self.native)
     }
 
+    /// Columns `cols` of matrix `e` of the stacked `[S, A, B]` tensor `name` (stored F32,
+    /// F16 or BF16, row-major), as a `[cols.len(), A]` matrix (row `r` is column
+    /// `cols[r]`): a transposed, sliced copy of the stored values, kept in the stored type
+    /// unless everything is widened to f32 (gpt-oss's fused `gate_up_proj` `[E, d, 2I]`
+    /// with gate and up interleaved, and `down_proj` `[E, I, d]`).
+    pub fn stacked_columns(
+        &self,
+        name: &str,
+        (s, a, b): (usize, usize, usize),
+        e: usize,
+        cols: &[usize],
+    ) -> Result<Linear, ModelError> {
+        let info = self.store.info(name);
+        let (dtype, format, size) = match info.map(|i| i.dtype) {
+            Some(DType::F32) => (DType::F32, Format::F32, 4),
+            Some(DType::F16) => (DType::F16, Format::F16, 2),
+            Some(DType::BF16) => (DType::BF16, Format::BF16, 2),
+            _ => {
+                return Err(ModelError::Weights(WeightError::Tensor {
+                    path: self.store.path().to_path_buf(),
+                    name: name.into(),
+                    reason: "a stacked expert tensor must be stored as F32, F16 or BF16".into(),
+                }))
+            }
+        };
+        let raw = self.store.raw(name, dtype, &[s, a, b])?;
+        if e >= s || cols.iter().any(|&c| c >= b) {
+            return Err(ModelError::Weights(WeightError::Tensor {
+                path: self.store.path().to_path_buf(),
+                name: name.into(),
+                reason: format!("matrix {e} of {s}, or a column past its {b}"),
+            }));
+        }
+        let mut bytes = Vec::with_capacity(cols.len() * a * size);
+        for &c in cols {
+            for r in 0..a {
+                let at = ((e * a + r) * b + c) * size;
+                bytes.extend_from_slice(&raw[at..at + size]);
+            }
+        }
+        let lin = if self.native {
+            Linear::from_stored(format, &bytes, cols.len(), a)
+        } else {
+            tl_quant::dequantize(format, &bytes, cols.len(), a).and_then(|w| Linear::new_f32(w, cols.len(), a))
+        };
+        lin.map_err(|err| quant_err(self.store, name, err))
+    }
+
     /// The `(len,)` vector `name` (a norm weight, a bias), widened to f32.
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
         Ok(self.store.f32(name, &[len])?)
