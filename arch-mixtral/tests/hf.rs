@@ -4,6 +4,7 @@
 //! `--weights f32` invariances bit for bit, and bad configs refused naming the field.
 
 // Name the plugin crate so its registrations ("mixtral") are linked.
+use tl_arch_llama as _;
 use tl_arch_mixtral as _;
 
 use tl_core::Weights;
@@ -50,4 +51,24 @@ fn bad_mixtral_configs_are_refused_naming_the_field() {
     assert!(fewer.contains("block_sparse_moe.gate.weight"), "{fewer}");
     let window = load_error(with_config(&fixture(NAME), |c| c["sliding_window"] = 0.into()).path());
     assert!(window.contains("sliding_window"), "{window}");
+}
+
+#[test]
+fn the_gguf_of_the_same_weights_equals_the_safetensors_without_a_window() {
+    // llama.cpp writes a Mixtral as `llama` with experts, Q/K rows permuted and no window
+    // key (its graph has none): the same logits, bit for bit, as the safetensors run with
+    // `sliding_window: null`.
+    let path = fixture(NAME).join("model.gguf");
+    let mut g = load_path(&path, 0, Weights::Native);
+    let c = g.config().json().clone();
+    assert_eq!((c["tl_arch"].as_str(), c["num_local_experts"].as_u64()), (Some("mixtral"), Some(8)));
+    assert_eq!((c["num_experts_per_tok"].as_u64(), &c["sliding_window"]), (Some(3), &serde_json::Value::Null));
+    let full = with_config(&fixture(NAME), |c| c["sliding_window"] = serde_json::Value::Null);
+    let refs = reference(NAME);
+    let want = alone(&mut load_path(full.path(), 0, Weights::Native), &refs);
+    check_same_bits(&mut g, &refs, &want, "GGUF");
+    // Within the window the GGUF still matches HF's references.
+    let short: Vec<RefPrompt> = refs.into_iter().filter(|p| p.ids.len() <= WINDOW).collect();
+    assert!(!short.is_empty());
+    check_hf(&mut g, &short, "tiny-mixtral GGUF");
 }
