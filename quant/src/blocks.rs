@@ -262,7 +262,7 @@ unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I:
     let dm = blk.add(NR * 2) as *const u16;
     let sc = blk.add(l.sc + s * NR);
     match f {
-        Blk::Q5_0 => (d, I::mul(d, I::splat_v(-16.0))),
+        Blk::Q5_0 => (d, I::mul(d, I::splat(-16.0))),
         Blk::Q5_1 => (d, I::ld_f16(dm)),
         Blk::Iq4Nl => (d, I::zero()),
         Blk::Q2K => {
@@ -275,11 +275,11 @@ unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I:
         ),
         Blk::Q3K => {
             let a = I::mul(d, I::ld_i8(sc as *const i8));
-            (a, I::mul(a, I::splat_v(-4.0)))
+            (a, I::mul(a, I::splat(-4.0)))
         }
         Blk::Q6K => {
             let a = I::mul(d, I::ld_i8(sc as *const i8));
-            (a, I::mul(a, I::splat_v(-32.0)))
+            (a, I::mul(a, I::splat(-32.0)))
         }
     }
 }
@@ -446,7 +446,7 @@ impl<I: Isa, const MR: usize, const NP: usize> Sink<I, NP> for Multiply<'_, I, M
             }
         }
         for (r, row) in self.acc.iter_mut().enumerate() {
-            let xb = I::splat(self.x.add(r * self.inp + kk));
+            let xb = I::splat_at(self.x.add(r * self.inp + kk));
             for (a, w) in row.iter_mut().zip(w) {
                 *a = I::fma(xb, *w, *a);
             }

@@ -95,7 +95,7 @@ impl Path {
 macro_rules! step {
     ($I:ty, $acc:ident, $x:ident, $inp:expr, $k:expr, $w:ident) => {
         for r in 0..MR {
-            let xb = <$I>::splat($x.add(r * $inp + $k));
+            let xb = <$I>::splat_at($x.add(r * $inp + $k));
             for p in 0..NP {
                 $acc[r][p] = <$I>::fma(xb, $w[p], $acc[r][p]);
             }
@@ -193,7 +193,7 @@ unsafe fn f32_tile<I: Isa, const MR: usize, const NP: usize>(at: &At) {
     for k in 0..inp {
         for p in 0..NP {
             at.next::<I, NP>(p, k * NR * 4);
-            w[p] = I::ld_f32((at.panel(p) as *const f32).add(k * NR));
+            w[p] = I::ld((at.panel(p) as *const f32).add(k * NR));
         }
         step!(I, acc, x, inp, k, w);
     }
@@ -264,7 +264,7 @@ unsafe fn q4_tile<I: Isa, const MR: usize, const NP: usize, const MIN: bool>(at:
             }
             let base = at.panel(p).add(b * bb);
             d[p] = I::ld_f16(base as *const u16);
-            m[p] = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d[p], I::splat_v(-8.0)) };
+            m[p] = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d[p], I::splat(-8.0)) };
         }
         for c in 0..QK / 8 {
             let q: [I::U; NP] = lanes!(NP, |p| I::ld_u32(at.panel(p).add(b * bb + qoff + c * NR * 4) as *const u32));

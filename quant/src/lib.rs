@@ -20,7 +20,7 @@ mod int4;
 mod kernel;
 mod linear;
 mod pack;
-mod simd;
+pub mod simd;
 mod staged;
 
 pub use error::QuantError;

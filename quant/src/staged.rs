@@ -77,7 +77,7 @@ unsafe fn widen<I: Isa, const NP: usize>(
             for p in 0..NP {
                 let base = panels.at(p).add(b * q4_block(min));
                 let d = I::ld_f16(base as *const u16);
-                let m = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d, I::splat_v(-8.0)) };
+                let m = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d, I::splat(-8.0)) };
                 let q0 = base.add(NR * 2 * (1 + min as usize));
                 for c in 0..QK / 8 {
                     let q = I::ld_u32(q0.add(c * NR * 4) as *const u32);
@@ -194,15 +194,15 @@ pub(crate) unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, c: 
     if !c.first {
         for r in 0..MR {
             for p in 0..NP {
-                acc[r][p] = I::ld_f32(c.slot(r0 + r, p));
+                acc[r][p] = I::ld(c.slot(r0 + r, p));
             }
         }
     }
     let x = j.x.add(r0 * inp + c.k0);
     for kk in 0..c.kc {
-        let w: [I::V; NP] = lanes!(NP, |p| I::ld_f32(c.w.add(p * KC * NR + kk * NR)));
+        let w: [I::V; NP] = lanes!(NP, |p| I::ld(c.w.add(p * KC * NR + kk * NR)));
         for r in 0..MR {
-            let xb = I::splat(x.add(r * inp + kk));
+            let xb = I::splat_at(x.add(r * inp + kk));
             for p in 0..NP {
                 acc[r][p] = I::fma(xb, w[p], acc[r][p]);
             }
