@@ -14,18 +14,21 @@
 
 mod blocks;
 mod error;
+mod format;
 mod ggml;
 mod half_conv;
 mod int4;
 mod kernel;
 mod linear;
+mod matmul;
 mod pack;
 pub mod simd;
 mod staged;
 
 pub use error::QuantError;
+pub use format::{BlockShape, Format};
 pub use ggml::dequantize;
 pub use half_conv::{bf16_to_f32, f16_to_f32, f32_to_f16};
 pub use int4::{pack_int4, unpack_int4, QLinear, MAX_GROUP_ABS};
-pub use kernel::Path;
-pub use linear::{Format, Linear};
+pub use linear::Linear;
+pub use matmul::Path;

@@ -91,6 +91,7 @@ macro_rules! simd_entry {
 /// Loads and stores touch 16 elements through raw pointers: callers pass pointers valid
 /// for that many. An implementation for an instruction set runs only inside a function
 /// compiled for it, after checking the CPU has it ([`crate::Path::available`]).
+#[allow(clippy::missing_safety_doc)] // the trait's Safety section covers every method
 pub trait Isa: Copy {
     /// 16 f32 lanes.
     type V: Copy;
