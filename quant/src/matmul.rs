@@ -78,7 +78,7 @@ impl Path {
 }
 /// One instruction set's compiled pieces and tile shapes. Each tile shape (and each piece
 /// of the staged path) is a function of its own, compiled with the set's features, into
-/// which the generic kernels above are inlined; the loops that pick the pieces
+/// which the generic kernels of [`crate::kernel`] and [`crate::staged`] are inlined; the loops that pick the pieces
 /// ([`run`], `staged::run`) hold no vector code. Two reasons: an intrinsic is only inlined
 /// into code compiled with its features (otherwise it is a call per operation: issue 36's
 /// 20-50x slower small batches), and one function per tile keeps each of LLVM's units of
@@ -98,7 +98,7 @@ pub(crate) trait Tiles: Isa {
     const NPS: usize;
     /// Rows up to which tiles take `NPS` panels.
     const MS: usize;
-    /// [`tile`] of `MR` rows and `NP` panels.
+    /// [`crate::kernel::tile`] of `MR` rows and `NP` panels.
     unsafe fn tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize);
     /// `staged::widen_chunk` of `NP` panels.
     unsafe fn widen_chunk<const NP: usize>(j: &Job, panels: Panels, c0: usize, c1: usize, w: *mut f32);

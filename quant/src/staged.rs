@@ -11,7 +11,7 @@
 //! rows are kept in a second scratch between chunks.
 //!
 //! The chains are those of [`crate::kernel`]: the widened value is the one the register
-//! path computes (the same [`crate::blocks::block_weights`] loop, the same `fma(code, d, m)`
+//! path computes (the same `blocks::block_weights` loop, the same `fma(code, d, m)`
 //! and `q * d` of the Q4 and Q8 panels), a store and a load of an
 //! f32 are exact, and each lane still runs `acc = fma(x[k], w[k], acc)` for k ascending
 //! from +0.0, whichever chunk, tile or thread it falls in. So the results are the same
