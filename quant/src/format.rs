@@ -1,9 +1,10 @@
 //! Every stored format tl-quant reads, and every fact of each GGUF block type, in one
 //! place: the bottom layer the file reader ([`crate::ggml`]), the packers
 //! ([`crate::pack`], [`crate::blocks`]) and the kernels read. A new block type is a
-//! [`Format`] and a [`Blk`] variant, a row of [`Blk::facts`], an arm of [`unpack`] (its
-//! bytes in the file) and of `per_type!`; the generic panels and kernels follow from the
-//! facts, unless its value needs an operation they lack (a new [`Value`] or scale kind).
+//! [`Format`] and a [`Blk`] variant, a row of [`FACTS`], an arm of [`unpack`] (its bytes
+//! in the file) and a name in `per_type!`; the generic panels and kernels follow from the
+//! facts, unless its value needs an operation they lack (a new [`Value`] or scale kind;
+//! docs/kernels.md "One home per block type" says what MXFP4 needs).
 //!
 //! Nothing here depends on another file of the crate, so nothing imports in a circle.
 
@@ -172,7 +173,7 @@ pub(crate) struct Facts {
 }
 
 /// IQ4_NL's code book (ggml-common.h `kvalues_iq4nl`).
-pub(crate) const IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+const IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// One table row.
 #[allow(clippy::too_many_arguments)]
