@@ -10,6 +10,13 @@
 //!   ([`Path`]), all bit-identical.
 //! - [`dequantize`]: stored bytes of any [`Format`] widened to f32 by docs/spec/numbers.md
 //!   (the `--weights f32` path), the values [`Linear`] computes with.
+//! - [`simd`]: the 16-lane vector layer (AVX-512, AVX2, portable) that these kernels and
+//!   tl-decoder's are written against.
+//!
+//! Inside, from the bottom: `format` (every block type's facts and its file layout),
+//! `ggml` (widening and checking a file's blocks), `blocks` and `pack` (the panels the
+//! kernels read), `kernel` and `staged` (register tiles and the staged prefill), `matmul`
+//! (instruction set, tile shapes, threads), `linear` (the layer).
 #![deny(missing_docs)]
 
 mod blocks;
