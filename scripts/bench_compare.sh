@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # tl next to llama.cpp on the same model, same threads, same prompt and decode lengths.
 #
-#   scripts/bench_compare.sh [GGUF]
+#   scripts/bench_compare.sh [--plot] [GGUF]
 #   SIZE=1b scripts/bench_compare.sh
+#   PLOT_FROM=target/bench/compare-<time>.jsonl scripts/bench_compare.sh --plot
+#
+# --plot also draws the run as a PNG beside its table (tok/s per format, tl beside
+# llama.cpp, prefill and decode, the ratio over each pair): scripts/plot_bench.py, in a
+# venv with matplotlib the script makes once at .venv-plot (git-ignored). PLOT_FROM=FILE
+# draws an earlier run's .jsonl, or a markdown table with the columns `tl prefill`,
+# `llama.cpp prefill`, `tl decode` and `llama.cpp decode` (its .md, or one copied out of
+# docs/benchmarks.md), without benchmarking; the PNG goes beside FILE (PLOT_OUT: elsewhere),
+# titled PLOT_TITLE.
 #
 # GGUF defaults to the SmolLM2-135M-Instruct Q4_1 file scripts/fetch_model.sh fetches.
 # On a clean machine this fetches the model, builds tl (release) and llama.cpp
@@ -45,6 +54,34 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 
+log() { echo "bench_compare: $*" >&2; }
+
+PLOT=0
+ARGS=()
+for a in "$@"; do
+    case "$a" in
+    --plot) PLOT=1 ;;
+    *) ARGS+=("$a") ;;
+    esac
+done
+set -- "${ARGS[@]+"${ARGS[@]}"}"
+
+plot() { # RUN PNG: draw RUN (.jsonl or .md) with matplotlib from the venv made here
+    local venv="$ROOT/.venv-plot"
+    if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+        log "making $venv (matplotlib, for --plot)"
+        python3 -m venv "$venv" >&2
+        "$venv/bin/pip" install --quiet matplotlib >&2
+    fi
+    "$venv/bin/python" scripts/plot_bench.py "$1" "$2" "${PLOT_TITLE:-}" >&2
+}
+
+if [ -n "${PLOT_FROM:-}" ]; then
+    [ -f "$PLOT_FROM" ] || { log "error: PLOT_FROM: no such file: $PLOT_FROM"; exit 1; }
+    plot "$PLOT_FROM" "${PLOT_OUT:-${PLOT_FROM%.*}.png}"
+    exit 0
+fi
+
 SIZE="${SIZE:-135m}"
 case "$SIZE" in
 135m)
@@ -69,8 +106,6 @@ PROMPT="${PROMPT:-128}"
 BATCH="${BATCH:-1}"
 CACHE="${TL_CACHE:-$HOME/.cache/tl}"
 OUT="${OUT:-target/bench}"
-
-log() { echo "bench_compare: $*" >&2; }
 
 GGUF="${1:-}"
 if [ -z "$GGUF" ]; then
@@ -408,3 +443,7 @@ with open(env["TABLE"], "w") as fh:
 print(text)
 print(f"raw JSON lines: {env['RAW']}\ntable: {env['TABLE']}")
 PY
+if [ "$PLOT" = 1 ]; then
+    PLOT_TITLE="${PLOT_TITLE:-tl $TL_COMMIT beside llama.cpp, $SIZE, threads $THREADS, $(date -u +%Y-%m-%d)}" \
+        plot "$RAW" "${TABLE%.md}.png"
+fi

@@ -34,7 +34,7 @@ use rayon::prelude::*;
 use tl_core::{ForwardBatch, KvSlabs, ModelError};
 use tl_quant::f32_to_f16;
 
-use crate::lanes::{exp, ld_h_part, simd_entry, st_part, Lanes, Path, W};
+use crate::lanes::{exp, ld_h_part, simd_entry, st_part, Isa, Path, W};
 use crate::plan::Plan;
 
 /// One layer's attention: the head counts, the score scale and the window.
@@ -202,7 +202,7 @@ impl Iterator for KeyRows<'_> {
 /// `scratch` holds `(G, Dp)` zero-padded queries then `(G, Np)` scores (`Dp`, `Np`: `D`
 /// and `m = n - lo` rounded up to 16). Below, `j` counts keys from `lo`.
 #[inline(always)]
-unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+unsafe fn heads<L: Isa, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
     let Keys { kv, lo, n, d, scale, sinks } = *keys;
     let kv = &kv;
     let m = n - lo;
@@ -226,7 +226,7 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
     for (j, kr, _) in KeyRows::new(kv, lo, n, d) {
         let mut acc = [L::zero(); G];
         for c in 0..full {
-            let kx = L::ld_h(kr.add(c * W));
+            let kx = L::ld_f16(kr.add(c * W));
             for (h, a) in acc.iter_mut().enumerate() {
                 *a = L::fma(L::ld(qs.add(h * dp + c * W)), kx, *a);
             }
@@ -283,7 +283,7 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
         let len = W.min(d - c * W);
         let mut acc = [L::zero(); G];
         for (j, _, vr) in KeyRows::new(kv, lo, n, d) {
-            let vx = if len == W { L::ld_h(vr.add(c * W)) } else { ld_h_part::<L>(vr.add(c * W), len) };
+            let vx = if len == W { L::ld_f16(vr.add(c * W)) } else { ld_h_part::<L>(vr.add(c * W), len) };
             for (h, a) in acc.iter_mut().enumerate() {
                 *a = L::fma(L::splat(*sc.add(h * np + j)), vx, *a);
             }
@@ -298,7 +298,7 @@ unsafe fn heads<L: Lanes, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &
 /// Every query head of one KV head: `q` and `out` are `(group, D)`; passes of up to
 /// [`MAX_G`] heads. Caller: `kv.holds(n, d)`, `lo < n`, `q` and `out` `group * d` long.
 #[inline(always)]
-unsafe fn group_impl<L: Lanes>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+unsafe fn group_impl<L: Isa>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
     let d = keys.d;
     for (pass, (q, o)) in q.chunks(MAX_G * d).zip(out.chunks_mut(MAX_G * d)).enumerate() {
         let sinks = keys.sinks.get(pass * MAX_G..(pass * MAX_G + q.len() / d)).unwrap_or(&[]);
@@ -486,11 +486,11 @@ pub fn attention_sinks(
 
 /// f32 to f16, nearest-even, 16 at a time, the tail one by one (the same rounding).
 #[inline(always)]
-unsafe fn narrow_impl<L: Lanes>(src: &[f32], dst: &mut [u16]) {
+unsafe fn narrow_impl<L: Isa>(src: &[f32], dst: &mut [u16]) {
     let n = src.len().min(dst.len());
     let full = n / W * W;
     for c in (0..full).step_by(W) {
-        L::st_h(dst.as_mut_ptr().add(c), L::ld(src.as_ptr().add(c)));
+        L::st_f16(dst.as_mut_ptr().add(c), L::ld(src.as_ptr().add(c)));
     }
     for (d, &x) in dst[full..n].iter_mut().zip(&src[full..n]) {
         *d = f32_to_f16(x);

@@ -13,7 +13,7 @@
 
 use rayon::prelude::*;
 
-use crate::lanes::{exp, ld_part, simd_entry, st_part, Lanes, Path, W};
+use crate::lanes::{exp, ld_part, simd_entry, st_part, Isa, Path, W};
 
 /// Elements of output below which a step stays on the calling thread (a decode step's
 /// few rows cost less than waking the pool).
@@ -40,7 +40,7 @@ where
 /// squares as 16 lane FMA chains (16-strided, zero-padded) and the fixed tree. Hugging
 /// Face: `w * (x * rsqrt(mean(x^2) + eps))` in f32.
 #[inline(always)]
-unsafe fn rms_row<L: Lanes>(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+unsafe fn rms_row<L: Isa>(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     let d = x.len().min(w.len()).min(y.len());
     let (full, tail) = (d / W * W, d % W);
     let mut acc = L::zero();
@@ -80,14 +80,14 @@ pub fn rms_norm(path: Path, x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 /// `silu(g) * u` on 16 lanes (a plain function, not a closure: a closure would be
 /// compiled apart from the caller's instruction set and call the intrinsics out of line).
 #[inline(always)]
-unsafe fn swiglu16<L: Lanes>(g: L::V, u: L::V) -> L::V {
+unsafe fn swiglu16<L: Isa>(g: L::V, u: L::V) -> L::V {
     L::mul(L::div(g, L::add(L::splat(1.0), exp::<L>(L::sub(L::zero(), g)))), u)
 }
 
 /// One row of SwiGLU: `act = silu(g) * u` with `silu(g) = g / (1 + exp(-g))` (Hugging
 /// Face's `F.silu(gate) * up`), `exp` the [`crate::lanes::exp`] polynomial.
 #[inline(always)]
-unsafe fn swiglu_row_impl<L: Lanes>(g: &[f32], u: &[f32], act: &mut [f32]) {
+unsafe fn swiglu_row_impl<L: Isa>(g: &[f32], u: &[f32], act: &mut [f32]) {
     let n = g.len().min(u.len()).min(act.len());
     let full = n / W * W;
     for c in (0..full).step_by(W) {
@@ -175,7 +175,7 @@ pub fn full_qk_rms_norm(path: Path, x: &mut [f32], stride: usize, q_w: &[f32], k
 /// limit)`, `(u' + 1) * (g' * sigmoid(alpha * g'))` with `sigmoid(x) = 1 / (1 + exp(-x))`
 /// (transformers' `GptOssExperts._apply_gate`).
 #[inline(always)]
-unsafe fn clamped_swiglu16<L: Lanes>(g: L::V, u: L::V, limit: L::V, alpha: L::V) -> L::V {
+unsafe fn clamped_swiglu16<L: Isa>(g: L::V, u: L::V, limit: L::V, alpha: L::V) -> L::V {
     let g = L::min(g, limit);
     let u = L::min(L::max(u, L::sub(L::zero(), limit)), limit);
     let z = L::mul(g, alpha);
@@ -185,7 +185,7 @@ unsafe fn clamped_swiglu16<L: Lanes>(g: L::V, u: L::V, limit: L::V, alpha: L::V)
 
 /// One row of the clamped SwiGLU (see `clamped_swiglu16`).
 #[inline(always)]
-unsafe fn clamped_swiglu_row_impl<L: Lanes>(g: &[f32], u: &[f32], act: &mut [f32], limit: f32, alpha: f32) {
+unsafe fn clamped_swiglu_row_impl<L: Isa>(g: &[f32], u: &[f32], act: &mut [f32], limit: f32, alpha: f32) {
     let n = g.len().min(u.len()).min(act.len());
     let full = n / W * W;
     let (lv, av) = (L::splat(limit), L::splat(alpha));
@@ -219,7 +219,7 @@ pub fn clamped_swiglu(path: Path, gu: &[f32], act: &mut [f32], inter: usize, (li
 /// `0.5 * g * (1 + tanh(inner))` rewritten (`1 + tanh(y) = 2 / (1 + exp(-2y))`) so no
 /// `1 + tanh` cancels for negative `g`.
 #[inline(always)]
-unsafe fn gelu_tanh16<L: Lanes>(g: L::V, u: L::V) -> L::V {
+unsafe fn gelu_tanh16<L: Isa>(g: L::V, u: L::V) -> L::V {
     let g3 = L::mul(L::mul(g, g), g);
     let inner = L::mul(L::splat(SQRT_2_OVER_PI), L::fma(L::splat(0.044715), g3, g));
     let e = exp::<L>(L::mul(L::splat(-2.0), inner));
@@ -231,7 +231,7 @@ const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 
 /// One row of the GELU-tanh gated activation (see `gelu_tanh16`).
 #[inline(always)]
-unsafe fn gelu_tanh_row_impl<L: Lanes>(g: &[f32], u: &[f32], act: &mut [f32]) {
+unsafe fn gelu_tanh_row_impl<L: Isa>(g: &[f32], u: &[f32], act: &mut [f32]) {
     let n = g.len().min(u.len()).min(act.len());
     let full = n / W * W;
     for c in (0..full).step_by(W) {

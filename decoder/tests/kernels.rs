@@ -116,7 +116,7 @@ impl Case {
     }
 }
 
-/// The fixed pairwise tree of `Lanes::hsum`.
+/// The fixed pairwise tree of `Isa::hsum` (`tl_quant::simd`).
 fn tree(v: [f32; 16]) -> f32 {
     let s8: Vec<f32> = (0..8).map(|l| v[l] + v[l + 8]).collect();
     let s4: Vec<f32> = (0..4).map(|l| s8[l] + s8[l + 4]).collect();

@@ -12,23 +12,6 @@
 use std::time::Instant;
 use tl_quant::{f32_to_f16, Format, Linear, Path};
 
-/// `(bytes, weights, f16 scale offsets)` of one block (ggml-common.h).
-fn block(format: Format) -> (usize, usize, &'static [usize]) {
-    match format {
-        Format::Q4_0 => (18, 32, &[0]),
-        Format::Q8_0 => (34, 32, &[0]),
-        Format::Q5_0 => (22, 32, &[0]),
-        Format::Q5_1 => (24, 32, &[0, 2]),
-        Format::IQ4_NL => (18, 32, &[0]),
-        Format::Q2_K => (84, 256, &[80, 82]),
-        Format::Q3_K => (110, 256, &[108]),
-        Format::Q4_K => (144, 256, &[0, 2]),
-        Format::Q5_K => (176, 256, &[0, 2]),
-        Format::Q6_K => (210, 256, &[208]),
-        _ => unreachable!("not a block format"),
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let threads: usize = args.get(1).and_then(|t| t.parse().ok()).unwrap_or(2);
@@ -73,7 +56,8 @@ fn main() {
         {
             continue;
         }
-        let (bb, k, at) = block(format);
+        let shape = format.block_shape().expect("a block format");
+        let (bb, k, at) = (shape.bytes, shape.weights, shape.f16_scales);
         let mut bytes: Vec<u8> = (0..out * inp / k * bb).map(|_| rnd() as u8).collect();
         for b in bytes.chunks_exact_mut(bb) {
             for &a in at {

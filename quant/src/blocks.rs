@@ -1,25 +1,27 @@
-//! Panels for the GGUF block types Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K:
-//! one layout shape for all, the file's bytes rearranged (never widened), and the kernel
+//! Panels for the GGUF block types without panels of their own (all but Q4_0, Q4_1 and
+//! Q8_0): one layout shape for all, derived from each type's facts
+//! ([`crate::format::Facts`]), the file's bytes rearranged (never widened), and the kernel
 //! loop that reads it.
 //!
 //! A panel block (16 rows, one GGUF block of `k` = 32 or 256 weights each) holds, in order:
 //! - `d (16,)` f16, as stored;
-//! - `dm (16,)` f16 when the type has one: Q5_1's `m` as stored, the K types' `dmin` with
-//!   its sign flipped (exact), so the offset is a product, not a product and a negation;
-//! - the sub-block scales, `(k / sub, 16)` bytes: Q3_K `sc - 32` and Q6_K `sc` as i8,
-//!   Q2_K the file's byte (`sc | mn << 4`); Q4_K/Q5_K `sc (8, 16)` then `mn (8, 16)` as
-//!   bytes (16 bytes a row for the file's 12: +4 bytes per 256 weights);
+//! - `dm (16,)` f16 when the type has one: `m` ([`Value::Min`]) as stored, `dmin`
+//!   ([`Value::SubMin`], the K types) with its sign flipped (exact), so the offset is a
+//!   product, not a product and a negation;
+//! - the sub-block scales, `(k / sub, 16)` bytes ([`Scales`]): a signed byte (Q3_K's
+//!   `sc - 32`, Q6_K's `sc`), or Q2_K's `sc | mn << 4`, or Q4_K/Q5_K's `sc (8, 16)` then
+//!   `mn (8, 16)` (16 bytes a row for the file's 12: +4 bytes per 256 weights);
 //! - the low code bits: `(k * lb / 32, 16)` u32, lane `r` of word `c` holding the `lb`
 //!   low bits of weights `c * 32 / lb ..` of row `r`, weight `j` of the word at bit `lb * j`
-//!   (`lb` = 2 for Q2_K/Q3_K, 6 for Q6_K (below), else 4);
-//! - Q6_K's whole 6-bit codes instead, three words a sub-block of 16 (`(k * 6 / 32, 16)`
+//!   (`lb` = bits - `hi_bits`: 2 for Q2_K/Q3_K, 6 for Q6_K (below), else 4);
+//! - 6-bit codes (Q6_K) whole instead, three words a sub-block of 16 (`(k * 6 / 32, 16)`
 //!   u32 in all, the file's bits and no more): word `3 s + t` holds codes `16 s + 5 t + i`,
 //!   i < 5, at bits `6 i`, and in its top two bits, bits `2 t, 2 t + 1` of code `16 s + 15`.
 //!   So 15 codes of 16 cost a constant shift and a mask, as a Q4_K code does (the split
 //!   nibble + 2-bit layout cost a bit-select and a rotation more; whole codes measured
 //!   +4% decode and +10% prefill at 1B, docs/kernels.md);
-//! - the high code bits, `(k * hb / 32, 16)` u32 (`hb` = 1 for Q5_0/Q5_1/Q5_K/Q3_K, none
-//!   otherwise), placed for the decode loop: low word `c` takes group
+//! - the high code bits, `(k * hb / 32, 16)` u32 (`hb` = `hi_bits`: 1 for Q5_0/Q5_1/Q5_K/
+//!   Q3_K, none otherwise), placed for the decode loop: low word `c` takes group
 //!   `g = c % G` of high word `c / G` (`G = lb / hb` low words per high word), and weight `j`
 //!   of low word `c` has its high bits at bits `(lb (j + 1) + g hb) mod 32` of that word.
 //!   So after rotating the high word right by `g hb`, one bit-select (the low word's bits
@@ -27,64 +29,20 @@
 //!   code at bit 0, with only garbage above it (see [`block_weights`]).
 //!
 //! Weight `k` of sub-block `s` is `fma(u, a, b)` with `u` the unsigned code (low | high <<
-//! lb) and, per lane, `a`, `b` from the block's f16 and sub-block bytes:
-//! Q5_0 `a = d, b = -16 d`; Q5_1 `a = d, b = m`; IQ4_NL `T[u] * d` (`a = d, b = 0`, the code
-//! looked up first); Q2_K/Q4_K/Q5_K `a = d * sc, b = (-dmin) * mn`; Q3_K `a = d * sc,
-//! b = -4 a`; Q6_K `a = d * sc, b = -32 a`. Every product here is exact in f32 (at most
-//! 11 + 8 significant bits), so `fma` gives numbers.md's value: the same one rounding
-//! where the table has one (`(d sc) q - dmin mn`, `q d + m`) and the exact value where it
-//! has none (`(q - 32) a` is representable, and `fma` rounds the exact `q a - 32 a`).
+//! lb) and, per lane, `a`, `b` from the block's f16 and sub-block bytes by its [`Value`]:
+//! `Centered(c)` `a = d` or `d * sc`, `b = -c a` (Q5_0, Q3_K, Q6_K); `Min` `a = d, b = m`
+//! (Q5_1); `SubMin` `a = d * sc, b = (-dmin) * mn` (Q2_K, Q4_K, Q5_K); `Table` `T[u] * d`
+//! (`a = d, b = 0`, the code looked up first: IQ4_NL). Every product here is exact in f32
+//! (at most 11 + 8 significant bits), so `fma` gives numbers.md's value: the same one
+//! rounding where the table has one (`(d sc) q - dmin mn`, `q d + m`) and the exact value
+//! where it has none (`(q - 32) a` is representable, and `fma` rounds the exact
+//! `q a - 32 a`).
 
 use rayon::prelude::*;
 
-use crate::ggml::{self, Blk, Unpacked, IQ4NL};
+use crate::format::{unpack, value, Blk, Scales, Unpacked, Value};
 use crate::half_conv::f16_to_f32;
 use crate::simd::{lanes, Isa, NR};
-
-/// `$body` with `$c` a constant equal to `$f`, one match arm per block type: the kernels
-/// below are `inline(always)` and take the type as a value, so each arm compiles its own
-/// loop with the layout, the loop counts and the per-type branches folded away. Without
-/// it the type is a run-time value in the innermost loop (docs/kernels.md: a decode that
-/// took 2x Q4_0's time on Q4_K).
-macro_rules! per_type {
-    ($f:expr, $c:ident => $body:expr) => {
-        match $f {
-            $crate::ggml::Blk::Q5_0 => {
-                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q5_0;
-                $body
-            }
-            $crate::ggml::Blk::Q5_1 => {
-                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q5_1;
-                $body
-            }
-            $crate::ggml::Blk::Iq4Nl => {
-                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Iq4Nl;
-                $body
-            }
-            $crate::ggml::Blk::Q2K => {
-                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q2K;
-                $body
-            }
-            $crate::ggml::Blk::Q3K => {
-                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q3K;
-                $body
-            }
-            $crate::ggml::Blk::Q4K => {
-                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q4K;
-                $body
-            }
-            $crate::ggml::Blk::Q5K => {
-                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q5K;
-                $body
-            }
-            $crate::ggml::Blk::Q6K => {
-                const $c: $crate::ggml::Blk = $crate::ggml::Blk::Q6K;
-                $body
-            }
-        }
-    };
-}
-pub(crate) use per_type;
 
 /// Where the parts of a panel block sit (bytes from its start) and how codes split.
 #[derive(Clone, Copy)]
@@ -102,53 +60,60 @@ pub(crate) struct Layout {
     /// Low and high bits per code.
     pub lb: u32,
     pub hb: u32,
+    /// Low code words per high word (`lb / hb`; 1 without high bits).
+    pub groups: usize,
 }
 
 /// The layout of `f`'s panel blocks.
+#[inline(always)]
 pub(crate) const fn layout(f: Blk) -> Layout {
-    let dm = matches!(f, Blk::Q5_1 | Blk::Q2K | Blk::Q4K | Blk::Q5K);
-    let scale_bytes = match f {
-        Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => 0,
-        _ => 256, // 16 sub-blocks x 16 lanes, or 8 scales + 8 mins x 16 lanes
+    let facts = f.facts();
+    let dm = f.has_dm();
+    let nsub = facts.k / facts.sub;
+    let scale_bytes = match facts.scales {
+        Scales::None => 0,
+        Scales::I8 | Scales::Nibbles => nsub * NR,
+        Scales::Pairs => 2 * nsub * NR,
     };
-    let (lb, hb) = match f {
-        Blk::Q2K => (2, 0),
-        Blk::Q3K => (2, 1),
-        Blk::Q5_0 | Blk::Q5_1 | Blk::Q5K => (4, 1),
-        Blk::Q6K => (6, 0), // whole codes, five a word (module comment)
-        Blk::Iq4Nl | Blk::Q4K => (4, 0),
-    };
+    let (lb, hb) = (facts.bits - facts.hi_bits, facts.hi_bits);
     let sc = NR * 2 * (1 + dm as usize);
     let lo = sc + scale_bytes;
-    let hi = lo + f.k() * lb as usize / 32 * NR * 4;
-    Layout { bytes: hi + f.k() * hb as usize / 32 * NR * 4, dm, sc, lo, hi, lb, hb }
+    let hi = lo + facts.k * lb as usize / 32 * NR * 4;
+    let groups = match lb.checked_div(hb) {
+        Some(g) => g as usize,
+        None => 1,
+    };
+    Layout { bytes: hi + facts.k * hb as usize / 32 * NR * 4, dm, sc, lo, hi, lb, hb, groups }
 }
 
 /// Whether the type's offset is `-dmin * mn` (its `dm` is stored negated).
+#[inline(always)]
 const fn mins(f: Blk) -> bool {
-    matches!(f, Blk::Q2K | Blk::Q4K | Blk::Q5K)
+    matches!(f.facts().value, Value::SubMin)
 }
 
-fn zero_block() -> Unpacked {
-    Unpacked { d: 0, dm: 0, sc: [0; 16], mn: [0; 16], u: [0; 256] }
+/// Whether the panel keeps `l`'s codes whole, five 6-bit codes a word (module comment).
+#[inline(always)]
+const fn whole6(l: Layout) -> bool {
+    l.lb == 6
 }
 
 /// Repack `[out, inp]` rows of `f` blocks (`src`, the file's bytes) into panels: one pass,
 /// panels in parallel (each is written by one thread; only the placement of bytes).
 pub(crate) fn pack(f: Blk, src: &[u8], out: usize, inp: usize, dst: &mut [u8]) {
     let l = layout(f);
-    let (nb, fb) = (inp / f.k(), ggml::file_bytes(f));
+    let (nb, fb) = (inp / f.k(), f.facts().bytes);
     let pb = nb * l.bytes;
     if pb == 0 {
         return;
     }
     let (per_lo, nsub) = (32 / l.lb as usize, f.k() / f.sub());
     dst.par_chunks_mut(pb).enumerate().for_each(|(p, panel)| {
-        let mut o = zero_block();
+        let mut o = Unpacked::zero();
         for lane in 0..NR.min(out.saturating_sub(p * NR)) {
             let r = p * NR + lane;
             for b in 0..nb {
-                ggml::unpack(f, &src[(r * nb + b) * fb..(r * nb + b + 1) * fb], &mut o);
+                unpack(f, &src[(r * nb + b) * fb..(r * nb + b + 1) * fb], &mut o);
                 put_block(f, l, &o, &mut panel[b * l.bytes..(b + 1) * l.bytes], lane, per_lo, nsub);
             }
         }
@@ -163,17 +128,17 @@ fn put_block(f: Blk, l: Layout, o: &Unpacked, dst: &mut [u8], lane: usize, per_l
         put16(dst, NR * 2 + lane * 2, if mins(f) { o.dm ^ 0x8000 } else { o.dm });
     }
     for s in 0..nsub {
-        match f {
-            Blk::Q2K => dst[l.sc + s * NR + lane] = o.sc[s] as u8 | o.mn[s] << 4,
-            Blk::Q4K | Blk::Q5K => {
+        match f.facts().scales {
+            Scales::Nibbles => dst[l.sc + s * NR + lane] = o.sc[s] as u8 | o.mn[s] << 4,
+            Scales::Pairs => {
                 dst[l.sc + s * NR + lane] = o.sc[s] as u8;
-                dst[l.sc + (8 + s) * NR + lane] = o.mn[s];
+                dst[l.sc + (nsub + s) * NR + lane] = o.mn[s];
             }
-            Blk::Q3K | Blk::Q6K => dst[l.sc + s * NR + lane] = o.sc[s] as u8,
-            Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => {} // no sub-block scales
+            Scales::I8 => dst[l.sc + s * NR + lane] = o.sc[s] as u8,
+            Scales::None => {}
         }
     }
-    if f == Blk::Q6K {
+    if whole6(l) {
         for s in 0..nsub {
             for t in 0..3 {
                 let u = |i: usize| o.u[s * 16 + i] as u32;
@@ -191,7 +156,7 @@ fn put_block(f: Blk, l: Layout, o: &Unpacked, dst: &mut [u8], lane: usize, per_l
         dst[at..at + 4].copy_from_slice(&word.to_le_bytes());
     }
     if l.hb > 0 {
-        let groups = (l.lb / l.hb) as usize;
+        let groups = l.groups;
         for h in 0..f.k() / per_lo / groups {
             let mut word = 0u32;
             for c in h * groups..(h + 1) * groups {
@@ -208,16 +173,15 @@ fn put_block(f: Blk, l: Layout, o: &Unpacked, dst: &mut [u8], lane: usize, per_l
 /// Where weight `j` of low word `c` keeps its high bits in its high word (the module
 /// comment's `(lb (j + 1) + g hb) mod 32`).
 fn hi_at(l: Layout, c: usize, j: usize) -> u32 {
-    let groups = (l.lb / l.hb) as usize;
-    (l.lb * (j as u32 + 1) + (c % groups) as u32 * l.hb) % 32
+    (l.lb * (j as u32 + 1) + (c % l.groups) as u32 * l.hb) % 32
 }
 
 /// Row `lane` of one panel (`panel`: its bytes), widened by numbers.md's table into `dst`.
 pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
-    let l = layout(f);
+    let (l, facts) = (layout(f), f.facts());
     let u16_at = |at: usize| u16::from_le_bytes([panel[at], panel[at + 1]]);
     let u32_at = |at: usize| u32::from_le_bytes([panel[at], panel[at + 1], panel[at + 2], panel[at + 3]]);
-    let per_lo = 32 / l.lb as usize;
+    let (per_lo, nsub) = (32 / l.lb as usize, f.k() / f.sub());
     for (b, blk) in dst.chunks_exact_mut(f.k()).enumerate() {
         let base = b * l.bytes;
         let d = f16_to_f32(u16_at(base + lane * 2));
@@ -226,14 +190,14 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
         for (k, v) in blk.iter_mut().enumerate() {
             let s = k / f.sub();
             let byte = || panel[base + l.sc + s * NR + lane];
-            let (sc, mn) = match f {
-                Blk::Q2K => ((byte() & 15) as i8, byte() >> 4),
-                Blk::Q4K | Blk::Q5K => (byte() as i8, panel[base + l.sc + (8 + s) * NR + lane]),
-                Blk::Q3K | Blk::Q6K => (byte() as i8, 0),
-                Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => (0, 0),
+            let (sc, mn) = match facts.scales {
+                Scales::Nibbles => ((byte() & 15) as i8, byte() >> 4),
+                Scales::Pairs => (byte() as i8, panel[base + l.sc + (nsub + s) * NR + lane]),
+                Scales::I8 => (byte() as i8, 0),
+                Scales::None => (0, 0),
             };
             let word = |c: usize| u32_at(base + l.lo + (c * NR + lane) * 4);
-            let lo = if f == Blk::Q6K {
+            let lo = if whole6(l) {
                 let (s, i) = (k / 16, k % 16);
                 if i < 15 {
                     word(s * 3 + i / 5) >> (6 * (i % 5)) & 63
@@ -245,12 +209,12 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
             };
             let hi = if l.hb > 0 {
                 let (c, j) = (k / per_lo, k % per_lo);
-                let word = u32_at(base + l.hi + (c / (l.lb / l.hb) as usize * NR + lane) * 4);
+                let word = u32_at(base + l.hi + (c / l.groups * NR + lane) * 4);
                 word.rotate_right(hi_at(l, c, j)) & ((1 << l.hb) - 1)
             } else {
                 0
             };
-            *v = ggml::value(f, d, dm, sc, mn, (lo | hi << l.lb) as u8);
+            *v = value(&facts, d, dm, sc, mn, (lo | hi << l.lb) as u8);
         }
     }
 }
@@ -258,29 +222,26 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
 /// `(a, b)` of sub-block `s` for the 16 rows of the panel block at `blk`.
 #[inline(always)]
 unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I::V) {
+    let facts = f.facts();
     let d = I::ld_f16(blk as *const u16);
     let dm = blk.add(NR * 2) as *const u16;
     let sc = blk.add(l.sc + s * NR);
-    match f {
-        Blk::Q5_0 => (d, I::mul(d, I::splat_v(-16.0))),
-        Blk::Q5_1 => (d, I::ld_f16(dm)),
-        Blk::Iq4Nl => (d, I::zero()),
-        Blk::Q2K => {
+    let nsub = facts.k / facts.sub;
+    // The sub-block's scale times d, and its min as a float (Q2_K's nibbles, Q4_K's bytes).
+    let (a, mn) = match facts.scales {
+        Scales::None => (d, I::zero()),
+        Scales::I8 => (I::mul(d, I::ld_i8(sc as *const i8)), I::zero()),
+        Scales::Nibbles => {
             let byte = I::ld_u8(sc);
-            (I::mul(d, I::cvt(I::and(byte, 15))), I::mul(I::ld_f16(dm), I::cvt(I::shr(byte, 4))))
+            (I::mul(d, I::cvt(I::and(byte, 15))), I::cvt(I::shr(byte, 4)))
         }
-        Blk::Q4K | Blk::Q5K => (
-            I::mul(d, I::ld_i8(sc as *const i8)),
-            I::mul(I::ld_f16(dm), I::ld_i8(blk.add(l.sc + (8 + s) * NR) as *const i8)),
-        ),
-        Blk::Q3K => {
-            let a = I::mul(d, I::ld_i8(sc as *const i8));
-            (a, I::mul(a, I::splat_v(-4.0)))
-        }
-        Blk::Q6K => {
-            let a = I::mul(d, I::ld_i8(sc as *const i8));
-            (a, I::mul(a, I::splat_v(-32.0)))
-        }
+        Scales::Pairs => (I::mul(d, I::ld_i8(sc as *const i8)), I::ld_i8(blk.add(l.sc + (nsub + s) * NR) as *const i8)),
+    };
+    match facts.value {
+        Value::Centered(c) => (a, I::mul(a, I::splat(-(c as f32)))),
+        Value::Min => (a, I::ld_f16(dm)),
+        Value::SubMin => (a, I::mul(I::ld_f16(dm), mn)),
+        Value::Table(_) => (a, I::zero()),
     }
 }
 
@@ -315,7 +276,7 @@ pub(crate) trait Sink<I: Isa, const NP: usize> {
 /// `w[p]`, the 16 rows of panel `p` at k = `b * f.k() + kk`, each `fma(u, a, b)` as the
 /// module comment says. Both kernels read the codes through this one loop: [`accumulate`]
 /// multiplies the weights straight into its tile, [`widen`] writes them out as f32 for a
-/// tile of many rows to reuse. Callers pass `f` as a constant ([`per_type`]), so every
+/// tile of many rows to reuse. Callers pass `f` as a constant (`per_type!`), so every
 /// branch on it below is resolved at compile time.
 ///
 /// A code costs: Q4_K/Q2_K/IQ4_NL a shift and a table lookup; Q6_K a shift, a mask and a
@@ -334,19 +295,19 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
     let l = layout(f);
     let (k, sub) = (f.k(), f.sub());
     let per_lo = 32 / l.lb as usize;
-    let groups = if l.hb > 0 { (l.lb / l.hb) as usize } else { 1 };
+    let groups = l.groups;
     let blk: [*const u8; NP] = lanes!(NP, |p| panels.at(p).add(b * l.bytes));
     for s in 0..k / sub {
         let (mut a, mut c) = ([I::zero(); NP], [I::zero(); NP]);
         for p in 0..NP {
             (a[p], c[p]) = coef::<I>(f, l, blk[p], s);
         }
-        if f == Blk::Q6K {
+        if whole6(l) {
             // Three words of whole codes (module comment): five codes each, read by a
             // constant shift a step; after the fifth shift each word holds only its two
             // spare bits, which together are code 15.
-            let word = |t: usize| l.lo + (s * 3 + t) * NR * 4;
-            let (w0, w1, w2) = (word(0), word(1), word(2));
+            let w0 = l.lo + s * 3 * NR * 4;
+            let (w1, w2) = (w0 + NR * 4, w0 + 2 * NR * 4);
             let mut q = [
                 lanes!(NP, |p| I::ld_u32(blk[p].add(w0) as *const u32)),
                 lanes!(NP, |p| I::ld_u32(blk[p].add(w1) as *const u32)),
@@ -392,7 +353,7 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
                 let sh = l.lb * j as u32;
                 let mut w = [I::zero(); NP];
                 for p in 0..NP {
-                    let v = if f == Blk::Iq4Nl {
+                    let v = if matches!(f.facts().value, Value::Table(_)) {
                         I::lut(lo[p], table)
                     } else if l.hb == 0 {
                         I::code(lo[p], l.lb)
@@ -410,10 +371,15 @@ unsafe fn block_weights<I: Isa, const NP: usize>(
     }
 }
 
-/// The 16-entry table [`block_weights`] needs (IQ4_NL's code book; unused by the others).
+/// The 16-entry table [`block_weights`] needs: the code book of a [`Value::Table`] type
+/// (IQ4_NL), zeros (unused) for the others.
 #[inline(always)]
-pub(crate) unsafe fn table<I: Isa>() -> I::T {
-    I::table(&IQ4NL.map(|t| t as f32))
+pub(crate) unsafe fn table<I: Isa>(f: Blk) -> I::T {
+    let t = match f.facts().value {
+        Value::Table(t) => *t,
+        _ => [0; 16],
+    };
+    I::table(&t.map(|t| t as f32))
 }
 
 /// [`accumulate`]'s sink: each k's weights multiplied into the tile's accumulators, and the
@@ -446,7 +412,7 @@ impl<I: Isa, const MR: usize, const NP: usize> Sink<I, NP> for Multiply<'_, I, M
             }
         }
         for (r, row) in self.acc.iter_mut().enumerate() {
-            let xb = I::splat(self.x.add(r * self.inp + kk));
+            let xb = I::splat_at(self.x.add(r * self.inp + kk));
             for (a, w) in row.iter_mut().zip(w) {
                 *a = I::fma(xb, *w, *a);
             }
@@ -468,12 +434,12 @@ pub(crate) unsafe fn accumulate<I: Isa, const MR: usize, const NP: usize>(
     acc: &mut [[I::V; NP]; MR],
 ) {
     let l = layout(f);
-    let table = table::<I>();
+    let table = table::<I>(f);
     // The next panels' lines are asked for spread over the block, a few at each low code
     // word: a burst of all of them (up to 53 lines x 4 panels) at the block's start filled
     // the line-fill buffers and stalled the loop (a quarter of Q6_K's decode samples).
     // Q6_K: a few at each sub-block (its words do not split the block's 256 weights evenly).
-    let step = if f == Blk::Q6K { f.sub() } else { 32 / l.lb as usize };
+    let step = if whole6(l) { f.sub() } else { 32 / l.lb as usize };
     let per_word = l.bytes.div_ceil(64).div_ceil(f.k() / step);
     let mut sink = Multiply::<I, MR, NP> { x, inp, acc, ahead: None, panel_bytes: panels.bytes, step, per_word };
     for b in 0..inp / f.k() {

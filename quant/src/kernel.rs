@@ -1,101 +1,19 @@
-//! The matrix kernel behind every linear layer: `y = x W^T`, `x` `(m, inp)`, `W` in
-//! panels of 16 output rows (see [`crate::pack`]), `y` `(m, out)`.
-//!
-//! Batch invariance, by construction: every output element `y[i][n]` is ONE chain of
-//! fused multiply-adds over k ascending, started from +0.0:
-//! `acc = fma(x[i][k], w[n][k], acc)`, where `w[n][k]` is the stored weight widened
-//! exactly to f32. A register tile computes several rows and panels at once, but each
-//! of its lanes runs exactly that chain; the tile shape, the number of rows `m`, the
-//! instruction set and the thread count only decide which chains run side by side,
-//! never which operations a chain performs. Work is split over output panels, never over
-//! k, so no reduction is ever cut in pieces.
-
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
-
-use rayon::prelude::*;
+//! The register tiles of the matrix kernel ([`crate::matmul`]): rows of `x` against
+//! panels of 16 output rows (see [`crate::pack`]) with the weights widened in registers,
+//! one tile function per panel kind. Each lane of a tile runs one FMA chain over k
+//! ascending from +0.0, the crate's contract; the tile shape only decides which chains
+//! run side by side.
 
 use crate::blocks::Panels;
-use crate::pack::{q4_block, Kind, Q8_BLOCK, QK};
-use crate::simd::{lanes, Isa, Portable, NR};
-
-/// One matrix product's operands (raw, so the threads can share them).
-#[derive(Clone, Copy)]
-pub(crate) struct Job {
-    pub kind: Kind,
-    pub inp: usize,
-    pub out: usize,
-    /// Panel data, `panel_bytes` per panel.
-    pub data: *const u8,
-    pub panel_bytes: usize,
-    /// `(m, inp)` row-major.
-    pub x: *const f32,
-    /// `(m, out)` row-major.
-    pub y: *mut f32,
-}
-
-// SAFETY: a `Job` is only used while the borrowed x, W and y it points into are alive
-// (inside `matmul`), and each thread writes a disjoint set of output columns.
-unsafe impl Send for Job {}
-unsafe impl Sync for Job {}
-
-/// Which implementation runs the tiles.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Path {
-    /// Plain Rust (`f32::mul_add`): the reference.
-    Portable,
-    /// AVX2 + FMA + F16C.
-    Avx2,
-    /// AVX-512 F/BW/VL (+ FMA, F16C).
-    Avx512,
-}
-
-impl Path {
-    /// Whether this CPU can run the path.
-    pub fn available(self) -> bool {
-        match self {
-            Path::Portable => true,
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => {
-                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
-            }
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx512 => {
-                Path::Avx2.available()
-                    && is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512bw")
-                    && is_x86_feature_detected!("avx512vl")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
-        }
-    }
-
-    /// Every path this CPU can run, the reference first.
-    pub fn all_available() -> Vec<Path> {
-        [Path::Portable, Path::Avx2, Path::Avx512].into_iter().filter(|p| p.available()).collect()
-    }
-
-    /// The fastest path this CPU can run (checked once).
-    pub fn best() -> Path {
-        static BEST: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
-        *BEST.get_or_init(|| {
-            if Path::Avx512.available() {
-                Path::Avx512
-            } else if Path::Avx2.available() {
-                Path::Avx2
-            } else {
-                Path::Portable
-            }
-        })
-    }
-}
+use crate::format::{per_type, Blk};
+use crate::pack::{q4_block, Job, Kind, Q8_BLOCK, QK};
+use crate::simd::{lanes, Isa, NR};
 
 /// `acc[r][p] = fma(x[r][k], w[p], acc[r][p])` for every row and panel of the tile.
 macro_rules! step {
     ($I:ty, $acc:ident, $x:ident, $inp:expr, $k:expr, $w:ident) => {
         for r in 0..MR {
-            let xb = <$I>::splat($x.add(r * $inp + $k));
+            let xb = <$I>::splat_at($x.add(r * $inp + $k));
             for p in 0..NP {
                 $acc[r][p] = <$I>::fma(xb, $w[p], $acc[r][p]);
             }
@@ -160,10 +78,10 @@ impl At<'_> {
 /// block types' loops folded in eight times) left the accumulators in memory, and every
 /// tile of two rows or more ran at half speed (docs/kernels.md).
 #[inline(always)]
-unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
+pub(crate) unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
     let at = At { j, r0, p0 };
     match j.kind {
-        Kind::Blk(f) => crate::blocks::per_type!(f, F => blk_tile::<I, MR, NP>(F, &at)),
+        Kind::Blk(f) => per_type!(f, F => blk_tile::<I, MR, NP>(F, &at)),
         Kind::F32 => f32_tile::<I, MR, NP>(&at),
         Kind::F16 => half_tile::<I, MR, NP, false>(&at),
         Kind::BF16 => half_tile::<I, MR, NP, true>(&at),
@@ -175,7 +93,7 @@ unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0:
 
 /// A tile over GGUF blocks of type `f` (a constant at each call, see `per_type`).
 #[inline(always)]
-unsafe fn blk_tile<I: Isa, const MR: usize, const NP: usize>(f: crate::ggml::Blk, at: &At) {
+unsafe fn blk_tile<I: Isa, const MR: usize, const NP: usize>(f: Blk, at: &At) {
     let mut acc = [[I::zero(); NP]; MR];
     let panels = Panels { base: at.panel(0), bytes: at.j.panel_bytes };
     // The first row tile of a group streams the weights (`At::next`).
@@ -193,7 +111,7 @@ unsafe fn f32_tile<I: Isa, const MR: usize, const NP: usize>(at: &At) {
     for k in 0..inp {
         for p in 0..NP {
             at.next::<I, NP>(p, k * NR * 4);
-            w[p] = I::ld_f32((at.panel(p) as *const f32).add(k * NR));
+            w[p] = I::ld((at.panel(p) as *const f32).add(k * NR));
         }
         step!(I, acc, x, inp, k, w);
     }
@@ -264,7 +182,7 @@ unsafe fn q4_tile<I: Isa, const MR: usize, const NP: usize, const MIN: bool>(at:
             }
             let base = at.panel(p).add(b * bb);
             d[p] = I::ld_f16(base as *const u16);
-            m[p] = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d[p], I::splat_v(-8.0)) };
+            m[p] = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d[p], I::splat(-8.0)) };
         }
         for c in 0..QK / 8 {
             let q: [I::U; NP] = lanes!(NP, |p| I::ld_u32(at.panel(p).add(b * bb + qoff + c * NR * 4) as *const u32));
@@ -279,169 +197,4 @@ unsafe fn q4_tile<I: Isa, const MR: usize, const NP: usize, const MIN: bool>(at:
         }
     }
     at.store::<I, MR, NP>(&acc);
-}
-
-/// One instruction set's compiled pieces and tile shapes. Each tile shape (and each piece
-/// of the staged path) is a function of its own, compiled with the set's features, into
-/// which the generic kernels above are inlined; the loops that pick the pieces
-/// ([`run`], `staged::run`) hold no vector code. Two reasons: an intrinsic is only inlined
-/// into code compiled with its features (otherwise it is a call per operation: issue 36's
-/// 20-50x slower small batches), and one function per tile keeps each of LLVM's units of
-/// work small (one function holding every tile of a path took minutes to compile alone).
-///
-/// The shapes are set by the registers (docs/kernels.md, "Small batches"): AVX-512's 32
-/// hold a 2-row x 4-panel tile of a block type (8 accumulators, each panel's scale, offset
-/// and code words); AVX2's 16 (two a panel) hold 3 rows x 1 panel, and a fourth row or a
-/// second panel at 2 rows spilled (2-4 row products 1.4-4x slower than 3 rows).
-pub(crate) trait Tiles: Isa {
-    /// Most rows in a tile.
-    const MRX: usize;
-    /// Panels in a tile of more than [`Tiles::MS`] rows.
-    const NPX: usize;
-    /// Panels in a tile of up to `MS` rows (decode): enough independent FMA chains in
-    /// flight to hide the FMA latency (each chain is serial in k by contract).
-    const NPS: usize;
-    /// Rows up to which tiles take `NPS` panels.
-    const MS: usize;
-    /// [`tile`] of `MR` rows and `NP` panels.
-    unsafe fn tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize);
-    /// `staged::widen_chunk` of `NP` panels.
-    unsafe fn widen_chunk<const NP: usize>(j: &Job, panels: Panels, c0: usize, c1: usize, w: *mut f32);
-    /// `staged::tile` of `MR` rows and `NP` panels.
-    unsafe fn staged_tile<const MR: usize, const NP: usize>(j: &Job, c: &crate::staged::Chunk, r0: usize, p0: usize);
-}
-
-/// [`Tiles`] for `$isa`, compiled with the target features `$feat` (none: portable).
-macro_rules! tiles {
-    ($isa:ty, [$($feat:literal)?], $mrx:literal, $npx:literal, $nps:literal, $ms:literal) => {
-        impl Tiles for $isa {
-            const MRX: usize = $mrx;
-            const NPX: usize = $npx;
-            const NPS: usize = $nps;
-            const MS: usize = $ms;
-            $(#[target_feature(enable = $feat)])?
-            unsafe fn tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
-                tile::<$isa, MR, NP>(j, r0, p0)
-            }
-            $(#[target_feature(enable = $feat)])?
-            unsafe fn widen_chunk<const NP: usize>(j: &Job, panels: Panels, c0: usize, c1: usize, w: *mut f32) {
-                crate::staged::widen_chunk::<$isa, NP>(j, panels, c0, c1, w)
-            }
-            $(#[target_feature(enable = $feat)])?
-            unsafe fn staged_tile<const MR: usize, const NP: usize>(
-                j: &Job,
-                c: &crate::staged::Chunk,
-                r0: usize,
-                p0: usize,
-            ) {
-                crate::staged::tile::<$isa, MR, NP>(j, c, r0, p0)
-            }
-        }
-    };
-}
-
-#[cfg(target_arch = "x86_64")]
-tiles!(crate::simd::Avx512, ["avx512f,avx512bw,avx512vl,avx2,fma,f16c"], 8, 2, 4, 2);
-#[cfg(target_arch = "x86_64")]
-tiles!(crate::simd::Avx2, ["avx2,fma,f16c"], 3, 1, 2, 1);
-tiles!(Portable, [], 4, 1, 2, 2);
-
-/// Every row of `x` against panels `pa .. pe`: tiles of up to `MRX` rows and `NPX`
-/// panels (`NPS` for up to `MS` rows), each panel group kept hot while the rows stream
-/// past it.
-unsafe fn run<I: Tiles>(j: &Job, m: usize, pa: usize, pe: usize) {
-    if crate::staged::wanted(j.kind, m, I::MRX) {
-        return crate::staged::run::<I>(j, m, pa, pe);
-    }
-    let wide = if m <= I::MS { I::NPS } else { I::NPX };
-    let mut p = pa;
-    while p < pe {
-        let np = match wide.min(pe - p) {
-            3 => 2,
-            n => n,
-        };
-        let mut r = 0;
-        while r < m {
-            let mr = I::MRX.min(m - r);
-            macro_rules! rows {
-                ($np:literal) => {
-                    match mr {
-                        1 => I::tile::<1, $np>(j, r, p),
-                        2 => I::tile::<2, $np>(j, r, p),
-                        3 if $np <= 2 => I::tile::<3, $np>(j, r, p),
-                        4 if $np <= 2 => I::tile::<4, $np>(j, r, p),
-                        5 if $np <= 2 && I::MRX >= 5 => I::tile::<5, $np>(j, r, p),
-                        6 if $np <= 2 && I::MRX >= 6 => I::tile::<6, $np>(j, r, p),
-                        7 if $np <= 2 && I::MRX >= 7 => I::tile::<7, $np>(j, r, p),
-                        8 if $np <= 2 && I::MRX >= 8 => I::tile::<8, $np>(j, r, p),
-                        _ => unreachable!("tile of {mr} rows x {} panels", $np),
-                    }
-                };
-            }
-            match np {
-                4 if I::NPS >= 4 => rows!(4),
-                2 if I::NPX >= 2 || I::NPS >= 2 => rows!(2),
-                _ => rows!(1),
-            }
-            r += mr;
-        }
-        p += np;
-    }
-}
-
-/// Run `j` for `m` rows on `path`, output panels split over the current rayon pool.
-///
-/// # Safety
-///
-/// `j`'s pointers are valid for `m` rows of `x` and `y` and every panel of `W`, and
-/// `path` is available on this CPU.
-pub(crate) unsafe fn matmul(j: Job, m: usize, path: Path) {
-    let panels = j.out.div_ceil(NR);
-    if m == 0 || panels == 0 {
-        return;
-    }
-    let one = move |pa: usize, pe: usize| match path {
-        #[cfg(target_arch = "x86_64")]
-        Path::Avx512 => run::<crate::simd::Avx512>(&j, m, pa, pe),
-        #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => run::<crate::simd::Avx2>(&j, m, pa, pe),
-        _ => run::<Portable>(&j, m, pa, pe),
-    };
-    // Enough panels per thread to be worth a hand-off (a 16-column panel of a 576-wide
-    // matrix is ~37 KB of f32).
-    let nt = rayon::current_num_threads().min(panels.div_ceil(2)).max(1);
-    if nt == 1 {
-        return one(0, panels);
-    }
-    // The panels go out in chunks claimed from a counter, not one fixed range per
-    // thread: a thread that starts late or runs on a slower (shared, preempted, or
-    // efficiency) core takes fewer chunks instead of holding the step up. Threads get
-    // disjoint panel ranges, so disjoint output columns, and which thread computes a
-    // column changes none of its operations. Chunks are of at least 256 KiB and, when
-    // over 4 panels, a multiple of 4 (the widest decode tile): at SmolLM2-135M's sizes
-    // (a product is ~200 KiB) smaller chunks cost decode 10% (105 against 117 tok/s), so
-    // there each thread claims about one range, as with a fixed split, but a late one's
-    // is taken.
-    let even = panels.div_ceil(nt);
-    let per = panels.div_ceil(nt * chunks_per_thread()).max((256 << 10) / j.panel_bytes.max(1)).min(even);
-    // per >= 1: panels >= 1 makes the div_ceil >= 1, and even >= 1.
-    let per = if per > 4 { per.next_multiple_of(4) } else { per };
-    let chunks = panels.div_ceil(per);
-    let claimed = AtomicUsize::new(0);
-    (0..nt).into_par_iter().for_each(|_| loop {
-        let c = claimed.fetch_add(1, Ordering::Relaxed);
-        if c >= chunks {
-            break;
-        }
-        one(c * per, ((c + 1) * per).min(panels));
-    });
-}
-
-/// Chunks per thread of one product: `TL_MATMUL_CHUNKS` (1 is the fixed split of one
-/// range per thread), read once; default 4.
-fn chunks_per_thread() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("TL_MATMUL_CHUNKS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(4)
-    })
 }

@@ -10,22 +10,32 @@
 //!   ([`Path`]), all bit-identical.
 //! - [`dequantize`]: stored bytes of any [`Format`] widened to f32 by docs/spec/numbers.md
 //!   (the `--weights f32` path), the values [`Linear`] computes with.
+//! - [`simd`]: the 16-lane vector layer (AVX-512, AVX2, portable) that these kernels and
+//!   tl-decoder's are written against.
+//!
+//! Inside, from the bottom: `format` (every block type's facts and its file layout),
+//! `ggml` (widening and checking a file's blocks), `blocks` and `pack` (the panels the
+//! kernels read), `kernel` and `staged` (register tiles and the staged prefill), `matmul`
+//! (instruction set, tile shapes, threads), `linear` (the layer).
 #![deny(missing_docs)]
 
 mod blocks;
 mod error;
+mod format;
 mod ggml;
 mod half_conv;
 mod int4;
 mod kernel;
 mod linear;
+mod matmul;
 mod pack;
-mod simd;
+pub mod simd;
 mod staged;
 
 pub use error::QuantError;
+pub use format::{BlockShape, Format};
 pub use ggml::dequantize;
 pub use half_conv::{bf16_to_f32, f16_to_f32, f32_to_f16};
 pub use int4::{pack_int4, unpack_int4, QLinear, MAX_GROUP_ABS};
-pub use kernel::Path;
-pub use linear::{Format, Linear};
+pub use linear::Linear;
+pub use matmul::Path;

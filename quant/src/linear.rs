@@ -1,99 +1,11 @@
 //! One linear layer for every weight format, kept in its stored format.
 
 use crate::error::QuantError;
+use crate::format::Format;
 use crate::int4::QLinear;
-use crate::kernel::{matmul, Job, Path};
-use crate::pack::{self, Kind, Line, QK};
+use crate::matmul::{matmul, Path};
+use crate::pack::{self, Job, Kind, Line, QK};
 use crate::simd::NR;
-
-/// How a weight matrix is stored: row-major `[out, inp]`, the GGML block types as runs of
-/// blocks along each row (ggml's byte layouts; values: docs/spec/numbers.md).
-#[allow(non_camel_case_types)] // the GGML names
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// f32.
-    F32,
-    /// IEEE half.
-    F16,
-    /// bfloat16.
-    BF16,
-    /// GGML Q4_0: blocks of 32, f16 `d`, 16 bytes of 4-bit codes; `w = (q - 8) d`.
-    Q4_0,
-    /// GGML Q4_1: blocks of 32, f16 `d` and `m`, 16 bytes of codes; `w = q d + m`.
-    Q4_1,
-    /// GGML Q8_0: blocks of 32, f16 `d`, 32 i8; `w = q d`.
-    Q8_0,
-    /// GGML Q5_0: blocks of 32, f16 `d`, 32 high bits, 16 bytes; `w = (q - 16) d`.
-    Q5_0,
-    /// GGML Q5_1: blocks of 32, f16 `d` and `m`, 32 high bits, 16 bytes; `w = q d + m`.
-    Q5_1,
-    /// GGML IQ4_NL: blocks of 32, f16 `d`, 16 bytes of 4-bit indices; `w = d T[q]`.
-    IQ4_NL,
-    /// GGML Q2_K: 256 weights, 16 4-bit scale/min pairs, 2-bit codes, f16 `d`, `dmin`.
-    Q2_K,
-    /// GGML Q3_K: 256 weights, high bits, 2-bit codes, 16 6-bit scales, f16 `d`.
-    Q3_K,
-    /// GGML Q4_K: 256 weights, f16 `d`, `dmin`, 8 6-bit scale/min pairs, 4-bit codes.
-    Q4_K,
-    /// GGML Q5_K: as Q4_K with a fifth bit per weight.
-    Q5_K,
-    /// GGML Q6_K: 256 weights, 4 + 2 bit codes, 16 int8 scales, f16 `d`.
-    Q6_K,
-    /// Symmetric int4 in groups of `group` columns (numbers.md `int4-g<g>-sym`).
-    Int4 {
-        /// Columns per scale.
-        group: usize,
-    },
-}
-
-impl Format {
-    /// Bytes of one stored row of `inp` values (`None` when `inp` does not split into
-    /// the format's blocks).
-    pub fn row_bytes(self, inp: usize) -> Option<usize> {
-        match self {
-            Format::F32 => inp.checked_mul(4),
-            Format::F16 | Format::BF16 => inp.checked_mul(2),
-            Format::Int4 { .. } => inp.is_multiple_of(2).then_some(inp / 2),
-            _ => {
-                let (bytes, k) = crate::ggml::block_shape(self)?;
-                inp.is_multiple_of(k).then_some(inp / k * bytes)
-            }
-        }
-    }
-}
-
-impl Format {
-    /// The format of a GGUF tensor type, by llama.cpp's name ("Q4_K", "BF16", ...), when
-    /// tl-quant reads it.
-    pub fn from_ggml_name(name: &str) -> Option<Format> {
-        Some(match name {
-            "F32" => Format::F32,
-            "F16" => Format::F16,
-            "BF16" => Format::BF16,
-            "Q4_0" => Format::Q4_0,
-            "Q4_1" => Format::Q4_1,
-            "Q8_0" => Format::Q8_0,
-            "Q5_0" => Format::Q5_0,
-            "Q5_1" => Format::Q5_1,
-            "IQ4_NL" => Format::IQ4_NL,
-            "Q2_K" => Format::Q2_K,
-            "Q3_K" => Format::Q3_K,
-            "Q4_K" => Format::Q4_K,
-            "Q5_K" => Format::Q5_K,
-            "Q6_K" => Format::Q6_K,
-            _ => return None,
-        })
-    }
-}
-
-impl std::fmt::Display for Format {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Format::Int4 { group } => write!(f, "int4-g{group}-sym"),
-            other => write!(f, "{other:?}"),
-        }
-    }
-}
 
 /// A linear weight `[out, inp]` (Hugging Face layout), `y = x W^T`, held in the format it
 /// was built from and repacked into 16-row panels for the kernel.
@@ -152,16 +64,7 @@ impl Linear {
         if bytes.len() != n {
             return Err(QuantError::LengthMismatch { what: "w", expected: n, got: bytes.len() });
         }
-        let kind = match format {
-            Format::F32 => Kind::F32,
-            Format::F16 => Kind::F16,
-            Format::BF16 => Kind::BF16,
-            Format::Q8_0 => Kind::Q8,
-            Format::Q4_0 => Kind::Q4 { min: false },
-            Format::Q4_1 => Kind::Q4 { min: true },
-            Format::Int4 { .. } => return Err(QuantError::BadBlocks { format: format.to_string(), inp }),
-            _ => Kind::Blk(crate::ggml::blk(format).expect("every other format is a generic block type")),
-        };
+        let kind = Kind::of(format).ok_or(QuantError::BadBlocks { format: format.to_string(), inp })?;
         crate::ggml::check_scales(format, bytes, inp)?;
         let mut l = Linear::empty(format, kind, out, inp)?;
         let dst = pack::bytes_mut(&mut l.data);

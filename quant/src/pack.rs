@@ -12,11 +12,14 @@
 //!   The code is unsigned (0..15); without `min` the value is `(code - 8) * d`, computed
 //!   as `fma(code, d, -8 d)` (exact: `(code - 8) d` is representable and `-8 d` exact).
 
-use crate::ggml::Blk;
+use crate::format::{unpack, Blk, Format, Unpacked};
+use crate::half_conv::{bf16_to_f32, f16_to_f32};
 use crate::simd::NR;
 
-/// Values of k per quantized block.
-pub(crate) const QK: usize = 32;
+/// Values of k per block of the Q8 and Q4 panels: Q8_0's, Q4_0's and Q4_1's block (int4
+/// groups are cut into blocks of this size).
+pub(crate) const QK: usize = Blk::Q8_0.k();
+const _: () = assert!(Blk::Q4_0.k() == QK && Blk::Q4_1.k() == QK);
 
 /// How a panel stores its weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +37,32 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// The panels of stored `format` ([`Format::Int4`]: none, it is packed from a
+    /// [`crate::QLinear`] as `Q4 { min: false }`).
+    pub(crate) fn of(format: Format) -> Option<Kind> {
+        Some(match format {
+            Format::F32 => Kind::F32,
+            Format::F16 => Kind::F16,
+            Format::BF16 => Kind::BF16,
+            Format::Int4 { .. } => return None,
+            _ => match Blk::of(format)? {
+                Blk::Q8_0 => Kind::Q8,
+                Blk::Q4_0 => Kind::Q4 { min: false },
+                Blk::Q4_1 => Kind::Q4 { min: true },
+                b => Kind::Blk(b),
+            },
+        })
+    }
+
+    /// Weights per block of a quantized kind (`None`: stored as floats).
+    pub(crate) fn block_k(self) -> Option<usize> {
+        match self {
+            Kind::Blk(f) => Some(f.k()),
+            Kind::Q8 | Kind::Q4 { .. } => Some(QK),
+            Kind::F32 | Kind::F16 | Kind::BF16 => None,
+        }
+    }
+
     /// Bytes of one panel for `inp` input columns (`inp % QK == 0` for the block kinds).
     pub(crate) fn panel_bytes(self, inp: usize) -> usize {
         match self {
@@ -53,6 +82,27 @@ pub(crate) const Q8_BLOCK: usize = NR * 2 + QK * NR;
 pub(crate) const fn q4_block(min: bool) -> usize {
     NR * 2 * (1 + min as usize) + QK * NR / 2
 }
+
+/// One matrix product's operands (raw, so the threads can share them): `x` `(m, inp)`
+/// against the panels of `W` `[out, inp]`, into `y` `(m, out)`.
+#[derive(Clone, Copy)]
+pub(crate) struct Job {
+    pub kind: Kind,
+    pub inp: usize,
+    pub out: usize,
+    /// Panel data, `panel_bytes` per panel.
+    pub data: *const u8,
+    pub panel_bytes: usize,
+    /// `(m, inp)` row-major.
+    pub x: *const f32,
+    /// `(m, out)` row-major.
+    pub y: *mut f32,
+}
+
+// SAFETY: a `Job` is only used while the borrowed x, W and y it points into are alive
+// (inside `crate::matmul::matmul`), and each thread writes a disjoint set of output columns.
+unsafe impl Send for Job {}
+unsafe impl Sync for Job {}
 
 /// 64-byte aligned storage, so f32 panel rows start on cache lines.
 #[derive(Clone, Copy)]
@@ -106,24 +156,25 @@ pub(crate) fn pack_f32(w: &[f32], out: usize, inp: usize, dst: &mut [u8]) {
     }
 }
 
-/// Repack GGUF Q8_0 rows (blocks of 34 bytes: f16 d, 32 i8).
+/// Repack GGUF Q8_0 rows (read by [`unpack`]: f16 d, 32 i8 as offset-binary codes).
 pub(crate) fn pack_q8_0(src: &[u8], out: usize, inp: usize, dst: &mut [u8]) {
-    let (nb, pb) = (inp / QK, Kind::Q8.panel_bytes(inp));
+    let (nb, pb, sb) = (inp / QK, Kind::Q8.panel_bytes(inp), Blk::Q8_0.facts().bytes);
+    let mut o = Unpacked::zero();
     for r in 0..out {
         let (p, lane) = (r / NR, r % NR);
         for b in 0..nb {
-            let s = &src[(r * nb + b) * 34..(r * nb + b + 1) * 34];
+            unpack(Blk::Q8_0, &src[(r * nb + b) * sb..(r * nb + b + 1) * sb], &mut o);
             let base = p * pb + b * Q8_BLOCK;
-            dst[base + lane * 2..base + lane * 2 + 2].copy_from_slice(&s[..2]);
+            put_u16(dst, base + lane * 2, o.d);
             for k in 0..QK {
-                dst[base + NR * 2 + k * NR + lane] = s[2 + k];
+                dst[base + NR * 2 + k * NR + lane] = o.u[k] ^ 0x80; // the i8 again
             }
         }
     }
 }
 
 /// Write the 32 codes of one row's block into a Q4 panel block at `base`.
-fn put_codes(dst: &mut [u8], base: usize, lane: usize, codes: &[u8; QK]) {
+fn put_codes(dst: &mut [u8], base: usize, lane: usize, codes: &[u8]) {
     for c in 0..QK / 8 {
         let word = (0..8).fold(0u32, |w, j| w | (codes[c * 8 + j] as u32 & 15) << (4 * j));
         let at = base + (c * NR + lane) * 4;
@@ -131,28 +182,22 @@ fn put_codes(dst: &mut [u8], base: usize, lane: usize, codes: &[u8; QK]) {
     }
 }
 
-/// Repack GGUF Q4_0 (`min = false`: 18-byte blocks, f16 d, 16 bytes of codes) or Q4_1
-/// (`min = true`: 20-byte blocks, f16 d, f16 m, 16 bytes). In both, byte `j` holds
-/// element `j` in its low nibble and element `j + 16` in its high nibble.
+/// Repack GGUF Q4_0 (`min = false`: f16 d, 4-bit codes) or Q4_1 (`min = true`: f16 d,
+/// f16 m, codes), read by [`unpack`].
 pub(crate) fn pack_q4_gguf(src: &[u8], min: bool, out: usize, inp: usize, dst: &mut [u8]) {
-    let kind = Kind::Q4 { min };
-    let (nb, pb, sb) = (inp / QK, kind.panel_bytes(inp), if min { 20 } else { 18 });
-    let head = if min { 4 } else { 2 };
+    let (kind, f) = (Kind::Q4 { min }, if min { Blk::Q4_1 } else { Blk::Q4_0 });
+    let (nb, pb, sb) = (inp / QK, kind.panel_bytes(inp), f.facts().bytes);
+    let mut o = Unpacked::zero();
     for r in 0..out {
         let (p, lane) = (r / NR, r % NR);
         for b in 0..nb {
-            let s = &src[(r * nb + b) * sb..(r * nb + b + 1) * sb];
+            unpack(f, &src[(r * nb + b) * sb..(r * nb + b + 1) * sb], &mut o);
             let base = p * pb + b * q4_block(min);
-            dst[base + lane * 2..base + lane * 2 + 2].copy_from_slice(&s[..2]);
+            put_u16(dst, base + lane * 2, o.d);
             if min {
-                dst[base + NR * 2 + lane * 2..base + NR * 2 + lane * 2 + 2].copy_from_slice(&s[2..4]);
+                put_u16(dst, base + NR * 2 + lane * 2, o.dm);
             }
-            let mut codes = [0u8; QK];
-            for j in 0..QK / 2 {
-                codes[j] = s[head + j] & 15;
-                codes[j + QK / 2] = s[head + j] >> 4;
-            }
-            put_codes(dst, base + NR * 2 * (1 + min as usize), lane, &codes);
+            put_codes(dst, base + NR * 2 * (1 + min as usize), lane, &o.u[..QK]);
         }
     }
 }
@@ -192,14 +237,12 @@ pub(crate) fn widen_row(kind: Kind, data: &[u8], inp: usize, r: usize, dst: &mut
                 *d = f32::from_le_bytes([panel[at], panel[at + 1], panel[at + 2], panel[at + 3]]);
             }
         }
-        Kind::F16 => dst.iter_mut().enumerate().for_each(|(k, d)| *d = crate::f16_to_f32(u16_at((k * NR + lane) * 2))),
-        Kind::BF16 => {
-            dst.iter_mut().enumerate().for_each(|(k, d)| *d = crate::bf16_to_f32(u16_at((k * NR + lane) * 2)))
-        }
+        Kind::F16 => dst.iter_mut().enumerate().for_each(|(k, d)| *d = f16_to_f32(u16_at((k * NR + lane) * 2))),
+        Kind::BF16 => dst.iter_mut().enumerate().for_each(|(k, d)| *d = bf16_to_f32(u16_at((k * NR + lane) * 2))),
         Kind::Q8 => {
             for (b, blk) in dst.chunks_exact_mut(QK).enumerate() {
                 let base = b * Q8_BLOCK;
-                let d = crate::f16_to_f32(u16_at(base + lane * 2));
+                let d = f16_to_f32(u16_at(base + lane * 2));
                 for (k, v) in blk.iter_mut().enumerate() {
                     *v = panel[base + NR * 2 + k * NR + lane] as i8 as f32 * d;
                 }
@@ -208,8 +251,8 @@ pub(crate) fn widen_row(kind: Kind, data: &[u8], inp: usize, r: usize, dst: &mut
         Kind::Q4 { min } => {
             for (b, blk) in dst.chunks_exact_mut(QK).enumerate() {
                 let base = b * q4_block(min);
-                let d = crate::f16_to_f32(u16_at(base + lane * 2));
-                let m = if min { crate::f16_to_f32(u16_at(base + NR * 2 + lane * 2)) } else { 0.0 };
+                let d = f16_to_f32(u16_at(base + lane * 2));
+                let m = if min { f16_to_f32(u16_at(base + NR * 2 + lane * 2)) } else { 0.0 };
                 let qb = base + NR * 2 * (1 + min as usize);
                 for (k, v) in blk.iter_mut().enumerate() {
                     let at = qb + (k / 8 * NR + lane) * 4;

@@ -11,42 +11,25 @@
 //! rows are kept in a second scratch between chunks.
 //!
 //! The chains are those of [`crate::kernel`]: the widened value is the one the register
-//! path computes (the same [`crate::blocks::block_weights`] loop, the same `fma(code, d, m)`
+//! path computes (the same `blocks::block_weights` loop, the same `fma(code, d, m)`
 //! and `q * d` of the Q4 and Q8 panels), a store and a load of an
 //! f32 are exact, and each lane still runs `acc = fma(x[k], w[k], acc)` for k ascending
 //! from +0.0, whichever chunk, tile or thread it falls in. So the results are the same
 //! bits as the register path's, and as the f32 layer's.
 
-use std::cell::Cell;
-
 use crate::blocks::{self, Panels};
-use crate::kernel::{Job, Tiles};
-use crate::pack::{self, q4_block, Kind, Line, Q8_BLOCK, QK};
+use crate::format::per_type;
+use crate::pack::{q4_block, Job, Kind, Q8_BLOCK, QK};
 use crate::simd::{lanes, Isa, NR};
 
 /// Weights per chunk: 256 k (one K-quant super-block, 8 blocks of the 32-weight types), so
 /// 2 panels of widened weights are 32 KiB.
-const KC: usize = 256;
-
-thread_local! {
-    /// Each worker thread's scratch, grown to the largest step it has run and then reused
-    /// (no allocation per call once warm).
-    static SCRATCH: Cell<Vec<Line>> = const { Cell::new(Vec::new()) };
-}
+pub(crate) const KC: usize = 256;
 
 /// Whether a product of `m` rows of `kind` should take the staged path: quantized blocks
 /// and more than one tile of rows (with one, nothing is unpacked twice).
 pub(crate) fn wanted(kind: Kind, m: usize, mrx: usize) -> bool {
-    m > mrx && block_k(kind).is_some()
-}
-
-/// Weights per block of a quantized kind (`None`: stored as floats, nothing to unpack).
-fn block_k(kind: Kind) -> Option<usize> {
-    match kind {
-        Kind::Blk(f) => Some(f.k()),
-        Kind::Q8 | Kind::Q4 { .. } => Some(QK),
-        Kind::F32 | Kind::F16 | Kind::BF16 => None,
-    }
+    m > mrx && kind.block_k().is_some()
 }
 
 /// Widen block `b` of `NP` panels of `kind` into f32 at `dst + p * stride`, `(k, 16)`
@@ -61,7 +44,7 @@ unsafe fn widen<I: Isa, const NP: usize>(
     stride: usize,
 ) {
     match kind {
-        Kind::Blk(f) => blocks::per_type!(f, F => blocks::widen::<I, NP>(F, panels, b, table, dst, stride)),
+        Kind::Blk(f) => per_type!(f, F => blocks::widen::<I, NP>(F, panels, b, table, dst, stride)),
         Kind::Q8 => {
             for p in 0..NP {
                 let base = panels.at(p).add(b * Q8_BLOCK);
@@ -77,7 +60,7 @@ unsafe fn widen<I: Isa, const NP: usize>(
             for p in 0..NP {
                 let base = panels.at(p).add(b * q4_block(min));
                 let d = I::ld_f16(base as *const u16);
-                let m = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d, I::splat_v(-8.0)) };
+                let m = if min { I::ld_f16(base.add(NR * 2) as *const u16) } else { I::mul(d, I::splat(-8.0)) };
                 let q0 = base.add(NR * 2 * (1 + min as usize));
                 for c in 0..QK / 8 {
                     let q = I::ld_u32(q0.add(c * NR * 4) as *const u32);
@@ -96,84 +79,31 @@ unsafe fn widen<I: Isa, const NP: usize>(
 /// (`(NP, KC, 16)`).
 #[inline(always)]
 pub(crate) unsafe fn widen_chunk<I: Isa, const NP: usize>(j: &Job, panels: Panels, c0: usize, c1: usize, w: *mut f32) {
-    let Some(k) = block_k(j.kind) else { unreachable!("staged run of a float panel") };
-    let table = blocks::table::<I>();
+    let Some(k) = j.kind.block_k() else { unreachable!("staged run of a float panel") };
+    // IQ4_NL's code book (the other kinds never read it).
+    let table = if let Kind::Blk(f) = j.kind { blocks::table::<I>(f) } else { I::table(&[0.0; 16]) };
     for b in c0..c1 {
         widen::<I, NP>(j.kind, panels, b, table, w.add((b - c0) * k * NR), KC * NR);
     }
 }
 
-/// Rows `0..m` of `x` against panels `pa .. pe` of a quantized kind ([`wanted`]), in tiles
-/// of up to `I::MRX` rows and `I::NPX` panels.
-pub(crate) unsafe fn run<I: Tiles>(j: &Job, m: usize, pa: usize, pe: usize) {
-    let Some(k) = block_k(j.kind) else { unreachable!("staged run of a float panel") };
-    let npx = I::NPX;
-    // f32 lines: the widened chunk `(NPX, KC, 16)`, then the accumulators `(m, NPX, 16)`.
-    let (wl, al) = (npx * KC, m * npx);
-    let mut buf = SCRATCH.take();
-    if buf.len() < (wl + al) * NR * 4 / 64 {
-        buf = pack::alloc((wl + al) * NR * 4);
-    }
-    let w = buf.as_mut_ptr() as *mut f32;
-    let acc = w.add(wl * NR);
-    let nb = j.inp / k;
-    let cb = (KC / k).max(1); // blocks per chunk
-    let mut p = pa;
-    while p < pe {
-        let np = npx.min(pe - p);
-        let panels = Panels { base: j.data.add(p * j.panel_bytes), bytes: j.panel_bytes };
-        let mut c0 = 0;
-        while c0 < nb {
-            let c1 = (c0 + cb).min(nb);
-            match np {
-                2 => I::widen_chunk::<2>(j, panels, c0, c1, w),
-                _ => I::widen_chunk::<1>(j, panels, c0, c1, w),
-            }
-            let c = Chunk { k0: c0 * k, kc: (c1 - c0) * k, first: c0 == 0, last: c1 == nb, w, acc, npx };
-            let mut r = 0;
-            while r < m {
-                let mr = I::MRX.min(m - r);
-                macro_rules! rows {
-                    ($np:literal) => {
-                        match mr {
-                            1 => I::staged_tile::<1, $np>(j, &c, r, p),
-                            2 => I::staged_tile::<2, $np>(j, &c, r, p),
-                            3 => I::staged_tile::<3, $np>(j, &c, r, p),
-                            4 => I::staged_tile::<4, $np>(j, &c, r, p),
-                            5 if I::MRX >= 5 => I::staged_tile::<5, $np>(j, &c, r, p),
-                            6 if I::MRX >= 6 => I::staged_tile::<6, $np>(j, &c, r, p),
-                            7 if I::MRX >= 7 => I::staged_tile::<7, $np>(j, &c, r, p),
-                            8 if I::MRX >= 8 => I::staged_tile::<8, $np>(j, &c, r, p),
-                            _ => unreachable!("staged tile of {mr} rows"),
-                        }
-                    };
-                }
-                match np {
-                    2 if npx >= 2 => rows!(2),
-                    _ => rows!(1),
-                }
-                r += mr;
-            }
-            c0 = c1;
-        }
-        p += np;
-    }
-    SCRATCH.set(buf);
-}
-
 /// One chunk of k: `kc` weights from `k0`, widened at `w` (`(NP, KC, 16)`); the rows'
 /// accumulators at `acc` (`(m, npx, 16)`, row `r` at `r * npx * 16`).
 pub(crate) struct Chunk {
-    k0: usize,
-    kc: usize,
+    /// The chunk's first k.
+    pub k0: usize,
+    /// Its length in k.
+    pub kc: usize,
     /// The chunk starts the chains (accumulators from +0.0).
-    first: bool,
+    pub first: bool,
     /// The chunk ends them (results go to `y`).
-    last: bool,
-    w: *mut f32,
-    acc: *mut f32,
+    pub last: bool,
+    /// The widened weights.
+    pub w: *mut f32,
+    /// The rows' accumulators.
+    pub acc: *mut f32,
     /// Panels per accumulator row.
-    npx: usize,
+    pub npx: usize,
 }
 
 impl Chunk {
@@ -194,15 +124,15 @@ pub(crate) unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, c: 
     if !c.first {
         for r in 0..MR {
             for p in 0..NP {
-                acc[r][p] = I::ld_f32(c.slot(r0 + r, p));
+                acc[r][p] = I::ld(c.slot(r0 + r, p));
             }
         }
     }
     let x = j.x.add(r0 * inp + c.k0);
     for kk in 0..c.kc {
-        let w: [I::V; NP] = lanes!(NP, |p| I::ld_f32(c.w.add(p * KC * NR + kk * NR)));
+        let w: [I::V; NP] = lanes!(NP, |p| I::ld(c.w.add(p * KC * NR + kk * NR)));
         for r in 0..MR {
-            let xb = I::splat(x.add(r * inp + kk));
+            let xb = I::splat_at(x.add(r * inp + kk));
             for p in 0..NP {
                 acc[r][p] = I::fma(xb, w[p], acc[r][p]);
             }
