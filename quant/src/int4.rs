@@ -169,12 +169,5 @@ impl QLinear {
         }
         w
     }
-
-    /// `y = x W_hat^T` for `x` `[m, inp]`, `y` `[m, out]`, through a [`crate::Linear`]
-    /// built for this call (a model builds its layers once with
-    /// [`crate::Linear::from_int4`]). Bit for bit equal to an f32 layer over
-    /// [`QLinear::dequantize`], and batch-invariant (see [`crate::Linear::forward`]).
-    pub fn forward(&self, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), QuantError> {
-        crate::Linear::from_int4(self)?.forward(x, m, y)
-    }
+    // `forward` is in linear.rs: it runs a `Linear`, which is built from this type.
 }

@@ -201,3 +201,14 @@ impl Linear {
         Ok(())
     }
 }
+
+impl QLinear {
+    /// `y = x W_hat^T` for `x` `[m, inp]`, `y` `[m, out]`, through a [`Linear`] built for
+    /// this call (a model builds its layers once with [`Linear::from_int4`]). Bit for bit
+    /// equal to an f32 layer over [`QLinear::dequantize`], and batch-invariant (see
+    /// [`Linear::forward`]). Here, not in int4.rs, so the int4 format does not import the
+    /// layer that imports it.
+    pub fn forward(&self, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), QuantError> {
+        Linear::from_int4(self)?.forward(x, m, y)
+    }
+}

@@ -141,6 +141,49 @@ tiles!(crate::simd::Avx512, ["avx512f,avx512bw,avx512vl,avx2,fma,f16c"], 8, 2, 4
 tiles!(crate::simd::Avx2, ["avx2,fma,f16c"], 3, 1, 2, 1);
 tiles!(Portable, [], 4, 1, 2, 2);
 
+/// `$call` with `$R` a constant equal to `$mr`, the rows of a tile: 1 or 2, or 3 up to
+/// `<$I>::MRX` (at most 8) where `$more` holds. Each count is a tile function of its own
+/// (`Tiles`), so the count must be a constant at the call.
+macro_rules! by_rows {
+    ($I:ty, $mr:expr, $more:expr, $R:ident => $call:expr) => {
+        match $mr {
+            1 => {
+                const $R: usize = 1;
+                $call
+            }
+            2 => {
+                const $R: usize = 2;
+                $call
+            }
+            3 if $more && <$I>::MRX >= 3 => {
+                const $R: usize = 3;
+                $call
+            }
+            4 if $more && <$I>::MRX >= 4 => {
+                const $R: usize = 4;
+                $call
+            }
+            5 if $more && <$I>::MRX >= 5 => {
+                const $R: usize = 5;
+                $call
+            }
+            6 if $more && <$I>::MRX >= 6 => {
+                const $R: usize = 6;
+                $call
+            }
+            7 if $more && <$I>::MRX >= 7 => {
+                const $R: usize = 7;
+                $call
+            }
+            8 if $more && <$I>::MRX >= 8 => {
+                const $R: usize = 8;
+                $call
+            }
+            n => unreachable!("a tile of {n} rows"),
+        }
+    };
+}
+
 /// Every row of `x` against panels `pa .. pe`: tiles of up to `MRX` rows and `NPX`
 /// panels (`NPS` for up to `MS` rows), each panel group kept hot while the rows stream
 /// past it.
@@ -158,19 +201,10 @@ unsafe fn run<I: Tiles>(j: &Job, m: usize, pa: usize, pe: usize) {
         let mut r = 0;
         while r < m {
             let mr = I::MRX.min(m - r);
+            // Tiles of 3 rows or more exist up to 2 panels (the registers, `Tiles`).
             macro_rules! rows {
                 ($np:literal) => {
-                    match mr {
-                        1 => I::tile::<1, $np>(j, r, p),
-                        2 => I::tile::<2, $np>(j, r, p),
-                        3 if $np <= 2 => I::tile::<3, $np>(j, r, p),
-                        4 if $np <= 2 => I::tile::<4, $np>(j, r, p),
-                        5 if $np <= 2 && I::MRX >= 5 => I::tile::<5, $np>(j, r, p),
-                        6 if $np <= 2 && I::MRX >= 6 => I::tile::<6, $np>(j, r, p),
-                        7 if $np <= 2 && I::MRX >= 7 => I::tile::<7, $np>(j, r, p),
-                        8 if $np <= 2 && I::MRX >= 8 => I::tile::<8, $np>(j, r, p),
-                        _ => unreachable!("tile of {mr} rows x {} panels", $np),
-                    }
+                    by_rows!(I, mr, $np <= 2, R => I::tile::<R, $np>(j, r, p))
                 };
             }
             match np {
@@ -279,17 +313,7 @@ unsafe fn staged_run<I: Tiles>(j: &Job, m: usize, pa: usize, pe: usize) {
                 let mr = I::MRX.min(m - r);
                 macro_rules! rows {
                     ($np:literal) => {
-                        match mr {
-                            1 => I::staged_tile::<1, $np>(j, &c, r, p),
-                            2 => I::staged_tile::<2, $np>(j, &c, r, p),
-                            3 => I::staged_tile::<3, $np>(j, &c, r, p),
-                            4 => I::staged_tile::<4, $np>(j, &c, r, p),
-                            5 if I::MRX >= 5 => I::staged_tile::<5, $np>(j, &c, r, p),
-                            6 if I::MRX >= 6 => I::staged_tile::<6, $np>(j, &c, r, p),
-                            7 if I::MRX >= 7 => I::staged_tile::<7, $np>(j, &c, r, p),
-                            8 if I::MRX >= 8 => I::staged_tile::<8, $np>(j, &c, r, p),
-                            _ => unreachable!("staged tile of {mr} rows"),
-                        }
+                        by_rows!(I, mr, true, R => I::staged_tile::<R, $np>(j, &c, r, p))
                     };
                 }
                 match np {
