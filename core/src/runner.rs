@@ -88,6 +88,7 @@ impl ModelRunner {
     /// KV backend named in `cfg.kv.backend`. `dir` may also be a `.gguf` file, or a
     /// directory holding `model.gguf` (config from its metadata when config.json is absent).
     pub fn load(dir: &Path, cfg: &EngineConfig) -> Result<Self, RunnerError> {
+        crate::weights::bound_heap();
         if let Some(file) = gguf_source(dir) {
             let (store, json) = load::open_gguf(&file)?;
             let (config, arch) = load::gguf_config(&store, json)?;
@@ -101,6 +102,7 @@ impl ModelRunner {
     /// Build a runner from an already parsed config (its typed part is not parsed again)
     /// and an open weight store.
     pub fn from_parts(config: ModelConfig, weights: &dyn WeightStore, cfg: &EngineConfig) -> Result<Self, RunnerError> {
+        crate::weights::bound_heap();
         let arch = load::architecture(&config)?;
         Self::build(config, arch.as_ref(), weights, cfg)
     }
