@@ -89,14 +89,17 @@ impl ModelRunner {
     /// directory holding `model.gguf` (config from its metadata when config.json is absent).
     pub fn load(dir: &Path, cfg: &EngineConfig) -> Result<Self, RunnerError> {
         crate::weights::bound_heap();
-        if let Some(file) = gguf_source(dir) {
+        let built = if let Some(file) = gguf_source(dir) {
             let (store, json) = load::open_gguf(&file)?;
             let (config, arch) = load::gguf_config(&store, json)?;
-            return Self::build(config, arch.as_ref(), &store, cfg);
-        }
-        let (config, arch) = load::load_config(dir)?;
-        let weights = open_weights(dir)?;
-        Self::build(config, arch.as_ref(), weights.as_ref(), cfg)
+            Self::build(config, arch.as_ref(), &store, cfg)
+        } else {
+            let (config, arch) = load::load_config(dir)?;
+            let weights = open_weights(dir)?;
+            Self::build(config, arch.as_ref(), weights.as_ref(), cfg)
+        };
+        crate::weights::steady_heap();
+        built
     }
 
     /// Build a runner from an already parsed config (its typed part is not parsed again)
@@ -104,7 +107,9 @@ impl ModelRunner {
     pub fn from_parts(config: ModelConfig, weights: &dyn WeightStore, cfg: &EngineConfig) -> Result<Self, RunnerError> {
         crate::weights::bound_heap();
         let arch = load::architecture(&config)?;
-        Self::build(config, arch.as_ref(), weights, cfg)
+        let built = Self::build(config, arch.as_ref(), weights, cfg);
+        crate::weights::steady_heap();
+        built
     }
 
     fn build(

@@ -232,21 +232,30 @@ pub trait WeightStore: Send + Sync {
 /// later ones come from the heap, and the freed temporaries stay resident between the
 /// weights that outlive them. On a mixture of experts (thousands of expert matrices) that
 /// was 19% more resident memory than the weights, and twice the load time (measured:
-/// docs/benchmarks.md, the MoE table). Fixing the threshold at glibc's default (128 KiB)
-/// turns the dynamic adjustment off: chunks that size are mapped and unmapped whole.
-/// Once per process, before the first load; a no-op off glibc.
+/// docs/benchmarks.md, the MoE table). [`bound_heap`] fixes the threshold at glibc's
+/// default (128 KiB) for the load, so chunks that size are mapped and unmapped whole;
+/// [`steady_heap`] raises it after, to glibc's own ceiling (32 MiB), so a step's buffers
+/// (logits, scratch) are reused from the heap rather than mapped and unmapped every step.
+/// No-ops off glibc.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn mmap_threshold(bytes: i32) {
+    extern "C" {
+        fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+    }
+    const M_MMAP_THRESHOLD: std::ffi::c_int = -3; // glibc's malloc.h
+                                                  // SAFETY: mallopt is glibc's documented, thread-safe tuning call; it changes where
+                                                  // later allocations come from, never what a live allocation holds.
+    let _ = unsafe { mallopt(M_MMAP_THRESHOLD, bytes) };
+}
+
+/// Before a load: see [`mmap_threshold`].
 pub(crate) fn bound_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            extern "C" {
-                fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
-            }
-            const M_MMAP_THRESHOLD: std::ffi::c_int = -3; // glibc's malloc.h
-            // SAFETY: mallopt is glibc's documented, thread-safe tuning call; it changes
-            // where later allocations come from, never what a live allocation holds.
-            let _ = unsafe { mallopt(M_MMAP_THRESHOLD, 128 * 1024) };
-        });
-    }
+    mmap_threshold(128 * 1024);
+}
+
+/// After a load: see [`mmap_threshold`].
+pub(crate) fn steady_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    mmap_threshold(32 * 1024 * 1024);
 }
