@@ -5,8 +5,8 @@
 #   scripts/bench_moe.sh
 #
 # The model: scripts/fixtures/make_moe_bench_shape.py, a scaled-down Qwen3-30B-A3B (hidden
-# 2048, 16 layers, 64 experts of width 512, the top 8, 32/4 heads of 128: ~3.4 B weights,
-# 0.6 B active per token) with random weights and SmolLM2's tokenizer, converted by
+# 2048, 16 layers, 64 experts of width 512, the top 8, 32/4 heads of 128: 3.73 B weights,
+# 0.91 B active per token) with random weights and SmolLM2's tokenizer, converted by
 # llama.cpp's convert_hf_to_gguf.py (BF16) and quantized by llama-quantize (no imatrix), all
 # cached under ${TL_CACHE:-~/.cache/tl}/moe-bench-shape/.
 #
