@@ -68,6 +68,15 @@ fn tokens_cached(mut rx: UnboundedReceiver<Event>) -> (Tokens, usize) {
     }
 }
 
+/// Wait (up to 10 s) for `done`: engine stats are published at the end of a step, after
+/// the events a test reads, so a test that reads them right after an answer waits.
+fn settle(done: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !done() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn wait_idle(e: &Engine) {
     let t0 = Instant::now();
     while e.stats().running + e.stats().waiting > 0 {
@@ -91,6 +100,8 @@ fn imported_kv_gives_the_single_engine_answer_bit_for_bit() {
         assert_eq!(lease.tokens, len);
         assert_eq!(lease.blocks.len(), len.div_ceil(16));
         assert_eq!(p.lease_counts().held, 1);
+        // The step publishes its pool counts after the answer's last event: wait for them.
+        settle(|| p.stats().kv_blocks_in_use == lease.blocks.len());
         assert_eq!(p.stats().kv_blocks_in_use, lease.blocks.len(), "the lease holds its blocks");
 
         let mut pre = d.hold_prefix(&prompt).expect("hold");
