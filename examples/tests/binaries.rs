@@ -1,6 +1,7 @@
 //! Every binary on every fixture model, run as a user runs them: generate, perplexity
-//! and bench on the bigram, the tiny Llama, Qwen2, Qwen3 (safetensors and GGUF), Mistral
-//! and Gemma 3 (safetensors and GGUF);
+//! and bench on the bigram, the tiny Llama, Qwen2, Qwen3 (safetensors and GGUF; with YaRN),
+//! Mistral, Gemma 3 (safetensors and GGUF) and the mixtures of experts (Qwen3-MoE and
+//! Mixtral, safetensors and GGUF; OLMoE; gpt-oss);
 //! chat where the model has a template; convert where the model is a GGUF file. The same
 //! Qwen2 (and Qwen3) weights from safetensors, GGUF and the GGUF converted back give the
 //! same text.
@@ -30,6 +31,13 @@ fn models() -> Vec<(&'static str, PathBuf, bool)> {
         ("mistral", r.join("arch-mistral/tests/fixtures/tiny-mistral"), false),
         ("gemma3", r.join("arch-gemma3/tests/fixtures/tiny-gemma3"), false),
         ("gemma3-gguf", r.join("arch-gemma3/tests/fixtures/tiny-gemma3/model.gguf"), false),
+        ("qwen3-yarn", r.join("arch-qwen3/tests/fixtures/tiny-qwen3-yarn"), false),
+        ("qwen3-moe", r.join("arch-qwen3-moe/tests/fixtures/tiny-qwen3-moe"), false),
+        ("qwen3-moe-gguf", r.join("arch-qwen3-moe/tests/fixtures/tiny-qwen3-moe/model.gguf"), false),
+        ("mixtral", r.join("arch-mixtral/tests/fixtures/tiny-mixtral"), false),
+        ("mixtral-gguf", r.join("arch-mixtral/tests/fixtures/tiny-mixtral/model.gguf"), false),
+        ("olmoe", r.join("arch-olmoe/tests/fixtures/tiny-olmoe"), false),
+        ("gpt-oss", r.join("arch-gpt-oss/tests/fixtures/tiny-gpt-oss"), false),
     ]
 }
 
