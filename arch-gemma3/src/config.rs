@@ -11,15 +11,11 @@
 
 use serde_json::Value;
 use tl_core::{ConfigError, ModelConfig};
-use tl_decoder::fields::{field, flag, invalid, positive_float, required, size};
+use tl_decoder::fields::{dims, field, flag, invalid, positive_float, required, size, Dims};
 
 /// Sizes above these are refused as absurd (a typo would otherwise surface as an
 /// allocation failure at load).
-const MAX_HIDDEN: usize = 1 << 16;
-const MAX_INTERMEDIATE: usize = 1 << 18;
 const MAX_LAYERS: usize = 1 << 10;
-const MAX_HEADS: usize = 1 << 10;
-const MAX_HEAD_DIM: usize = 1 << 10;
 const MAX_WINDOW: usize = 1 << 24;
 
 /// `Gemma3TextConfig`'s defaults (transformers 5.23) for fields a config may leave out.
@@ -157,22 +153,14 @@ impl Gemma3Config {
     /// Parse and validate `config`'s JSON.
     pub fn parse(config: &ModelConfig) -> Result<Gemma3Config, ConfigError> {
         let json = config.json();
-        let hidden_size = required(json, "hidden_size", MAX_HIDDEN)?;
-        let intermediate_size = required(json, "intermediate_size", MAX_INTERMEDIATE)?;
-        let n_layers = required(json, "num_hidden_layers", MAX_LAYERS)?;
-        let num_attention_heads = required(json, "num_attention_heads", MAX_HEADS)?;
-        let num_key_value_heads = size(json, "num_key_value_heads", MAX_HEADS)?.unwrap_or(num_attention_heads);
-        let head_dim = size(json, "head_dim", MAX_HEAD_DIM)?.unwrap_or(DEFAULT_HEAD_DIM);
-        if head_dim % 2 != 0 {
-            return Err(invalid("head_dim", &json["head_dim"], "expected an even size (RoPE rotates two halves)"));
-        }
-        if num_attention_heads % num_key_value_heads != 0 {
-            return Err(invalid(
-                "num_key_value_heads",
-                &json["num_key_value_heads"],
-                &format!("does not divide num_attention_heads {num_attention_heads}"),
-            ));
-        }
+        let Dims {
+            hidden: hidden_size,
+            intermediate: intermediate_size,
+            layers: n_layers,
+            heads: num_attention_heads,
+            kv_heads: num_key_value_heads,
+            head_dim,
+        } = dims(json, Some(DEFAULT_HEAD_DIM))?;
         let rms_norm_eps = positive_float(json, "rms_norm_eps")?.unwrap_or(DEFAULT_RMS_EPS) as f32;
         let query_pre_attn_scalar =
             positive_float(json, "query_pre_attn_scalar")?.unwrap_or(DEFAULT_QUERY_PRE_ATTN_SCALAR);

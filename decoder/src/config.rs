@@ -13,16 +13,8 @@
 use serde_json::Value;
 use tl_core::{ConfigError, ModelConfig};
 
-use crate::fields::{field, flag, invalid, positive_float, required, size};
+use crate::fields::{dims, field, flag, invalid, positive_float, Dims};
 use crate::rope::{Llama3Scaling, Rope, RopeScaling, YarnScaling};
-
-/// Sizes above these are refused as absurd: no released Llama comes within a factor of
-/// four, and a typo that large would otherwise surface as an allocation failure at load.
-const MAX_HIDDEN: usize = 1 << 16;
-const MAX_INTERMEDIATE: usize = 1 << 18;
-const MAX_LAYERS: usize = 1 << 10;
-const MAX_HEADS: usize = 1 << 10;
-const MAX_HEAD_DIM: usize = 1 << 10;
 
 /// Hugging Face's default for a missing `rms_norm_eps`.
 const DEFAULT_RMS_EPS: f64 = 1e-6;
@@ -308,36 +300,14 @@ impl DecoderConfig {
         layers: impl FnOnce(&Value, usize) -> Result<Vec<LayerAttn>, ConfigError>,
     ) -> Result<DecoderConfig, ConfigError> {
         let json = config.json();
-        let hidden_size = required(json, "hidden_size", MAX_HIDDEN)?;
-        let intermediate_size = required(json, "intermediate_size", MAX_INTERMEDIATE)?;
-        let num_hidden_layers = required(json, "num_hidden_layers", MAX_LAYERS)?;
-        let num_attention_heads = required(json, "num_attention_heads", MAX_HEADS)?;
-        let num_key_value_heads = size(json, "num_key_value_heads", MAX_HEADS)?.unwrap_or(num_attention_heads);
-        let head_dim = match size(json, "head_dim", MAX_HEAD_DIM)? {
-            Some(d) => d,
-            None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
-            None => {
-                return Err(invalid(
-                    "num_attention_heads",
-                    &json["num_attention_heads"],
-                    &format!("does not divide hidden_size {hidden_size} (and no head_dim is given)"),
-                ))
-            }
-        };
-        if head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM {
-            return Err(invalid(
-                "head_dim",
-                &Value::from(head_dim),
-                &format!("expected an even size in 2..={MAX_HEAD_DIM} (RoPE rotates two halves)"),
-            ));
-        }
-        if num_attention_heads % num_key_value_heads != 0 {
-            return Err(invalid(
-                "num_key_value_heads",
-                &json["num_key_value_heads"],
-                &format!("does not divide num_attention_heads {num_attention_heads}"),
-            ));
-        }
+        let Dims {
+            hidden: hidden_size,
+            intermediate: intermediate_size,
+            layers: num_hidden_layers,
+            heads: num_attention_heads,
+            kv_heads: num_key_value_heads,
+            head_dim,
+        } = dims(json, None)?;
         let rms_norm_eps = positive_float(json, "rms_norm_eps")?.unwrap_or(DEFAULT_RMS_EPS) as f32;
         let (rope_theta, rope_scaling) = rope(json)?;
         let rope_theta = rope_theta as f32;

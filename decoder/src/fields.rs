@@ -74,3 +74,67 @@ pub fn experts(
     }
     Ok((e, k))
 }
+
+/// Sizes above these are refused as absurd: no released model comes within a factor of
+/// four, and a typo that large would otherwise surface as an allocation failure at load.
+const MAX_HIDDEN: usize = 1 << 16;
+const MAX_INTERMEDIATE: usize = 1 << 18;
+const MAX_LAYERS: usize = 1 << 10;
+const MAX_HEADS: usize = 1 << 10;
+const MAX_HEAD_DIM: usize = 1 << 10;
+
+/// The sizes every decoder family's config has, each checked and each error naming its
+/// field: `hidden_size`, `intermediate_size`, `num_hidden_layers`, `num_attention_heads`,
+/// `num_key_value_heads` (default: the heads; must divide them), `head_dim` (even: RoPE
+/// rotates two halves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    /// Hidden size d.
+    pub hidden: usize,
+    /// MLP (or each expert's) width.
+    pub intermediate: usize,
+    /// Layers.
+    pub layers: usize,
+    /// Query heads H.
+    pub heads: usize,
+    /// KV heads H_kv.
+    pub kv_heads: usize,
+    /// Head size D.
+    pub head_dim: usize,
+}
+
+/// [`Dims`] of a config; a missing `head_dim` is `default_head_dim`, or (`None`, Llama's
+/// rule) `hidden_size / num_attention_heads`, which must then divide.
+pub fn dims(json: &Value, default_head_dim: Option<usize>) -> Result<Dims, ConfigError> {
+    let hidden = required(json, "hidden_size", MAX_HIDDEN)?;
+    let intermediate = required(json, "intermediate_size", MAX_INTERMEDIATE)?;
+    let layers = required(json, "num_hidden_layers", MAX_LAYERS)?;
+    let heads = required(json, "num_attention_heads", MAX_HEADS)?;
+    let kv_heads = size(json, "num_key_value_heads", MAX_HEADS)?.unwrap_or(heads);
+    let head_dim = match (size(json, "head_dim", MAX_HEAD_DIM)?, default_head_dim) {
+        (Some(d), _) | (None, Some(d)) => d,
+        (None, None) if hidden % heads == 0 => hidden / heads,
+        (None, None) => {
+            return Err(invalid(
+                "num_attention_heads",
+                &json["num_attention_heads"],
+                &format!("does not divide hidden_size {hidden} (and no head_dim is given)"),
+            ))
+        }
+    };
+    if head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM {
+        return Err(invalid(
+            "head_dim",
+            &Value::from(head_dim),
+            &format!("expected an even size in 2..={MAX_HEAD_DIM} (RoPE rotates two halves)"),
+        ));
+    }
+    if heads % kv_heads != 0 {
+        return Err(invalid(
+            "num_key_value_heads",
+            &json["num_key_value_heads"],
+            &format!("does not divide num_attention_heads {heads}"),
+        ));
+    }
+    Ok(Dims { hidden, intermediate, layers, heads, kv_heads, head_dim })
+}
