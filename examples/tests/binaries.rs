@@ -32,7 +32,7 @@ fn models() -> Vec<(&'static str, PathBuf, bool)> {
         ("gemma3", r.join("arch-gemma3/tests/fixtures/tiny-gemma3"), false),
         ("gemma3-gguf", r.join("arch-gemma3/tests/fixtures/tiny-gemma3/model.gguf"), false),
         ("qwen3-yarn", r.join("arch-qwen3/tests/fixtures/tiny-qwen3-yarn"), false),
-        ("qwen3-moe", r.join("arch-qwen3-moe/tests/fixtures/tiny-qwen3-moe"), false),
+        ("qwen3-moe", r.join("arch-qwen3-moe/tests/fixtures/tiny-qwen3-moe"), true),
         ("qwen3-moe-gguf", r.join("arch-qwen3-moe/tests/fixtures/tiny-qwen3-moe/model.gguf"), false),
         ("mixtral", r.join("arch-mixtral/tests/fixtures/tiny-mixtral"), false),
         ("mixtral-gguf", r.join("arch-mixtral/tests/fixtures/tiny-mixtral/model.gguf"), false),

@@ -124,3 +124,12 @@ fn mistral_http_answers_do_not_depend_on_traffic() {
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-mistral/tests/fixtures/tiny-mistral");
     promise(model, "tiny-mistral", 40, 90);
 }
+
+#[test]
+fn qwen3_moe_http_answers_do_not_depend_on_traffic() {
+    // A mixture of experts: each step's tokens are grouped per expert, so the 15 concurrent
+    // requests share the target's experts' products; its answer must not move (vLLM's and
+    // SGLang's deterministic modes do not keep this for MoE models).
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3-moe/tests/fixtures/tiny-qwen3-moe");
+    promise(model, "tiny-qwen3-moe", 40, 90);
+}
