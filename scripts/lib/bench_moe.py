@@ -52,7 +52,8 @@ def tl(name, path):
     for j in run(cmd):
         record({**j, "config": name, "commit": env["TL_COMMIT"]})
         out.update(prefill=j["prefill_tok_s"], decode=j["decode_tok_s"], rss=j["peak_rss_mib"],
-                   file=os.path.getsize(path) / 2**20, kv=j["kv_pool_mib"], load=j["load_s"])
+                   loaded=j["rss_after_load_mib"], file=os.path.getsize(path) / 2**20, kv=j["kv_pool_mib"],
+                   load=j["load_s"])
     cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", "32",
            "--decode-tokens", gen, "--repeats", env["REPEATS"], "--json-only", "--batch", str(batch)]
     for j in run(cmd):
@@ -89,15 +90,16 @@ lines = [f"MoE benchmark model (scripts/bench_moe.sh), {threads} threads, {promp
          f"batched: {batch} sequences of 32 tokens, {gen} steps; tl {env['TL_COMMIT']}; llama.cpp {env['LLAMA_BIN']}; "
          f"{cpu}, {platform.machine()}; medians over {env['ROUNDS']} rounds, ratios the median of each round's", "",
          "| file | prefill tl | prefill llama.cpp | ratio | decode tl | decode llama.cpp | ratio "
-         f"| batched ({batch}) tl | batched llama.cpp | ratio | tl peak RSS / (file + KV) |",
+         f"| batched ({batch}) tl | batched llama.cpp | ratio | tl RSS after load, peak / (file + KV) |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 for n in files:
     t, l = res[n]["tl"], res[n]["llama"]
-    rss = med(t, "rss")
+    rss, loaded = med(t, "rss"), med(t, "loaded")
     budget = (med(t, "file") or 0) + (med(t, "kv") or 0)
     row = [n.upper()]
     for k in ("prefill", "decode", "batched"):
         row += [f(med(t, k)), f(med(l, k)), f(ratio(t, l, k), 2)]
-    row.append(f"{f(rss, 0)} / {f(budget, 0)} MiB = {f(rss / budget if rss and budget else None, 2)}")
+    share = (lambda x: f(x / budget if x and budget else None, 2))
+    row.append(f"{f(loaded, 0)}, {f(rss, 0)} / {f(budget, 0)} MiB = {share(loaded)}, {share(rss)}")
     lines.append("| " + " | ".join(row) + " |")
 open(env["TABLE"], "w").write("\n".join(lines) + "\n")
