@@ -19,6 +19,7 @@
 //! sum runs over its experts in ascending id whatever the batch. So the block is batch-,
 //! chunk- and thread-invariant bit for bit.
 
+use rayon::prelude::*;
 use tl_core::{ModelError, WeightError};
 use tl_quant::Linear;
 
@@ -63,16 +64,8 @@ pub struct MoeBuffers {
     logits: Vec<f32>,
     /// `(N, k)` each token's experts and weights, ascending expert id.
     chosen: Vec<(usize, f32)>,
-    /// The `(row, weight)` of each token routed to the current expert.
-    routed: Vec<(usize, f32)>,
-    /// `(m, d)` the current expert's input rows, gathered.
-    xin: Vec<f32>,
-    /// `(m, d)` its output rows.
-    y: Vec<f32>,
-    /// `(m, 2I)`, `(m, I)`, scratch: the expert MLP's buffers.
-    gu: Vec<f32>,
-    act: Vec<f32>,
-    tmp: Vec<f32>,
+    /// `(expert, row, weight)` of every token's choices, by expert then batch order.
+    routed: Vec<(usize, usize, f32)>,
 }
 
 /// `e^(x - max)` of every value in place, by the decoder's [`exp16`] (the same bits on
@@ -217,29 +210,40 @@ impl Moe {
             m.chosen.extend_from_slice(&one);
         }
 
-        let proj = grow(&mut b.proj, n * dm); // (N, d)
-        proj.fill(0.0);
-        for (e, expert) in self.experts.iter().enumerate() {
-            // The tokens that chose expert e, in batch order, with their weights.
-            m.routed.clear();
+        // The tokens that chose each expert, in batch order, with their weights.
+        m.routed.clear();
+        for e in 0..e_count {
             for (t, picks) in m.chosen.chunks_exact(k).enumerate() {
                 if let Some(&(_, w)) = picks.iter().find(|&&(pe, _)| pe == e) {
-                    m.routed.push((t, w));
+                    m.routed.push((e, t, w));
                 }
             }
-            let rows = m.routed.len();
-            if rows == 0 {
-                continue; // unread: a decode step touches only its k experts
-            }
-            let xin = grow(&mut m.xin, rows * dm); // (m, d)
-            for (dst, &(t, _)) in xin.chunks_exact_mut(dm).zip(&m.routed) {
-                dst.copy_from_slice(&h[t * dm..(t + 1) * dm]);
-            }
-            let y = grow(&mut m.y, rows * dm); // (m, d)
-            let s = MlpScratch { gu: &mut m.gu, act: &mut m.act, tmp: &mut m.tmp };
-            expert.run(path, xin, rows, y, s).map_err(|err| ModelError::Other(format!("expert {e}: {err}")))?;
-            // Each row's sum runs over its experts in ascending id: this loop's order.
-            for (src, &(t, w)) in y.chunks_exact(dm).zip(&m.routed) {
+        }
+        // The experts that have tokens (a decode step: its k), each run on its own rows in
+        // parallel: an expert's product gives each row the same bits whoever runs it, and
+        // the sum below runs in ascending expert id whatever finished first.
+        let groups: Vec<&[(usize, usize, f32)]> = m.routed.chunk_by(|a, b| a.0 == b.0).collect();
+        let outs = groups
+            .par_iter()
+            .map(|g| {
+                let (e, rows) = (g[0].0, g.len());
+                let mut xin = vec![0.0f32; rows * dm]; // (m, d)
+                for (dst, &(_, t, _)) in xin.chunks_exact_mut(dm).zip(g.iter()) {
+                    dst.copy_from_slice(&h[t * dm..(t + 1) * dm]);
+                }
+                let mut y = vec![0.0f32; rows * dm]; // (m, d)
+                let (mut gu, mut act, mut tmp) = (Vec::new(), Vec::new(), Vec::new());
+                let s = MlpScratch { gu: &mut gu, act: &mut act, tmp: &mut tmp };
+                self.experts[e].run(path, &xin, rows, &mut y, s).map_err(|err| format!("expert {e}: {err}"))?;
+                Ok(y)
+            })
+            .collect::<Result<Vec<Vec<f32>>, String>>()
+            .map_err(ModelError::Other)?;
+        let proj = grow(&mut b.proj, n * dm); // (N, d)
+        proj.fill(0.0);
+        // Each row's sum runs over its experts in ascending id: the groups' order.
+        for (g, y) in groups.iter().zip(&outs) {
+            for (src, &(_, t, w)) in y.chunks_exact(dm).zip(g.iter()) {
                 for (o, &v) in proj[t * dm..(t + 1) * dm].iter_mut().zip(src) {
                     *o += w * v;
                 }
