@@ -19,8 +19,7 @@ const NAME: &str = "tiny-gemma3";
 const WINDOW: usize = 8;
 
 fn load_gguf(threads: usize, weights: Weights) -> ModelRunner {
-    let path = fixture(NAME).join("model.gguf");
-    ModelRunner::load(&path, &engine(threads, weights)).unwrap_or_else(|e| panic!("loading the GGUF: {e}"))
+    load_path(&fixture(NAME).join("model.gguf"), threads, weights)
 }
 
 #[test]
@@ -46,14 +45,8 @@ fn tiny_gemma3_gguf_loads_to_the_same_logits() {
     assert_eq!((c["tl_arch"].as_str(), c["sliding_window"].as_u64()), (Some("gemma3"), Some(WINDOW as u64)));
     assert_eq!(c["layer_types"], serde_json::json!(["sliding_attention", "sliding_attention", "full_attention"]));
     assert_eq!((c["tl_norms_include_one"].as_bool(), c["query_pre_attn_scalar"].as_u64()), (Some(true), Some(32)));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let src = fixture(NAME);
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config")).expect("JSON");
-    cfg["query_pre_attn_scalar"] = serde_json::json!(32);
-    std::fs::write(dir.path().join("config.json"), cfg.to_string()).expect("write config");
-    std::fs::copy(src.join("model.safetensors"), dir.path().join("model.safetensors")).expect("copy weights");
-    let mut st = ModelRunner::load(dir.path(), &engine(0, Weights::Native)).expect("load");
+    let dir = with_config(&fixture(NAME), |c| c["query_pre_attn_scalar"] = serde_json::json!(32));
+    let mut st = load_path(dir.path(), 0, Weights::Native);
     let mut own = load(NAME, 0, Weights::Native);
     for p in reference(NAME) {
         let a = run_in_steps(&mut g, &p.ids, &[]);

@@ -31,14 +31,8 @@ fn without_its_window_the_same_weights_are_far_from_hf() {
     // `sliding_window: null` (Mistral v0.2 and later) loads as full attention: past 16
     // tokens it is many tolerances from HF's windowed references, so the window above is
     // what made them match.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let src = fixture("tiny-mistral");
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config")).expect("JSON");
-    cfg["sliding_window"] = serde_json::Value::Null;
-    std::fs::write(dir.path().join("config.json"), cfg.to_string()).expect("write config");
-    std::fs::copy(src.join("model.safetensors"), dir.path().join("model.safetensors")).expect("copy weights");
-    let mut full = ModelRunner::load(dir.path(), &engine(0, Weights::Native)).expect("load without a window");
+    let dir = with_config(&fixture("tiny-mistral"), |c| c["sliding_window"] = serde_json::Value::Null);
+    let mut full = load_path(dir.path(), 0, Weights::Native);
     for p in reference("tiny-mistral").iter().filter(|p| p.ids.len() > WINDOW) {
         let diff = max_abs_diff(&run_in_steps(&mut full, &p.ids, &[]), &p.last_logits);
         assert!(diff > 10.0 * tolerance(&p.last_logits), "{} tokens: full attention is only {diff} away", p.ids.len());

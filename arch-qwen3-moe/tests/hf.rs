@@ -39,24 +39,20 @@ fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::Te
     with_config(&fixture(name), edit)
 }
 
-fn load_err(dir: &std::path::Path) -> String {
-    load_error(dir)
-}
-
 #[test]
 fn bad_expert_configs_are_refused_naming_the_field_or_tensor() {
     let name = NAMES[0];
-    let top = load_err(edited(name, |c| c["num_experts_per_tok"] = 9.into()).path());
+    let top = load_error(edited(name, |c| c["num_experts_per_tok"] = 9.into()).path());
     assert!(top.contains("num_experts_per_tok") && top.contains('9'), "{top}");
     // Fewer experts than the file holds: the router's shape names the mismatch.
-    let fewer = load_err(edited(name, |c| c["num_experts"] = 4.into()).path());
+    let fewer = load_error(edited(name, |c| c["num_experts"] = 4.into()).path());
     assert!(fewer.contains("mlp.gate.weight"), "{fewer}");
     // More experts than the file holds: the first missing tensor is named.
-    let more = load_err(edited(name, |c| c["num_experts"] = 16.into()).path());
+    let more = load_error(edited(name, |c| c["num_experts"] = 16.into()).path());
     assert!(more.contains("model.layers.1.mlp.gate.weight") || more.contains("experts.8"), "{more}");
-    let layers = load_err(edited(name, |c| c["mlp_only_layers"] = serde_json::json!([5])).path());
+    let layers = load_error(edited(name, |c| c["mlp_only_layers"] = serde_json::json!([5])).path());
     assert!(layers.contains("mlp_only_layers"), "{layers}");
-    let step = load_err(edited(name, |c| c["decoder_sparse_step"] = 0.into()).path());
+    let step = load_error(edited(name, |c| c["decoder_sparse_step"] = 0.into()).path());
     assert!(step.contains("decoder_sparse_step"), "{step}");
 }
 
@@ -93,7 +89,7 @@ fn a_missing_expert_tensor_is_named() {
     out.extend_from_slice(&head);
     out.extend_from_slice(&kept);
     std::fs::write(&path, out).expect("write");
-    let err = load_err(dir.path());
+    let err = load_error(dir.path());
     assert!(err.contains(gone), "{err}");
 }
 

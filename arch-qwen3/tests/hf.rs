@@ -13,8 +13,7 @@ use common::*;
 use tl_core::{ModelRunner, Weights};
 
 fn load_gguf(name: &str, threads: usize) -> ModelRunner {
-    let path = fixture(name).join("model.gguf");
-    ModelRunner::load(&path, &engine(threads, Weights::Native)).unwrap_or_else(|e| panic!("loading the GGUF: {e}"))
+    load_path(&fixture(name).join("model.gguf"), threads, Weights::Native)
 }
 
 #[test]

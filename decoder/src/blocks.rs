@@ -93,7 +93,7 @@ pub struct AttnBlock {
 
 /// `v += b` on every row of `x` `(rows, b.len())`: after a product, one f32 add per
 /// element (as `x W^T + b`), a function of the row alone.
-fn add_bias(x: &mut [f32], bias: &[f32]) {
+pub(crate) fn add_bias(x: &mut [f32], bias: &[f32]) {
     for row in x.chunks_exact_mut(bias.len()) {
         for (v, &b) in row.iter_mut().zip(bias) {
             *v += b;

@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use tl_core::{ModelError, WeightError};
 use tl_quant::Linear;
 
-use crate::blocks::{Act, Mlp, MlpNames, MlpScratch};
+use crate::blocks::{add_bias, Act, Mlp, MlpNames, MlpScratch};
 use crate::lanes::{exp16, Path, W};
 use crate::proj::{f32_bytes, grow, linear};
 use crate::stack::Cx;
@@ -202,23 +202,19 @@ impl Moe {
         linear(&self.router, h, n, logits, "router")?;
         m.chosen.clear();
         let mut one = Vec::with_capacity(k);
+        if let Some(bias) = &self.router_bias {
+            add_bias(logits, bias);
+        }
         for row in logits.chunks_exact_mut(e_count) {
-            if let Some(bias) = &self.router_bias {
-                row.iter_mut().zip(bias).for_each(|(l, &b)| *l += b);
-            }
             self.route(path, row, &mut one);
             m.chosen.extend_from_slice(&one);
         }
 
-        // The tokens that chose each expert, in batch order, with their weights.
+        // The tokens that chose each expert, by expert then batch order (a stable sort of
+        // the batch-ordered choices), with their weights.
         m.routed.clear();
-        for e in 0..e_count {
-            for (t, picks) in m.chosen.chunks_exact(k).enumerate() {
-                if let Some(&(_, w)) = picks.iter().find(|&&(pe, _)| pe == e) {
-                    m.routed.push((e, t, w));
-                }
-            }
-        }
+        m.routed.extend(m.chosen.chunks_exact(k).enumerate().flat_map(|(t, p)| p.iter().map(move |&(e, w)| (e, t, w))));
+        m.routed.sort_by_key(|&(e, _, _)| e);
         // The experts that have tokens (a decode step: its k), each run on its own rows in
         // parallel: an expert's product gives each row the same bits whoever runs it, and
         // the sum below runs in ascending expert id whatever finished first.

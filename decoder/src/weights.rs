@@ -166,19 +166,16 @@ impl<'a> Loader<'a> {
         e: usize,
         cols: &[usize],
     ) -> Result<Linear, ModelError> {
-        let info = self.store.info(name);
-        let (dtype, format, size) = match info.map(|i| i.dtype) {
-            Some(DType::F32) => (DType::F32, Format::F32, 4),
-            Some(DType::F16) => (DType::F16, Format::F16, 2),
-            Some(DType::BF16) => (DType::BF16, Format::BF16, 2),
-            _ => {
-                return Err(ModelError::Weights(WeightError::Tensor {
-                    path: self.store.path().to_path_buf(),
-                    name: name.into(),
-                    reason: "a stacked expert tensor must be stored as F32, F16 or BF16".into(),
-                }))
-            }
+        // The float types only: a block type's rows cannot be cut into columns.
+        let info = self.store.info(name).filter(|i| matches!(i.dtype, DType::F32 | DType::F16 | DType::BF16));
+        let Some((dtype, format)) = info.and_then(|i| native_format(&i.dtype).map(|f| (i.dtype, f))) else {
+            return Err(ModelError::Weights(WeightError::Tensor {
+                path: self.store.path().to_path_buf(),
+                name: name.into(),
+                reason: "a stacked expert tensor must be stored as F32, F16 or BF16".into(),
+            }));
         };
+        let size = format.row_bytes(1).unwrap_or(4); // bytes per element of a float type
         let raw = self.store.raw(name, dtype, &[s, a, b])?;
         if e >= s || cols.iter().any(|&c| c >= b) {
             return Err(ModelError::Weights(WeightError::Tensor {
