@@ -66,7 +66,7 @@ STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 export TL_BIN LLAMA_BIN THREADS PROMPT GEN REPEATS ROUNDS BATCH CONFIGS FILES_1B TL_COMMIT SIZE
 export RAW="$OUT/batched-$STAMP.jsonl" TABLE="$OUT/batched-$STAMP.md"
 python3 - <<'PY'
-import json, os, statistics, subprocess, sys
+import json, os, statistics, sys
 
 env = os.environ
 threads, prompt, gen = env["THREADS"], int(env["PROMPT"]), int(env["GEN"])
@@ -76,20 +76,10 @@ names = [c.strip() for c in env["CONFIGS"].split(",") if c.strip()]
 bad = [n for n in names if n not in files]
 if bad:
     sys.exit(f"bench_batched: error: unknown config(s) {bad}; known: {', '.join(files)}")
-raw = open(env["RAW"], "a")
-
-def record(obj):
-    raw.write(json.dumps(obj) + "\n")
-    raw.flush()
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or ["?"])[-1]
-        print(f"bench_batched: {cmd[0]} failed (exit {p.returncode}): {tail}", file=sys.stderr)
-        record({"cmd": cmd, "error": tail})
-        return []
-    return [json.loads(l) for l in (p.stdout + "\n" + p.stderr).splitlines() if l.startswith("{")]
+sys.path.insert(0, "scripts/lib")
+from bench_run import RawLog
+log = RawLog(env["RAW"], "bench_batched")
+record, run = log.record, log.run
 
 def tl(name, rnd, path):
     cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", str(prompt),

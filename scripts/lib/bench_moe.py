@@ -5,28 +5,16 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_run import RawLog  # noqa: E402
 
 env = os.environ
 threads, prompt, gen, batch = env["THREADS"], env["PROMPT"], env["GEN"], int(env["BATCH"])
 files = json.load(open(env["FILES"]))
-raw = open(env["RAW"], "a")
-
-
-def record(obj):
-    raw.write(json.dumps(obj) + "\n")
-    raw.flush()
-
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or ["?"])[-1]
-        print(f"bench_moe: {cmd[0]} failed (exit {p.returncode}): {tail}", file=sys.stderr)
-        record({"cmd": cmd, "error": tail})
-        return []
-    return [json.loads(line) for line in (p.stdout + "\n" + p.stderr).splitlines() if line.startswith("{")]
+log = RawLog(env["RAW"], "bench_moe")
+record, run = log.record, log.run
 
 
 def llama(name, path):
