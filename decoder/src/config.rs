@@ -87,8 +87,8 @@ pub struct DecoderConfig {
 
 /// YaRN's fields of a `rope_scaling` / `rope_parameters` object, transformers' defaults
 /// applied (`beta_fast` 32, `beta_slow` 1, `truncate` true); a missing `factor` is NaN
-/// here, resolved from the context lengths by [`DecoderConfig::parse_with_layers`]. The
-/// theta is filled in by [`rope`].
+/// here, resolved from the context lengths by [`DecoderConfig::parse_with_layers`], which
+/// also fills in the theta.
 fn yarn(obj: &Value, name: &str) -> Result<YarnScaling, ConfigError> {
     let opt = |f: &str| -> Result<Option<f64>, ConfigError> {
         match field(obj, f) {
@@ -180,17 +180,9 @@ fn rope_type(obj: &Value, name: &str) -> Result<Option<RopeScaling>, ConfigError
 }
 
 /// `rope_theta` and the RoPE scaling from either generation of names, refusing any
-/// scaling but Llama 3's and YaRN's (whose theta is filled in here).
+/// scaling but Llama 3's and YaRN's (whose theta and derived factor
+/// [`DecoderConfig::parse_with_layers`] fills in).
 fn rope(json: &Value) -> Result<(f64, Option<RopeScaling>), ConfigError> {
-    let (theta, scaling) = rope_fields(json)?;
-    let scaling = match scaling {
-        Some(RopeScaling::Yarn(y)) => Some(RopeScaling::Yarn(YarnScaling { theta, ..y })),
-        s => s,
-    };
-    Ok((theta, scaling))
-}
-
-fn rope_fields(json: &Value) -> Result<(f64, Option<RopeScaling>), ConfigError> {
     let mut scaling = None;
     if let Some(s) = field(json, "rope_scaling") {
         scaling = rope_type(s, "rope_scaling")?;
@@ -310,21 +302,26 @@ impl DecoderConfig {
         } = dims(json, None)?;
         let rms_norm_eps = positive_float(json, "rms_norm_eps")?.unwrap_or(DEFAULT_RMS_EPS) as f32;
         let (rope_theta, rope_scaling) = rope(json)?;
-        let rope_theta = rope_theta as f32;
         let rope_scaling = match rope_scaling {
-            // transformers: a missing factor is `max_position_embeddings / original`.
-            Some(RopeScaling::Yarn(y)) if y.factor.is_nan() => {
-                let Some(ctx) = config.max_position_embeddings else {
-                    return Err(invalid(
-                        "rope_parameters.factor",
-                        &Value::Null,
-                        "YaRN without a factor needs max_position_embeddings to derive it",
-                    ));
+            Some(RopeScaling::Yarn(y)) => {
+                // The correction range reads the f64 theta; transformers: a missing factor is
+                // `max_position_embeddings / original_max_position_embeddings`.
+                let factor = match (y.factor.is_nan(), config.max_position_embeddings) {
+                    (false, _) => y.factor,
+                    (true, Some(ctx)) => ctx as f64 / y.original_max_position_embeddings,
+                    (true, None) => {
+                        return Err(invalid(
+                            "rope_parameters.factor",
+                            &Value::Null,
+                            "YaRN without a factor needs max_position_embeddings to derive it",
+                        ))
+                    }
                 };
-                Some(RopeScaling::Yarn(YarnScaling { factor: ctx as f64 / y.original_max_position_embeddings, ..y }))
+                Some(RopeScaling::Yarn(YarnScaling { theta: rope_theta, factor, ..y }))
             }
             s => s,
         };
+        let rope_theta = rope_theta as f32;
         let layer_attn = layers(json, num_hidden_layers)?;
         if layer_attn.len() != num_hidden_layers {
             return Err(invalid("layer_types", &json["layer_types"], &format!("expected {num_hidden_layers} layers")));
