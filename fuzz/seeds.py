@@ -121,7 +121,7 @@ put("gguf", "qwen3moe-k-above-e", gguf(moe_meta[:-2] + [("qwen3moe.expert_used_c
 # shorter than the tensors claim, NaN / inf scales, and block counts that overflow.
 BLOCKS = {"Q4_0": (2, 18, [0]), "Q4_1": (3, 20, [0, 2]), "Q5_0": (6, 22, [0]), "Q5_1": (7, 24, [0, 2]),
           "Q8_0": (8, 34, [0]), "Q2_K": (10, 84, [80, 82]), "Q3_K": (11, 110, [108]), "Q4_K": (12, 144, [0, 2]),
-          "Q5_K": (13, 176, [0, 2]), "Q6_K": (14, 210, [208]), "IQ4_NL": (20, 18, [0])}
+          "Q5_K": (13, 176, [0, 2]), "Q6_K": (14, 210, [208]), "IQ4_NL": (20, 18, [0]), "MXFP4": (39, 17, [])}
 
 
 def blocks(name, scale=0.01):
@@ -131,6 +131,8 @@ def blocks(name, scale=0.01):
     for b in range(0, n, size):
         for a in at:
             raw[b + a:b + a + 2] = struct.pack("<e", scale)
+        if name == "MXFP4":
+            raw[b] = 120 + b % 9  # an e8m0 exponent byte (scale 2^-8 .. 2^0); tl reads <= 252
     return t, bytes(raw)
 
 
@@ -141,6 +143,13 @@ put("gguf", "blocks-short", whole[:-300])
 bad = [(n, d, t, raw[:80] + struct.pack("<e", float("nan")) + raw[82:]) if t == 10 else
        (n, d, t, struct.pack("<e", float("inf")) + raw[2:]) for n, d, t, raw in block_tensors]
 put("gguf", "blocks-nan-inf-scale", gguf(meta, tensors[:2] + bad))
+# MXFP4 exponents tl refuses (253..255: weights past f32's range, 255 OCP's NaN), and the
+# MXFP4 experts llama-quantize MXFP4_MOE writes, stacked.
+t, raw = blocks("MXFP4")
+put("gguf", "mxfp4-exponent", gguf(meta, tensors[:2] + [(f"blk.0.mxfp4.weight", [256, 2], t, bytes([253 + i % 3 if i % 17 == 0 else x for i, x in enumerate(raw)]))]))
+mx_exps = bytes(((i * 29) % 256 if i % 17 else 118 + (i // 17) % 7) for i in range(2 * 32 * 32 // 32 * 17))
+put("gguf", "qwen3moe-mxfp4-experts", gguf(moe_meta, moe_tensors[:3] + [
+    (f"blk.0.ffn_{p}_exps.weight", [32, 32, 2], 39, mx_exps) for p in ("gate", "up", "down")]))
 put("gguf", "blocks-overflow", gguf(meta, tensors[:2] + [("blk.0.q4_k.weight", [256, 1 << 56], *blocks("Q4_K")),
                                                         ("blk.0.q6_k.weight", [1 << 62, 4], *blocks("Q6_K")),
                                                         ("blk.0.q8_0.weight", [32, 1 << 58], *blocks("Q8_0"))]))

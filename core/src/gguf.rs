@@ -1,10 +1,10 @@
 //! llama.cpp's GGUF files as a [`WeightStore`], through a memory map.
 //!
 //! Candle's GGUF reader parses the header (metadata and tensor table) in place over the
-//! map (IQ4_NL, which Candle's type list lacks, is read as the same-sized Q4_0 from a
-//! patched copy of the header and typed back); tensor data stays in the map until a tensor
+//! map (IQ4_NL and MXFP4, which Candle's type list lacks, are read as Q4_0 from a patched
+//! copy of the header, typed back and sized by tl-quant); tensor data stays in the map until a tensor
 //! is asked for, and is dequantized to f32 then by `tl_quant::dequantize` (F32, F16, BF16,
-//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K .. Q6_K), the same values the kernels use.
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K .. Q6_K, MXFP4), the same values the kernels use.
 //!
 //! The store reads the container only (header, metadata, tensor table, blocks) and
 //! knows no architecture. The architecture registered for the file's
@@ -43,7 +43,7 @@ pub struct TensorMap {
 #[derive(Clone, Debug)]
 struct Entry {
     gguf_name: String,
-    /// llama.cpp's name of the stored type ([`ggml_name`], or "IQ4_NL").
+    /// llama.cpp's name of the stored type ([`ggml_name`], or a [`PATCHED`] one).
     ggml: &'static str,
     shape: Vec<usize>, // HF order: (out, in)
     begin: usize,      // absolute byte offsets in the file
@@ -81,10 +81,12 @@ pub fn ggml_name(t: GgmlDType) -> &'static str {
     }
 }
 
-/// GGML type id of IQ4_NL, which Candle's `GgmlDType` lacks.
-const IQ4_NL: u32 = 20;
-/// GGML type id of Q4_0: the same block (32 weights in 18 bytes) as IQ4_NL, so Candle
-/// computes IQ4_NL tensors' sizes and offsets right when their type id is read as Q4_0.
+/// GGML type ids Candle's `GgmlDType` lacks that tl reads, by llama.cpp's name: IQ4_NL and
+/// MXFP4. Candle's header reader is given a copy of the header with them written as Q4_0
+/// (any type it knows: the tensor table stores each tensor's offset, so the stand-in's
+/// size is never used), and [`Gguf::open`] sizes them by tl-quant's facts.
+const PATCHED: [(u32, &str); 2] = [(20, "IQ4_NL"), (39, "MXFP4")];
+/// GGML type id of Q4_0, the stand-in.
 const Q4_0: u32 = 2;
 
 fn store_dtype(t: &'static str) -> DType {
@@ -123,7 +125,7 @@ fn unknown_type_name(id: u32) -> String {
 
 /// Walk the header by hand: each tensor's name, type id and the offset of its type field,
 /// and where the tensor table ends. Only runs when Candle's reader failed (a type id it
-/// does not know), to read IQ4_NL or to name the tensor in the error.
+/// does not know), to read [`PATCHED`] types or to name the tensor in the error.
 fn tensor_types(buf: &[u8]) -> Option<(Vec<(String, u32, usize)>, usize)> {
     struct R<'a>(&'a [u8], usize);
     impl R<'_> {
@@ -185,26 +187,27 @@ fn candle_knows(t: u32) -> bool {
     matches!(t, 0..=3 | 6..=15 | 30)
 }
 
-/// Candle's reading of a header whose only unknown type ids are IQ4_NL: a copy of the
-/// header with them written as Q4_0, and the names of the tensors that are IQ4_NL.
+/// Candle's reading of a header whose only unknown type ids are [`PATCHED`]: a copy of the
+/// header with them written as Q4_0, and each such tensor's name with its type's name.
 /// `Err(Some((name, id)))`: the first tensor of another unknown type; `Err(None)`: the
 /// header does not parse.
 #[allow(clippy::type_complexity)]
-fn read_with_iq4_nl(buf: &[u8]) -> Result<(Content, Vec<String>), Option<(String, u32)>> {
+fn read_patched(buf: &[u8]) -> Result<(Content, BTreeMap<String, &'static str>), Option<(String, u32)>> {
     let (types, end) = tensor_types(buf).ok_or(None)?;
-    if let Some((name, t, _)) = types.iter().find(|(_, t, _)| !candle_knows(*t) && *t != IQ4_NL) {
+    let patched = |t: u32| PATCHED.iter().find(|p| p.0 == t).map(|p| p.1);
+    if let Some((name, t, _)) = types.iter().find(|(_, t, _)| !candle_knows(*t) && patched(*t).is_none()) {
         return Err(Some((name.clone(), *t)));
     }
     let mut head = buf[..end].to_vec();
-    let mut iq4 = Vec::new();
+    let mut names = BTreeMap::new();
     for (name, t, at) in types {
-        if t == IQ4_NL {
+        if let Some(real) = patched(t) {
             head[at..at + 4].copy_from_slice(&Q4_0.to_le_bytes());
-            iq4.push(name);
+            names.insert(name, real);
         }
     }
     let content = Content::read(&mut Cursor::new(&head[..])).map_err(|_| None)?;
-    Ok((content, iq4))
+    Ok((content, names))
 }
 
 impl Gguf {
@@ -212,9 +215,9 @@ impl Gguf {
     pub fn open(path: &Path) -> Result<Gguf, WeightError> {
         let map = map_file(path)?; // the shared read-only map (weights.rs, its safety contract)
         let fmt = |reason: String| WeightError::Format { path: path.to_path_buf(), reason };
-        let (content, iq4) = match Content::read(&mut Cursor::new(&map[..])) {
-            Ok(c) => (c, Vec::new()),
-            Err(e) => read_with_iq4_nl(&map).map_err(|unknown| match unknown {
+        let (content, patched) = match Content::read(&mut Cursor::new(&map[..])) {
+            Ok(c) => (c, BTreeMap::new()),
+            Err(e) => read_patched(&map).map_err(|unknown| match unknown {
                 Some((name, t)) => WeightError::Tensor {
                     path: path.to_path_buf(),
                     name,
@@ -225,14 +228,18 @@ impl Gguf {
         };
         let mut tensors = BTreeMap::new();
         for (gname, info) in &content.tensor_infos {
-            let ggml = if iq4.contains(gname) { "IQ4_NL" } else { ggml_name(info.ggml_dtype) };
+            let ggml = patched.get(gname).copied().unwrap_or_else(|| ggml_name(info.ggml_dtype));
             let tensor = |reason: String| WeightError::Tensor { path: path.to_path_buf(), name: gname.clone(), reason };
             let shape = info.shape.dims().to_vec();
             let elems = shape
                 .iter()
                 .try_fold(1usize, |a, &d| a.checked_mul(d))
                 .ok_or_else(|| tensor("shape overflows".into()))?;
-            let block = info.ggml_dtype.block_size();
+            // A patched type's block from tl-quant's facts (its stand-in's is Candle's).
+            let (block, type_size) = match patched.get(gname).and_then(|n| tl_quant::Format::from_ggml_name(n)) {
+                Some(f) => f.block_shape().map_or((1, 0), |b| (b.weights, b.bytes)),
+                None => (info.ggml_dtype.block_size(), info.ggml_dtype.type_size()),
+            };
             if shape.last().is_some_and(|&c| c % block != 0) {
                 return Err(tensor(format!(
                     "rows of {} values do not split into {} blocks of {block}",
@@ -241,9 +248,7 @@ impl Gguf {
                 )));
             }
             // Checked: a claimed 2^63 Q8_0 weights would overflow the byte count (34 / 32).
-            let bytes = (elems / block)
-                .checked_mul(info.ggml_dtype.type_size())
-                .ok_or_else(|| tensor("byte size overflows".into()))?;
+            let bytes = (elems / block).checked_mul(type_size).ok_or_else(|| tensor("byte size overflows".into()))?;
             let begin = content.tensor_data_offset.checked_add(info.offset).filter(|&b| b <= map.len() as u64);
             let Some(begin) =
                 begin.map(|b| b as usize).filter(|b| b.checked_add(bytes).is_some_and(|e| e <= map.len()))

@@ -4,7 +4,8 @@
 //! loop that reads it.
 //!
 //! A panel block (16 rows, one GGUF block of `k` = 32 or 256 weights each) holds, in order:
-//! - `d (16,)` f16, as stored;
+//! - `d (16,)` f16, as stored (MXFP4: its e8m0 exponent bytes, `(16,)` u8, widened to
+//!   `2^(e - 128)` in the kernel as a product of two exact powers of two);
 //! - `dm (16,)` f16 when the type has one: `m` ([`Value::Min`]) as stored, `dmin`
 //!   ([`Value::SubMin`], the K types) with its sign flipped (exact), so the offset is a
 //!   product, not a product and a negation;
@@ -40,8 +41,7 @@
 
 use rayon::prelude::*;
 
-use crate::format::{unpack, value, Blk, Scales, Unpacked, Value};
-use crate::half_conv::f16_to_f32;
+use crate::format::{scale_value, unpack, value, Blk, Scale, Scales, Unpacked, Value};
 use crate::simd::{lanes, Isa, NR};
 
 /// Where the parts of a panel block sit (bytes from its start) and how codes split.
@@ -76,7 +76,13 @@ pub(crate) const fn layout(f: Blk) -> Layout {
         Scales::Pairs => 2 * nsub * NR,
     };
     let (lb, hb) = (facts.bits - facts.hi_bits, facts.hi_bits);
-    let sc = NR * 2 * (1 + dm as usize);
+    // `dm` sits at `NR * 2` ([`coef`]): only f16-scaled types have one.
+    assert!(!dm || matches!(facts.scale, Scale::F16));
+    let d_bytes = match facts.scale {
+        Scale::F16 => 2,
+        Scale::E8M0 => 1,
+    };
+    let sc = NR * d_bytes + NR * 2 * dm as usize;
     let lo = sc + scale_bytes;
     let hi = lo + facts.k * lb as usize / 32 * NR * 4;
     let groups = match lb.checked_div(hb) {
@@ -123,7 +129,10 @@ pub(crate) fn pack(f: Blk, src: &[u8], out: usize, inp: usize, dst: &mut [u8]) {
 /// Write one row's unpacked block into lane `lane` of a panel block.
 fn put_block(f: Blk, l: Layout, o: &Unpacked, dst: &mut [u8], lane: usize, per_lo: usize, nsub: usize) {
     let put16 = |dst: &mut [u8], at: usize, v: u16| dst[at..at + 2].copy_from_slice(&v.to_le_bytes());
-    put16(dst, lane * 2, o.d);
+    match f.facts().scale {
+        Scale::F16 => put16(dst, lane * 2, o.d),
+        Scale::E8M0 => dst[lane] = o.d as u8,
+    }
     if l.dm {
         put16(dst, NR * 2 + lane * 2, if mins(f) { o.dm ^ 0x8000 } else { o.dm });
     }
@@ -184,8 +193,11 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
     let (per_lo, nsub) = (32 / l.lb as usize, f.k() / f.sub());
     for (b, blk) in dst.chunks_exact_mut(f.k()).enumerate() {
         let base = b * l.bytes;
-        let d = f16_to_f32(u16_at(base + lane * 2));
-        let dm = if l.dm { f16_to_f32(u16_at(base + NR * 2 + lane * 2)) } else { 0.0 };
+        let d = match facts.scale {
+            Scale::F16 => scale_value(&facts, u16_at(base + lane * 2)),
+            Scale::E8M0 => scale_value(&facts, panel[base + lane] as u16),
+        };
+        let dm = if l.dm { scale_value(&facts, u16_at(base + NR * 2 + lane * 2)) } else { 0.0 };
         let dm = if mins(f) { -dm } else { dm };
         for (k, v) in blk.iter_mut().enumerate() {
             let s = k / f.sub();
@@ -223,7 +235,10 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
 #[inline(always)]
 unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I::V) {
     let facts = f.facts();
-    let d = I::ld_f16(blk as *const u16);
+    let d = match facts.scale {
+        Scale::F16 => I::ld_f16(blk as *const u16),
+        Scale::E8M0 => e8m0::<I>(blk),
+    };
     let dm = blk.add(NR * 2) as *const u16;
     let sc = blk.add(l.sc + s * NR);
     let nsub = facts.k / facts.sub;
@@ -243,6 +258,19 @@ unsafe fn coef<I: Isa>(f: Blk, l: Layout, blk: *const u8, s: usize) -> (I::V, I:
         Value::SubMin => (a, I::mul(I::ld_f16(dm), mn)),
         Value::Table(_) => (a, I::zero()),
     }
+}
+
+/// `2^(e - 128)` for the 16 e8m0 bytes at `p`: `2^(a - 64) * 2^(b - 64)` with
+/// `a = floor(e / 2)`, `b = e - a`, both powers normal (`-64 ..= 64`, in [`Isa::pow2i`]'s
+/// range) and their product exact (every `2^(e - 128)` is an f32, the smallest a
+/// subnormal), so each path gives [`crate::format::e8m0_half`]'s bits.
+#[inline(always)]
+unsafe fn e8m0<I: Isa>(p: *const u8) -> I::V {
+    let e = I::ld_u8(p);
+    let a = I::cvt(I::shr(e, 1));
+    let b = I::sub(I::cvt(e), a);
+    let bias = I::splat(64.0);
+    I::mul(I::pow2i(I::sub(a, bias)), I::pow2i(I::sub(b, bias)))
 }
 
 /// The panels a tile reads: panel `p` starts at `base + p * bytes`.

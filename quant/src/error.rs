@@ -97,6 +97,18 @@ pub enum QuantError {
         /// The widened scale.
         value: f32,
     },
+    /// An MXFP4 block whose e8m0 exponent lets a weight overflow f32 (or is OCP's NaN).
+    #[error("{format}: row {row} block {block} has a scale exponent of {exponent} (at most 252: a larger one overflows f32)")]
+    ScaleOutOfRange {
+        /// The format.
+        format: String,
+        /// Row of the matrix.
+        row: usize,
+        /// Block within the row.
+        block: usize,
+        /// The stored e8m0 byte.
+        exponent: u8,
+    },
     /// Layers that cannot be stacked into one.
     #[error("concat: {reason}")]
     Concat {

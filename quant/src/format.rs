@@ -3,10 +3,11 @@
 //! ([`crate::pack`], [`crate::blocks`]) and the kernels read. A new block type is a
 //! [`Format`] and a [`Blk`] variant, a row of [`FACTS`], an arm of [`unpack`] (its bytes
 //! in the file) and a name in `per_type!`; the generic panels and kernels follow from the
-//! facts, unless its value needs an operation they lack (a new [`Value`] or scale kind;
-//! docs/kernels.md "One home per block type" says what MXFP4 needs).
+//! facts, unless its value needs an operation they lack (a new [`Value`] or [`Scale`]:
+//! MXFP4's e8m0 scale is one, docs/kernels.md "One home per block type").
 //!
-//! Nothing here depends on another file of the crate, so nothing imports in a circle.
+//! Nothing here depends on another file of the crate but the leaf `half_conv`, so nothing
+//! imports in a circle.
 
 /// How a weight matrix is stored: row-major `[out, inp]`, the GGML block types as runs of
 /// blocks along each row (ggml's byte layouts; values: docs/spec/numbers.md).
@@ -41,6 +42,9 @@ pub enum Format {
     Q5_K,
     /// GGML Q6_K: 256 weights, 4 + 2 bit codes, 16 int8 scales, f16 `d`.
     Q6_K,
+    /// GGML MXFP4 (OCP microscaling FP4): blocks of 32, an e8m0 exponent byte `e`, 16
+    /// bytes of 4-bit e2m1 codes; `w = T[q] 2^(e - 128)` with `T` the doubled e2m1 values.
+    MXFP4,
     /// Symmetric int4 in groups of `group` columns (numbers.md `int4-g<g>-sym`).
     Int4 {
         /// Columns per scale.
@@ -58,7 +62,16 @@ pub struct BlockShape {
     /// Byte offsets of the block's f16 scales (`d`, then `m` or `dmin`): a file whose
     /// scale is infinite or NaN is refused.
     pub f16_scales: &'static [usize],
+    /// Whether the block's scale is instead an e8m0 exponent byte at offset 0 (MXFP4): a
+    /// file whose exponent lets a weight overflow f32 is refused ([`E8M0_MAX`]).
+    pub e8m0_scale: bool,
 }
+
+/// The largest e8m0 exponent tl reads: at 253 and above `12 * 2^(e - 128)` overflows f32
+/// (and OCP's MX spec makes 255 a NaN). llama.cpp's quantizer writes at most 252
+/// (`floor(log2(max|w|)) - 2 + 127` for finite f32 weights), so only a damaged or
+/// hand-made file has more.
+pub const E8M0_MAX: u8 = 252;
 
 impl Format {
     /// Bytes of one stored row of `inp` values (`None` when `inp` does not split into
@@ -78,7 +91,7 @@ impl Format {
     /// The file's block of a GGUF block type (`None` for F32, F16, BF16 and int4).
     pub fn block_shape(self) -> Option<BlockShape> {
         let f = Blk::of(self)?.facts();
-        Some(BlockShape { weights: f.k, bytes: f.bytes, f16_scales: f.f16 })
+        Some(BlockShape { weights: f.k, bytes: f.bytes, f16_scales: f.f16, e8m0_scale: f.scale == Scale::E8M0 })
     }
 
     /// The format of a GGUF tensor type, by llama.cpp's name ("Q4_K", "BF16", ...), when
@@ -116,6 +129,17 @@ pub(crate) enum Blk {
     Q4K,
     Q5K,
     Q6K,
+    Mxfp4,
+}
+
+/// How a block stores its scale `d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scale {
+    /// An f16 at `f16[0]`.
+    F16,
+    /// An e8m0 exponent byte at offset 0, `d = 2^(e - 128)` (ggml's "half" reading: the
+    /// code book holds the e2m1 values doubled).
+    E8M0,
 }
 
 /// How a weight's value follows from its unsigned code `u`, its block's f16 `d` (and
@@ -163,6 +187,8 @@ pub(crate) struct Facts {
     pub bytes: usize,
     /// Offsets of the f16 scales in the file's block, `d` first.
     pub f16: &'static [usize],
+    /// How the block's `d` is stored.
+    pub scale: Scale,
     pub value: Value,
     pub scales: Scales,
     /// Bits per code.
@@ -174,6 +200,10 @@ pub(crate) struct Facts {
 
 /// IQ4_NL's code book (ggml-common.h `kvalues_iq4nl`).
 const IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/// MXFP4's code book: the e2m1 values (sign bit 3, two exponent bits, one mantissa bit)
+/// doubled so they are integers (ggml-common.h `kvalues_mxfp4`); the scale halves back.
+const MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// One table row.
 #[allow(clippy::too_many_arguments)]
@@ -189,12 +219,14 @@ const fn row(
     bits: u32,
     hi_bits: u32,
 ) -> Facts {
-    Facts { name, format, k, sub, bytes, f16, value, scales, bits, hi_bits }
+    let scale = if f16.is_empty() { Scale::E8M0 } else { Scale::F16 };
+    Facts { name, format, k, sub, bytes, f16, scale, value, scales, bits, hi_bits }
 }
 
 /// Every block type's facts (ggml-common.h's `block_*` structs), in [`Blk`]'s order:
 /// name, format, weights per block and per sub-block scale, bytes per block, f16 scale
-/// offsets, value, sub-block scales, bits per code and bits a panel keeps apart.
+/// offsets (none: an e8m0 exponent byte first, [`Scale::E8M0`]), value, sub-block scales,
+/// bits per code and bits a panel keeps apart.
 const FACTS: [Facts; Blk::ALL.len()] = {
     use Format as F;
     use Scales as S;
@@ -211,6 +243,7 @@ const FACTS: [Facts; Blk::ALL.len()] = {
         row("Q4_K", F::Q4_K, 256, 32, 144, &[0, 2], V::SubMin, S::Pairs, 4, 0),
         row("Q5_K", F::Q5_K, 256, 32, 176, &[0, 2], V::SubMin, S::Pairs, 5, 1),
         row("Q6_K", F::Q6_K, 256, 16, 210, &[208], V::Centered(32), S::I8, 6, 0),
+        row("MXFP4", F::MXFP4, 32, 32, 17, &[], V::Table(&MXFP4), S::None, 4, 0),
     ]
 };
 
@@ -225,7 +258,7 @@ const _: () = {
 
 impl Blk {
     /// Every block type.
-    pub(crate) const ALL: [Blk; 11] = [
+    pub(crate) const ALL: [Blk; 12] = [
         Blk::Q4_0,
         Blk::Q4_1,
         Blk::Q8_0,
@@ -237,6 +270,7 @@ impl Blk {
         Blk::Q4K,
         Blk::Q5K,
         Blk::Q6K,
+        Blk::Mxfp4,
     ];
 
     /// The block type's facts ([`FACTS`]). The kernels call it with a constant type
@@ -280,7 +314,7 @@ impl Blk {
 /// and Q8_0 have panels of their own ([`crate::pack`]) and never reach it.
 macro_rules! per_type {
     ($f:expr, $c:ident => $body:expr) => {
-        $crate::format::per_type!(@ $f, $c, $body, Q5_0 Q5_1 Iq4Nl Q2K Q3K Q4K Q5K Q6K)
+        $crate::format::per_type!(@ $f, $c, $body, Q5_0 Q5_1 Iq4Nl Q2K Q3K Q4K Q5K Q6K Mxfp4)
     };
     (@ $f:expr, $c:ident, $body:expr, $($t:ident)*) => {{
         use $crate::format::Blk;
@@ -296,7 +330,7 @@ macro_rules! per_type {
 pub(crate) use per_type;
 
 /// One block, unpacked. `d` and `dm` are f16 bit patterns (`dm`: the second f16, `m` or
-/// `dmin`, else 0); `sc[s]`, `mn[s]` the scale and min of sub-block `s` as [`value`] uses
+/// `dmin`, else 0; `d`: the e8m0 byte of a [`Scale::E8M0`] type, [`scale_value`]); `sc[s]`, `mn[s]` the scale and min of sub-block `s` as [`value`] uses
 /// them (Q3_K: the 6-bit scale minus 32; Q6_K: the int8); `u[k]` the unsigned code of
 /// weight `k` in natural order (Q3_K: 2-bit code | high bit << 2; Q5_x: nibble | high bit
 /// << 4; Q6_K: nibble | 2 high bits << 4; Q8_0: the i8 plus 128).
@@ -334,7 +368,10 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 #[allow(clippy::needless_range_loop)] // codes, scales and bytes indexed together
 pub(crate) fn unpack(f: Blk, b: &[u8], o: &mut Unpacked) {
     let facts = f.facts();
-    o.d = h(b, facts.f16[0]);
+    o.d = match facts.scale {
+        Scale::F16 => h(b, facts.f16[0]),
+        Scale::E8M0 => b[0] as u16,
+    };
     o.dm = if f.has_dm() { h(b, facts.f16[1]) } else { 0 };
     match f {
         Blk::Q8_0 => {
@@ -342,11 +379,12 @@ pub(crate) fn unpack(f: Blk, b: &[u8], o: &mut Unpacked) {
                 *u = q ^ 0x80; // q + 128 (Value::Centered(128))
             }
         }
-        Blk::Q4_0 | Blk::Q4_1 | Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl => {
+        Blk::Q4_0 | Blk::Q4_1 | Blk::Q5_0 | Blk::Q5_1 | Blk::Iq4Nl | Blk::Mxfp4 => {
             let (qh, qs) = match f {
                 Blk::Q5_0 => (u32::from_le_bytes([b[2], b[3], b[4], b[5]]), &b[6..22]),
                 Blk::Q5_1 => (u32::from_le_bytes([b[4], b[5], b[6], b[7]]), &b[8..24]),
                 Blk::Q4_1 => (0, &b[4..20]),
+                Blk::Mxfp4 => (0, &b[1..17]),
                 _ => (0, &b[2..18]),
             };
             // Byte j: weight j in the low nibble, j + 16 in the high; bit k of qh is weight
@@ -415,6 +453,23 @@ pub(crate) fn unpack(f: Blk, b: &[u8], o: &mut Unpacked) {
             }
         }
     }
+}
+
+/// The f32 scale `d` of a block from [`Unpacked::d`]: the f16 widened, or `2^(e - 128)`
+/// for an e8m0 byte (exact for every byte: the smallest, `2^-128`, is an f32 subnormal).
+#[inline(always)]
+pub(crate) fn scale_value(facts: &Facts, d: u16) -> f32 {
+    match facts.scale {
+        Scale::F16 => crate::half_conv::f16_to_f32(d),
+        Scale::E8M0 => e8m0_half(d as u8),
+    }
+}
+
+/// `2^(e - 128)` from its bits (ggml-impl.h `ggml_e8m0_to_fp32_half`): subnormal below
+/// `e = 2`, else the exponent field `e - 1`.
+#[inline(always)]
+pub(crate) fn e8m0_half(e: u8) -> f32 {
+    f32::from_bits(if e < 2 { 0x0020_0000 << e } else { (e as u32 - 1) << 23 })
 }
 
 /// The f32 value of a weight of a type with `facts` (docs/spec/numbers.md "GGUF blocks",

@@ -1,10 +1,11 @@
 //! GGUF files' blocks widened to f32 (the `--weights f32` path), and the check every
-//! reader of them runs first: a block's f16 scales must be finite. Both read the block
+//! reader of them runs first: a block's f16 scales must be finite, its e8m0 exponent at
+//! most [`E8M0_MAX`]. Both read the block
 //! types through [`crate::format`]'s facts and parser, as the packers do, so the values
 //! here are the ones [`crate::Linear`] computes with.
 
 use crate::error::QuantError;
-use crate::format::{h, unpack, value, Blk, Format, Unpacked};
+use crate::format::{h, scale_value, unpack, value, Blk, Format, Unpacked, E8M0_MAX};
 use crate::half_conv::{bf16_to_f32, f16_to_f32};
 
 /// Refuse a block whose f16 scale (`d`, `dmin` or `m`) is infinite or NaN: its weights
@@ -14,12 +15,15 @@ pub(crate) fn check_scales(format: Format, bytes: &[u8], inp: usize) -> Result<(
     let Some(b) = format.block_shape() else { return Ok(()) };
     let per_row = inp / b.weights;
     for (i, blk) in bytes.chunks_exact(b.bytes).enumerate() {
+        let (row, block) = (i / per_row.max(1), i % per_row.max(1));
         for &a in b.f16_scales {
             let v = f16_to_f32(h(blk, a));
             if !v.is_finite() {
-                let (row, block) = (i / per_row.max(1), i % per_row.max(1));
                 return Err(QuantError::NonFiniteScale { format: format.to_string(), row, block, value: v });
             }
+        }
+        if b.e8m0_scale && blk[0] > E8M0_MAX {
+            return Err(QuantError::ScaleOutOfRange { format: format.to_string(), row, block, exponent: blk[0] });
         }
     }
     Ok(())
@@ -49,7 +53,7 @@ pub fn dequantize(format: Format, bytes: &[u8], out: usize, inp: usize) -> Resul
             let (facts, mut o) = (f.facts(), Unpacked::zero());
             for b in bytes.chunks_exact(facts.bytes) {
                 unpack(f, b, &mut o);
-                let (d, dm) = (f16_to_f32(o.d), f16_to_f32(o.dm));
+                let (d, dm) = (scale_value(&facts, o.d), f16_to_f32(o.dm));
                 for k in 0..facts.k {
                     let s = k / facts.sub;
                     w.push(value(&facts, d, dm, o.sc[s], o.mn[s], o.u[k]));

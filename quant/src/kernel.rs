@@ -73,15 +73,28 @@ impl At<'_> {
     }
 }
 
-/// Rows `r0 .. r0 + MR` of `x` against panels `p0 .. p0 + NP`. Each kind runs in a
-/// function of its own with its own accumulators: one body for every kind (with the
-/// block types' loops folded in eight times) left the accumulators in memory, and every
-/// tile of two rows or more ran at half speed (docs/kernels.md).
+/// Rows `r0 .. r0 + MR` of `x` against panels `p0 .. p0 + NP`, for a GGUF block kind
+/// ([`Kind::Blk`]; the others: [`tile`]). Each kind runs in a function of its own with its
+/// own accumulators: one body for every kind (with the block types' loops folded in eight
+/// times) left the accumulators in memory, and every tile of two rows or more ran at half
+/// speed (docs/kernels.md). The block kinds and the others are compiled as two functions
+/// ([`crate::matmul::Tiles`]): with MXFP4's loop added, one function holding all of them
+/// grew past LLVM's inlining budget and the f32 tiles' loads became calls.
+#[inline(always)]
+pub(crate) unsafe fn blk_kind_tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
+    let at = At { j, r0, p0 };
+    if let Kind::Blk(f) = j.kind {
+        per_type!(f, F => blk_tile::<I, MR, NP>(F, &at))
+    }
+}
+
+/// Rows `r0 .. r0 + MR` of `x` against panels `p0 .. p0 + NP`, for the kinds with panels
+/// of their own (float, Q8_0, Q4_0/Q4_1; the block types: [`blk_kind_tile`]).
 #[inline(always)]
 pub(crate) unsafe fn tile<I: Isa, const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
     let at = At { j, r0, p0 };
     match j.kind {
-        Kind::Blk(f) => per_type!(f, F => blk_tile::<I, MR, NP>(F, &at)),
+        Kind::Blk(_) => unreachable!("block kinds run blk_kind_tile"),
         Kind::F32 => f32_tile::<I, MR, NP>(&at),
         Kind::F16 => half_tile::<I, MR, NP, false>(&at),
         Kind::BF16 => half_tile::<I, MR, NP, true>(&at),

@@ -33,7 +33,7 @@ pub mod simd;
 mod staged;
 
 pub use error::QuantError;
-pub use format::{BlockShape, Format};
+pub use format::{BlockShape, Format, E8M0_MAX};
 pub use ggml::dequantize;
 pub use half_conv::{bf16_to_f32, f16_to_f32, f32_to_f16};
 pub use int4::{pack_int4, unpack_int4, QLinear, MAX_GROUP_ABS};

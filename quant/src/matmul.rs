@@ -98,8 +98,19 @@ pub(crate) trait Tiles: Isa {
     const NPS: usize;
     /// Rows up to which tiles take `NPS` panels.
     const MS: usize;
+    /// A tile of `MR` rows and `NP` panels: [`Tiles::blk_tile`] or [`Tiles::own_tile`] by
+    /// the kind (no vector code here: it only picks the compiled function).
+    #[inline(always)]
+    unsafe fn tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
+        match j.kind {
+            pack::Kind::Blk(_) => Self::blk_tile::<MR, NP>(j, r0, p0),
+            _ => Self::own_tile::<MR, NP>(j, r0, p0),
+        }
+    }
+    /// [`crate::kernel::blk_kind_tile`] of `MR` rows and `NP` panels.
+    unsafe fn blk_tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize);
     /// [`crate::kernel::tile`] of `MR` rows and `NP` panels.
-    unsafe fn tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize);
+    unsafe fn own_tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize);
     /// `staged::widen_chunk` of `NP` panels.
     unsafe fn widen_chunk<const NP: usize>(j: &Job, panels: Panels, c0: usize, c1: usize, w: *mut f32);
     /// `staged::tile` of `MR` rows and `NP` panels.
@@ -115,7 +126,11 @@ macro_rules! tiles {
             const NPS: usize = $nps;
             const MS: usize = $ms;
             $(#[target_feature(enable = $feat)])?
-            unsafe fn tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
+            unsafe fn blk_tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
+                crate::kernel::blk_kind_tile::<$isa, MR, NP>(j, r0, p0)
+            }
+            $(#[target_feature(enable = $feat)])?
+            unsafe fn own_tile<const MR: usize, const NP: usize>(j: &Job, r0: usize, p0: usize) {
                 crate::kernel::tile::<$isa, MR, NP>(j, r0, p0)
             }
             $(#[target_feature(enable = $feat)])?

@@ -1,4 +1,4 @@
-//! The GGUF block types kept as stored (Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K, and the older
+//! The GGUF block types kept as stored (Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K, MXFP4, and the older
 //! Q4_0/Q4_1/Q8_0 through `dequantize`):
 //! - `dequantize` equals gguf-py's `gguf.quants.dequantize` (an independent numpy
 //!   implementation) on the committed random blocks of scripts/fixtures/make_quant_blocks.py;
@@ -11,8 +11,17 @@
 
 use tl_quant::{dequantize, f32_to_f16, Format, Linear, Path, QuantError};
 
-const BLOCK_FORMATS: [Format; 8] =
-    [Format::Q5_0, Format::Q5_1, Format::IQ4_NL, Format::Q2_K, Format::Q3_K, Format::Q4_K, Format::Q5_K, Format::Q6_K];
+const BLOCK_FORMATS: [Format; 9] = [
+    Format::Q5_0,
+    Format::Q5_1,
+    Format::IQ4_NL,
+    Format::Q2_K,
+    Format::Q3_K,
+    Format::Q4_K,
+    Format::Q5_K,
+    Format::Q6_K,
+    Format::MXFP4,
+];
 
 /// `(bytes, weights, offsets of the f16 scales)` of one block (ggml-common.h).
 fn block(format: Format) -> (usize, usize, &'static [usize]) {
@@ -28,6 +37,7 @@ fn block(format: Format) -> (usize, usize, &'static [usize]) {
         Format::Q4_K => (144, 256, &[0, 2]),
         Format::Q5_K => (176, 256, &[0, 2]),
         Format::Q6_K => (210, 256, &[208]),
+        Format::MXFP4 => (17, 32, &[]), // an e8m0 exponent byte at 0 instead
         other => panic!("{other} is not a block format"),
     }
 }
@@ -51,6 +61,10 @@ fn random_blocks(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u
     for blk in bytes.chunks_exact_mut(bb) {
         for &a in at {
             blk[a..a + 2].copy_from_slice(&f32_to_f16(rng.f() * 0.1).to_le_bytes());
+        }
+        if format == Format::MXFP4 {
+            // Scales 2^-14 .. 2^-2 (as a model's): products stay far from overflow.
+            blk[0] = 114 + (rng.next() % 13) as u8;
         }
     }
     bytes
@@ -110,6 +124,7 @@ fn format_named(name: &str) -> Format {
         "Q4_K" => Format::Q4_K,
         "Q5_K" => Format::Q5_K,
         "Q6_K" => Format::Q6_K,
+        "MXFP4" => Format::MXFP4,
         other => panic!("unknown type {other} in the golden file"),
     }
 }
@@ -117,7 +132,7 @@ fn format_named(name: &str) -> Format {
 #[test]
 fn dequantize_equals_gguf_py_for_every_block_type() {
     let records = golden();
-    assert_eq!(records.len(), 11, "one record per block type");
+    assert_eq!(records.len(), 12, "one record per block type");
     for (name, rows, cols, bytes, want) in records {
         let format = format_named(&name);
         let got = dequantize(format, &bytes, rows, cols).unwrap();
@@ -247,6 +262,20 @@ fn bad_block_data_is_an_error() {
                 }
             }
         }
+        // MXFP4's exponent byte above 252 (weights that overflow f32; 255 is OCP's NaN).
+        if format == Format::MXFP4 {
+            for e in [253u8, 254, 255] {
+                let mut bytes = good.clone();
+                bytes[(2 * 2 + 1) * bb] = e;
+                for err in [
+                    Linear::from_stored(format, &bytes, out, inp).unwrap_err(),
+                    dequantize(format, &bytes, out, inp).unwrap_err(),
+                ] {
+                    let want = QuantError::ScaleOutOfRange { format: "MXFP4".into(), row: 2, block: 1, exponent: e };
+                    assert_eq!(err, want);
+                }
+            }
+        }
     }
 }
 
@@ -261,5 +290,34 @@ fn block_panels_stay_near_the_file_size() {
         let ratio = l.packed_bytes() as f64 / bytes.len() as f64;
         eprintln!("{format}: {ratio:.3} x the file's bytes");
         assert!((1.0..=1.05).contains(&ratio), "{format}: {ratio}");
+    }
+}
+
+#[test]
+fn mxfp4_every_exponent_widens_exactly_on_every_path() {
+    // Row e holds exponent e (0 ..= 252: subnormal scales at 0 and 1, the largest finite
+    // weights at 252) and random codes; the identity activations read each weight back
+    // alone, so every kernel's widening of the e8m0 byte is compared with gguf-py's value
+    // (the golden test) and numbers.md's, bit for bit.
+    let mut rng = Lcg(15);
+    let (out, inp) = (253, 32);
+    let mut bytes = Vec::with_capacity(out * 17);
+    for e in 0..out {
+        bytes.push(e as u8);
+        bytes.extend((0..16).map(|_| rng.next() as u8));
+    }
+    let w = dequantize(Format::MXFP4, &bytes, out, inp).unwrap();
+    assert!(w.iter().all(|v| v.is_finite()));
+    let l = Linear::from_stored(Format::MXFP4, &bytes, out, inp).unwrap();
+    let x: Vec<f32> = (0..inp * inp).map(|i| if i / inp == i % inp { 1.0 } else { 0.0 }).collect();
+    for path in Path::all_available() {
+        let y = run(&l, path, &x, inp);
+        for k in 0..inp {
+            for n in 0..out {
+                // 0 * (-w) gives -0 where a chain of +0 * w gives +0: compare values there.
+                let (got, want) = (y[k * out + n], w[n * inp + k]);
+                assert!(got.to_bits() == want.to_bits() || (got == 0.0 && want == 0.0), "{path:?} e={n} k={k}");
+            }
+        }
     }
 }
