@@ -16,8 +16,10 @@
 //! The hub's bf16 checkpoints hold each layer's experts fused: `mlp.experts.gate_up_proj`
 //! `[E, d, 2I]` (gate and up interleaved along the last axis), `gate_up_proj_bias`
 //! `[E, 2I]`, `down_proj` `[E, I, d]`, `down_proj_bias` `[E, d]`; each expert's matrices
-//! are transposed out of them at load, kept in the stored type. The MXFP4 checkpoints
-//! (`*_blocks` / `*_scales`) and GGUF files are not read yet: refused, naming the tensor.
+//! are transposed out of them at load, kept in the stored type. GGUF files (llama.cpp's
+//! layout, [`gguf`]: experts split per projection, usually MXFP4) are read too, their
+//! blocks kept as stored. The hub's MXFP4 safetensors (`*_blocks` / `*_scales`) are not
+//! read yet: refused, naming the tensor.
 //!
 //! Nothing names this crate from core: a binary or test that loads a gpt-oss writes
 //! `use tl_arch_gpt_oss as _;` so the registrations are linked.
@@ -28,14 +30,16 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tl_core::{
-    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
-    ModelTypeRegistration,
+    ArchRegistration, Architecture, BuildCtx, ConfigError, GgufRegistration, KvGeometry, Model, ModelConfig,
+    ModelError, ModelTypeRegistration, WeightError,
 };
 use tl_decoder::fields::{experts, field, invalid, positive_float};
 use tl_decoder::{
     layer_types, prenorm_stack, sliding_window, Act, Attn, AttnSpec, DecoderConfig, Ffn, LayerAttn, Loader, Mlp, Moe,
-    Proj, QkNormKind, Routing, Variant,
+    Proj, QkNormKind, Routing, Variant, MLP_NAMES,
 };
+
+mod gguf;
 
 /// `GptOssConfig`'s defaults (transformers 5.23) for absent fields.
 const DEFAULT_EXPERTS: usize = 128;
@@ -87,19 +91,35 @@ impl GptOssConfig {
     }
 }
 
-/// Layer `i`'s experts from the fused tensors below `p` (`model.layers.N.mlp`).
+/// Layer `i`'s experts below `p` (`model.layers.N.mlp`): the hub's fused tensors, or a
+/// GGUF file's per-expert ones ([`gguf`]).
 fn moe(w: &Loader<'_>, cfg: &GptOssConfig, p: &str) -> Result<Moe, ModelError> {
-    let (d, e_count, inter) = (cfg.base.hidden_size, cfg.num_experts, cfg.base.intermediate_size);
+    let (d, e_count) = (cfg.base.hidden_size, cfg.num_experts);
     let router = w.matrix(&format!("{p}.router.weight"), e_count, d)?;
     let router_bias = Some(w.vector(&format!("{p}.router.bias"), e_count)?);
+    let experts = if w.store().info(&format!("{p}.experts.gate_up_proj")).is_some() {
+        fused_experts(w, cfg, p)?
+    } else {
+        split_experts(w, cfg, p)?
+    };
+    Ok(Moe { router, router_bias, experts, top_k: cfg.top_k, routing: Routing::TopKSoftmax })
+}
+
+/// The experts' activation.
+fn act(cfg: &GptOssConfig) -> Act {
+    Act::ClampedSwiGlu { limit: cfg.swiglu_limit, alpha: cfg.swiglu_alpha }
+}
+
+/// The hub's layout: `gate_up_proj` `[E, d, 2I]` (gate and up interleaved along the last
+/// axis: gate columns even, up columns odd), `down_proj` `[E, I, d]`, their biases.
+fn fused_experts(w: &Loader<'_>, cfg: &GptOssConfig, p: &str) -> Result<Vec<Mlp>, ModelError> {
+    let (d, e_count, inter) = (cfg.base.hidden_size, cfg.num_experts, cfg.base.intermediate_size);
     let (gu, down) = (format!("{p}.experts.gate_up_proj"), format!("{p}.experts.down_proj"));
     let gu_bias = w.store().f32(&format!("{p}.experts.gate_up_proj_bias"), &[e_count, 2 * inter])?;
     let down_bias = w.store().f32(&format!("{p}.experts.down_proj_bias"), &[e_count, d])?;
-    // Gate and up interleaved along the last axis: gate columns even, up columns odd.
     let gate_cols: Vec<usize> = (0..inter).map(|i| 2 * i).collect();
     let up_cols: Vec<usize> = (0..inter).map(|i| 2 * i + 1).collect();
     let all: Vec<usize> = (0..d).collect();
-    let act = Act::ClampedSwiGlu { limit: cfg.swiglu_limit, alpha: cfg.swiglu_alpha };
     let mut experts = Vec::with_capacity(e_count);
     for e in 0..e_count {
         let gate = w.stacked_columns(&gu, (e_count, d, 2 * inter), e, &gate_cols)?;
@@ -110,12 +130,38 @@ fn moe(w: &Loader<'_>, cfg: &GptOssConfig, p: &str) -> Result<Moe, ModelError> {
         experts.push(Mlp {
             gate_up: Proj::new(vec![gate, up]),
             down: w.stacked_columns(&down, (e_count, inter, d), e, &all)?,
-            act,
+            act: act(cfg),
             gate_up_bias: Some(gate_up_bias),
             down_bias: Some(down_bias[e * d..(e + 1) * d].to_vec()),
         });
     }
-    Ok(Moe { router, router_bias, experts, top_k: cfg.top_k, routing: Routing::TopKSoftmax })
+    Ok(experts)
+}
+
+/// A GGUF file's layout: each expert's `gate_proj` / `up_proj` `[I, d]` and `down_proj`
+/// `[d, I]` (views of the stacked `ffn_*_exps`), the biases `[E, I]` / `[E, d]`.
+fn split_experts(w: &Loader<'_>, cfg: &GptOssConfig, p: &str) -> Result<Vec<Mlp>, ModelError> {
+    let (d, e_count, inter) = (cfg.base.hidden_size, cfg.num_experts, cfg.base.intermediate_size);
+    let extra = format!("{p}.experts.{e_count}.gate_proj.weight");
+    if w.store().info(&extra).is_some() {
+        return Err(ModelError::Weights(WeightError::Tensor {
+            path: w.store().path().to_path_buf(),
+            name: extra,
+            reason: format!("the config says {e_count} experts, the file holds more"),
+        }));
+    }
+    let bias = |proj: &str, n: usize| w.store().f32(&gguf::expert_bias(p, proj), &[e_count, n]);
+    let (gate_b, up_b, down_b) = (bias("gate", inter)?, bias("up", inter)?, bias("down", d)?);
+    let mut experts = Vec::with_capacity(e_count);
+    for e in 0..e_count {
+        let mut mlp = Mlp::load(w, &format!("{p}.experts.{e}"), MLP_NAMES, d, inter, act(cfg))?;
+        let mut gate_up_bias = gate_b[e * inter..(e + 1) * inter].to_vec();
+        gate_up_bias.extend_from_slice(&up_b[e * inter..(e + 1) * inter]);
+        mlp.gate_up_bias = Some(gate_up_bias);
+        mlp.down_bias = Some(down_b[e * d..(e + 1) * d].to_vec());
+        experts.push(mlp);
+    }
+    Ok(experts)
 }
 
 /// The gpt-oss family.
@@ -136,7 +182,9 @@ impl Architecture for GptOssArch {
         if let Some(t) =
             ["model.layers.0.mlp.experts.gate_up_proj_blocks"].iter().find(|t| ctx.weights.info(t).is_some())
         {
-            return Err(ModelError::Other(format!("{t}: MXFP4 gpt-oss checkpoints are not read yet (use a bf16 one)")));
+            return Err(ModelError::Other(format!(
+                "{t}: MXFP4 safetensors checkpoints are not read yet (use the model's GGUF, or a bf16 checkpoint)"
+            )));
         }
         let global = Attn::new(b.num_attention_heads, b.num_key_value_heads, b.head_dim);
         let stack = prenorm_stack(&ctx, b, "gpt-oss", |w, i| {
@@ -149,5 +197,6 @@ impl Architecture for GptOssArch {
 }
 
 inventory::submit!(ArchRegistration { name: "gpt_oss", make: || Box::new(GptOssArch) });
+inventory::submit!(GgufRegistration { architecture: "gpt-oss", make: || Box::new(gguf::GptOssGguf) });
 // A Hugging Face config.json without `tl_arch` selects this crate by its `model_type`.
 inventory::submit!(ModelTypeRegistration { model_type: "gpt_oss", arch: "gpt_oss" });

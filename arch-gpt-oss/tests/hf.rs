@@ -45,3 +45,38 @@ fn bad_gpt_oss_configs_are_refused_naming_the_field() {
     let e = cfg(|c| c["layer_types"] = serde_json::json!(["sliding_attention"]));
     assert!(e.contains("layer_types"), "{e}");
 }
+
+#[test]
+fn the_gguf_of_the_same_weights_equals_the_safetensors_bit_for_bit() {
+    // llama.cpp's gpt-oss layout (scripts/fixtures/make_gpt_oss_gguf.py): the fused experts
+    // split and de-interleaved, biases per projection, the sinks and router renamed, the
+    // config from `gpt-oss.*` (windows alternating, YaRN without truncation). llama.cpp fixes
+    // the SwiGLU clamp at 7.0, so the safetensors model is run with that clamp.
+    let path = fixture(NAME).join("model.gguf");
+    let mut g = load_path(&path, 0, Weights::Native);
+    let c = g.config().json().clone();
+    assert_eq!((c["tl_arch"].as_str(), c["num_local_experts"].as_u64()), (Some("gpt_oss"), Some(8)));
+    assert_eq!((c["sliding_window"].as_u64(), c["swiglu_limit"].as_f64()), (Some(WINDOW as u64), Some(7.0)));
+    assert_eq!(c["layer_types"], serde_json::json!(["sliding_attention", "full_attention", "sliding_attention"]));
+    assert_eq!(c["rope_scaling"]["truncate"], serde_json::json!(false));
+    let hub = with_config(&fixture(NAME), |c| c["swiglu_limit"] = 7.0.into());
+    let refs = reference(NAME);
+    let want = alone(&mut load_path(hub.path(), 0, Weights::Native), &refs);
+    let moved = max_abs_diff(&want[0], &alone(&mut load(NAME, 0, Weights::Native), &refs)[0]);
+    assert!(moved > 0.0, "the clamp at 7.0 must change the logits, or this test proves nothing");
+    check_same_bits(&mut g, &refs, &want, "GGUF");
+    check_same_bits(&mut load_path(&path, 0, Weights::F32), &refs, &want, "GGUF, --weights f32");
+}
+
+#[test]
+fn an_mxfp4_gpt_oss_gguf_runs_its_experts_in_their_blocks() {
+    // llama-quantize MXFP4_MOE of that file (scripts/fixtures/make_mxfp4_gguf.sh), the form
+    // gpt-oss GGUFs ship in: MXFP4 experts equal their f32 widening bit for bit, and every
+    // invariance holds.
+    let path = fixture(NAME).join("model.MXFP4_MOE.gguf");
+    let store = tl_core::Gguf::open(&path).expect("open");
+    let info = tl_core::WeightStore::info(&store, "blk.0.ffn_down_exps.weight").expect("stacked experts");
+    assert_eq!(info.dtype, tl_core::DType::Other("MXFP4".into()));
+    let refs = reference(NAME);
+    check_invariance(&path, &refs, &[vec![3, 2, 5], vec![WINDOW + 1, 1, WINDOW - 1]]);
+}
