@@ -12,7 +12,7 @@
 //! `truncate: false` is gpt-oss's (its hub config; transformers' default would truncate).
 
 use serde_json::{json, Value};
-use tl_core::{Gguf, GgufArch, TensorInfo, TensorMap, WeightError};
+use tl_core::{Gguf, GgufArch, GgufPreTokenizer, TensorInfo, TensorMap, WeightError};
 use tl_decoder::gguf::{config_json, expert_counts, hf_name, Family, MoeGguf};
 use tl_decoder::MLP_NAMES;
 
@@ -79,3 +79,23 @@ impl GgufArch for GptOssGguf {
         Ok(EXPERTS.stacked(gguf_name, info))
     }
 }
+
+/// gpt-oss's pre-tokenizer (`tokenizer.ggml.pre = "gpt-4o"`): tiktoken's o200k pattern
+/// (tiktoken_ext/openai_public.py; gpt-oss's o200k_harmony keeps it) then GPT-2's byte
+/// mapping. tiktoken looks a whole piece up before merging, which is tokenizers'
+/// `ignore_merges`.
+fn o200k_pre_tokenizer() -> Value {
+    let pattern = concat!(
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    );
+    tl_core::gguf_vocab::regex_byte_level(pattern, false)
+}
+
+inventory::submit!(GgufPreTokenizer {
+    name: "gpt-4o",
+    pre_tokenizer: o200k_pre_tokenizer,
+    normalizer: None,
+    ignore_merges: true,
+});
