@@ -192,12 +192,32 @@ impl Moe {
 
     /// `proj` `(N, d)` from `h` `(N, d)`.
     pub fn forward(&self, cx: &mut Cx<'_, '_>) -> Result<(), ModelError> {
-        self.check()?;
         let (n, dm, path) = (cx.n, cx.dm, cx.path());
-        let (e_count, k) = (self.experts.len(), self.top_k);
         let b = &mut *cx.b;
-        let m = &mut b.moe;
-        let h = &b.h[..n * dm];
+        let proj = grow(&mut b.proj, n * dm);
+        self.apply(path, &b.h[..n * dm], dm, &mut b.moe, proj)
+    }
+
+    /// The block on its own: `proj` `(N, d)` from `h` `(N, d)` (`N = h.len() / dm`), with
+    /// its scratch `m` ([`Moe::forward`] in a [`crate::Stack`]; tests call it directly).
+    pub fn apply(
+        &self,
+        path: Path,
+        h: &[f32],
+        dm: usize,
+        m: &mut MoeBuffers,
+        proj: &mut [f32],
+    ) -> Result<(), ModelError> {
+        self.check()?;
+        let n = h.len() / dm.max(1);
+        if proj.len() != n * dm || h.len() != n * dm {
+            return Err(ModelError::Other(format!(
+                "mixture of experts: h of {} and proj of {} for d {dm}",
+                h.len(),
+                proj.len()
+            )));
+        }
+        let (e_count, k) = (self.experts.len(), self.top_k);
         let logits = grow(&mut m.logits, n * e_count); // (N, E)
         linear(&self.router, h, n, logits, "router")?;
         m.chosen.clear();
@@ -235,9 +255,8 @@ impl Moe {
             })
             .collect::<Result<Vec<Vec<f32>>, String>>()
             .map_err(ModelError::Other)?;
-        let proj = grow(&mut b.proj, n * dm); // (N, d)
-        proj.fill(0.0);
-        // Each row's sum runs over its experts in ascending id: the groups' order.
+        proj.fill(0.0); // (N, d)
+                        // Each row's sum runs over its experts in ascending id: the groups' order.
         for (g, y) in groups.iter().zip(&outs) {
             for (src, &(_, t, w)) in y.chunks_exact(dm).zip(g.iter()) {
                 for (o, &v) in proj[t * dm..(t + 1) * dm].iter_mut().zip(src) {
