@@ -16,10 +16,11 @@
 //! The hub's bf16 checkpoints hold each layer's experts fused: `mlp.experts.gate_up_proj`
 //! `[E, d, 2I]` (gate and up interleaved along the last axis), `gate_up_proj_bias`
 //! `[E, 2I]`, `down_proj` `[E, I, d]`, `down_proj_bias` `[E, d]`; each expert's matrices
-//! are transposed out of them at load, kept in the stored type. GGUF files (llama.cpp's
-//! layout, [`gguf`]: experts split per projection, usually MXFP4) are read too, their
-//! blocks kept as stored. The hub's MXFP4 safetensors (`*_blocks` / `*_scales`) are not
-//! read yet: refused, naming the tensor.
+//! are transposed out of them at load, kept in the stored type. The hub's MXFP4
+//! checkpoints (the released gpt-oss-20b/120b: `gate_up_proj_blocks` / `_scales` and
+//! `down_proj_blocks` / `_scales`, rows interleaved the same way) become MXFP4 blocks, the
+//! same values transformers dequantizes them to. GGUF files (llama.cpp's layout, [`gguf`]:
+//! experts split per projection, usually MXFP4) are read too, their blocks kept as stored.
 //!
 //! Nothing names this crate from core: a binary or test that loads a gpt-oss writes
 //! `use tl_arch_gpt_oss as _;` so the registrations are linked.
@@ -97,7 +98,8 @@ fn moe(w: &Loader<'_>, cfg: &GptOssConfig, p: &str) -> Result<Moe, ModelError> {
     let (d, e_count) = (cfg.base.hidden_size, cfg.num_experts);
     let router = w.matrix(&format!("{p}.router.weight"), e_count, d)?;
     let router_bias = Some(w.vector(&format!("{p}.router.bias"), e_count)?);
-    let experts = if w.store().info(&format!("{p}.experts.gate_up_proj")).is_some() {
+    let has = |t: &str| w.store().info(&format!("{p}.experts.{t}")).is_some();
+    let experts = if has("gate_up_proj") || has("gate_up_proj_blocks") {
         fused_experts(w, cfg, p)?
     } else {
         split_experts(w, cfg, p)?
@@ -110,26 +112,34 @@ fn act(cfg: &GptOssConfig) -> Act {
     Act::ClampedSwiGlu { limit: cfg.swiglu_limit, alpha: cfg.swiglu_alpha }
 }
 
-/// The hub's layout: `gate_up_proj` `[E, d, 2I]` (gate and up interleaved along the last
-/// axis: gate columns even, up columns odd), `down_proj` `[E, I, d]`, their biases.
+/// The hub's layouts: bf16 `gate_up_proj` `[E, d, 2I]` (gate and up interleaved along the
+/// last axis: gate columns even, up columns odd) and `down_proj` `[E, I, d]`; or MXFP4
+/// `gate_up_proj_blocks` / `_scales` with the 2I rows interleaved the same way and
+/// `down_proj_blocks` / `_scales` of d rows (`Loader::mxfp4_rows`); their biases.
 fn fused_experts(w: &Loader<'_>, cfg: &GptOssConfig, p: &str) -> Result<Vec<Mlp>, ModelError> {
     let (d, e_count, inter) = (cfg.base.hidden_size, cfg.num_experts, cfg.base.intermediate_size);
     let (gu, down) = (format!("{p}.experts.gate_up_proj"), format!("{p}.experts.down_proj"));
+    let mxfp4 = w.store().info(&format!("{gu}_blocks")).is_some();
     let gu_bias = w.store().f32(&format!("{p}.experts.gate_up_proj_bias"), &[e_count, 2 * inter])?;
     let down_bias = w.store().f32(&format!("{p}.experts.down_proj_bias"), &[e_count, d])?;
     let gate_cols: Vec<usize> = (0..inter).map(|i| 2 * i).collect();
     let up_cols: Vec<usize> = (0..inter).map(|i| 2 * i + 1).collect();
     let all: Vec<usize> = (0..d).collect();
+    // Matrix `e`'s rows `sel` of the gate/up (`gate_up` true) or down projection.
+    let part = |gate_up: bool, e: usize, sel: &[usize]| match (mxfp4, gate_up) {
+        (true, true) => w.mxfp4_rows(&gu, (e_count, 2 * inter, d), e, sel),
+        (true, false) => w.mxfp4_rows(&down, (e_count, d, inter), e, sel),
+        (false, true) => w.stacked_columns(&gu, (e_count, d, 2 * inter), e, sel),
+        (false, false) => w.stacked_columns(&down, (e_count, inter, d), e, sel),
+    };
     let mut experts = Vec::with_capacity(e_count);
     for e in 0..e_count {
-        let gate = w.stacked_columns(&gu, (e_count, d, 2 * inter), e, &gate_cols)?;
-        let up = w.stacked_columns(&gu, (e_count, d, 2 * inter), e, &up_cols)?;
         let b = &gu_bias[e * 2 * inter..(e + 1) * 2 * inter];
         let mut gate_up_bias: Vec<f32> = gate_cols.iter().map(|&c| b[c]).collect();
         gate_up_bias.extend(up_cols.iter().map(|&c| b[c]));
         experts.push(Mlp {
-            gate_up: Proj::new(vec![gate, up]),
-            down: w.stacked_columns(&down, (e_count, inter, d), e, &all)?,
+            gate_up: Proj::new(vec![part(true, e, &gate_cols)?, part(true, e, &up_cols)?]),
+            down: part(false, e, &all)?,
             act: act(cfg),
             gate_up_bias: Some(gate_up_bias),
             down_bias: Some(down_bias[e * d..(e + 1) * d].to_vec()),
@@ -179,13 +189,6 @@ impl Architecture for GptOssArch {
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg = ctx.config.arch_config::<GptOssConfig>()?;
         let b = &cfg.base;
-        if let Some(t) =
-            ["model.layers.0.mlp.experts.gate_up_proj_blocks"].iter().find(|t| ctx.weights.info(t).is_some())
-        {
-            return Err(ModelError::Other(format!(
-                "{t}: MXFP4 safetensors checkpoints are not read yet (use the model's GGUF, or a bf16 checkpoint)"
-            )));
-        }
         let global = Attn::new(b.num_attention_heads, b.num_key_value_heads, b.head_dim);
         let stack = prenorm_stack(&ctx, b, "gpt-oss", |w, i| {
             let attn = Attn { window: b.layer_attn[i].window(), ..global };

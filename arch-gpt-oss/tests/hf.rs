@@ -80,3 +80,17 @@ fn an_mxfp4_gpt_oss_gguf_runs_its_experts_in_their_blocks() {
     let refs = reference(NAME);
     check_invariance(&path, &refs, &[vec![3, 2, 5], vec![WINDOW + 1, 1, WINDOW - 1]]);
 }
+
+#[test]
+fn the_hubs_mxfp4_checkpoint_matches_hf_and_keeps_its_blocks() {
+    // The released gpt-oss checkpoints' layout (`*_blocks` / `*_scales`, transformers'
+    // nibble order), against transformers' own dequantization (Mxfp4Config(dequantize=True)),
+    // and every invariance, `--weights f32` included, on the MXFP4 blocks tl keeps.
+    let name = "tiny-gpt-oss-mxfp4";
+    let refs = reference(name);
+    let mut r = load(name, 0, Weights::Native);
+    assert_eq!(r.config().arch, "gpt_oss");
+    check_hf(&mut r, &refs, name);
+    check_greedy(&mut r, &refs, name);
+    check_invariance(&fixture(name), &refs, &[vec![3, 2, 5], vec![WINDOW + 1, 1, WINDOW - 1]]);
+}

@@ -1,6 +1,6 @@
 //! Loading a decoder's tensors (Hugging Face Llama names). Every matrix becomes one `tl_quant::Linear`, held as
 //! `EngineConfig.weights` says: in the file's own format (`native`: F32/F16/BF16 and every
-//! GGUF block type tl-quant reads, Q4_0 .. Q8_0, IQ4_NL and Q2_K .. Q6_K), widened to f32 (`f32`), or
+//! GGUF block type tl-quant reads, Q4_0 .. Q8_0, IQ4_NL, Q2_K .. Q6_K and MXFP4), widened to f32 (`f32`), or
 //! with the projections quantized to int4 at load (`int4`). An int4 checkpoint's
 //! projections stay int4. Native and f32 give the same logits bit for bit.
 
@@ -197,6 +197,52 @@ impl<'a> Loader<'a> {
             tl_quant::dequantize(format, &bytes, cols.len(), a).and_then(|w| Linear::new_f32(w, cols.len(), a))
         };
         lin.map_err(|err| quant_err(self.store, name, err))
+    }
+
+    /// Rows `rows` of matrix `e` of a hub MXFP4 pair (gpt-oss's checkpoints, transformers'
+    /// `Mxfp4Config` layout): `<base>_blocks` `[S, R, C/32, 16]` u8, two e2m1 codes a byte
+    /// (weight `2j` in the low nibble of byte `j`, `2j + 1` in the high one), and
+    /// `<base>_scales` `[S, R, C/32]` u8, an e8m0 exponent per block of 32 (`2^(e - 127)`
+    /// times the e2m1 value: numbers.md's MXFP4). Rebuilt as GGUF MXFP4 blocks (the same
+    /// values; ggml keeps weights `j` and `j + 16` in byte `j`), kept as such unless
+    /// everything is widened to f32.
+    pub fn mxfp4_rows(
+        &self,
+        base: &str,
+        (s, r, c): (usize, usize, usize),
+        e: usize,
+        rows: &[usize],
+    ) -> Result<Linear, ModelError> {
+        let (bn, sn) = (format!("{base}_blocks"), format!("{base}_scales"));
+        let bad = |name: &str, reason: String| {
+            ModelError::Weights(WeightError::Tensor {
+                path: self.store.path().to_path_buf(),
+                name: name.into(),
+                reason,
+            })
+        };
+        if !c.is_multiple_of(32) || e >= s || rows.iter().any(|&row| row >= r) {
+            return Err(bad(&bn, format!("matrix {e} of {s}, rows below {r}, {c} columns in blocks of 32")));
+        }
+        let nb = c / 32;
+        let blocks = self.store.raw(&bn, DType::U8, &[s, r, nb, 16])?;
+        let scales = self.store.raw(&sn, DType::U8, &[s, r, nb])?;
+        let mut bytes = Vec::with_capacity(rows.len() * nb * 17);
+        for &row in rows {
+            for b in 0..nb {
+                let at = (e * r + row) * nb + b;
+                let src = &blocks[at * 16..(at + 1) * 16];
+                let code = |i: usize| (src[i / 2] >> (4 * (i % 2))) & 15;
+                bytes.push(scales[at]);
+                bytes.extend((0..16).map(|j| code(j) | code(j + 16) << 4));
+            }
+        }
+        let lin = if self.native {
+            Linear::from_stored(Format::MXFP4, &bytes, rows.len(), c)
+        } else {
+            tl_quant::dequantize(Format::MXFP4, &bytes, rows.len(), c).and_then(|w| Linear::new_f32(w, rows.len(), c))
+        };
+        lin.map_err(|err| quant_err(self.store, &bn, err))
     }
 
     /// The `(len,)` vector `name` (a norm weight, a bias), widened to f32.
