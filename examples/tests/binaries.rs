@@ -1,7 +1,8 @@
 //! Every binary on every fixture model, run as a user runs them: generate, perplexity
 //! and bench on the bigram, the tiny Llama, Qwen2, Qwen3 (safetensors and GGUF; with YaRN),
 //! Mistral, Gemma 3 (safetensors and GGUF) and the mixtures of experts (Qwen3-MoE and
-//! Mixtral, safetensors and GGUF; OLMoE; gpt-oss);
+//! Mixtral, safetensors and GGUF; OLMoE; gpt-oss in bf16 and MXFP4, safetensors and GGUF;
+//! the MXFP4_MOE GGUFs);
 //! chat where the model has a template; convert where the model is a GGUF file. The same
 //! Qwen2 (and Qwen3) weights from safetensors, GGUF and the GGUF converted back give the
 //! same text.
@@ -38,6 +39,9 @@ fn models() -> Vec<(&'static str, PathBuf, bool)> {
         ("mixtral-gguf", r.join("arch-mixtral/tests/fixtures/tiny-mixtral/model.gguf"), false),
         ("olmoe", r.join("arch-olmoe/tests/fixtures/tiny-olmoe"), false),
         ("gpt-oss", r.join("arch-gpt-oss/tests/fixtures/tiny-gpt-oss"), false),
+        ("gpt-oss-mxfp4", r.join("arch-gpt-oss/tests/fixtures/tiny-gpt-oss-mxfp4"), false),
+        ("gpt-oss-gguf-mxfp4", r.join("arch-gpt-oss/tests/fixtures/tiny-gpt-oss/model.MXFP4_MOE.gguf"), false),
+        ("qwen3-moe-gguf-mxfp4", r.join("arch-qwen3-moe/tests/fixtures/tiny-qwen3-moe/model.MXFP4_MOE.gguf"), false),
     ]
 }
 
