@@ -58,6 +58,8 @@ pub struct Gguf {
     map: Mmap,
     metadata: std::collections::HashMap<String, GValue>,
     tensors: BTreeMap<String, Entry>,
+    /// The ranges loaded so far ([`crate::weights::Dropped`]).
+    dropped: crate::weights::Dropped,
 }
 
 /// llama.cpp's name of a block type (what `DType::Other` carries).
@@ -263,7 +265,7 @@ impl Gguf {
             let entry = Entry { gguf_name: gname.clone(), ggml, shape, begin, end: begin + bytes, rows: None };
             tensors.insert(gname.clone(), entry);
         }
-        Ok(Gguf { path: path.to_path_buf(), map, metadata: content.metadata, tensors })
+        Ok(Gguf { path: path.to_path_buf(), map, metadata: content.metadata, tensors, dropped: Default::default() })
     }
 
     /// The file's `general.architecture`.
@@ -535,7 +537,7 @@ impl WeightStore for Gguf {
 
     fn done_with(&self, name: &str) {
         if let Some(e) = self.tensors.get(name) {
-            crate::weights::drop_pages(&self.map, e.begin, e.end);
+            self.dropped.done(&self.map, e.begin, e.end);
         }
     }
 

@@ -30,6 +30,8 @@ pub struct SafeTensors {
     data_start: usize,
     tensors: BTreeMap<String, Entry>,
     metadata: BTreeMap<String, String>,
+    /// The ranges loaded so far ([`crate::weights::Dropped`]).
+    dropped: crate::weights::Dropped,
 }
 
 fn convert_dtype(d: Dtype) -> DType {
@@ -107,7 +109,7 @@ impl SafeTensors {
             tensors.insert(name, entry);
         }
         let metadata = meta.metadata().clone().unwrap_or_default().into_iter().collect();
-        Ok(SafeTensors { path: path.to_path_buf(), map, data_start, tensors, metadata })
+        Ok(SafeTensors { path: path.to_path_buf(), map, data_start, tensors, metadata, dropped: Default::default() })
     }
 
     fn entry(&self, name: &str, shape: &[usize]) -> Result<&Entry, WeightError> {
@@ -183,7 +185,7 @@ impl WeightStore for SafeTensors {
     /// The stored bytes of a floating-point tensor (F32, F16, BF16), borrowed from the map.
     fn done_with(&self, name: &str) {
         if let Some(e) = self.tensors.get(name) {
-            crate::weights::drop_pages(&self.map, self.data_start + e.begin, self.data_start + e.end);
+            self.dropped.done(&self.map, self.data_start + e.begin, self.data_start + e.end);
         }
     }
 
