@@ -3,6 +3,7 @@
 use crate::error::QuantError;
 use crate::format::Format;
 use crate::int4::QLinear;
+use crate::int8::{self, Activations};
 use crate::matmul::{matmul, Path};
 use crate::pack::{self, Job, Kind, Line, QK};
 use crate::simd::NR;
@@ -21,6 +22,8 @@ pub struct Linear {
     kind: Kind,
     /// `ceil(out / 16)` panels of `kind.panel_bytes(inp)` bytes.
     data: Vec<Line>,
+    /// How input rows are treated ([`Linear::with_activations`]).
+    act: Activations,
 }
 
 impl std::fmt::Debug for Linear {
@@ -37,7 +40,7 @@ impl Linear {
     fn empty(format: Format, kind: Kind, out: usize, inp: usize) -> Result<Linear, QuantError> {
         let pb = kind.panel_bytes(inp);
         let bytes = elems("w", out.div_ceil(NR), pb)?;
-        Ok(Linear { out, inp, format, kind, data: pack::alloc(bytes) })
+        Ok(Linear { out, inp, format, kind, data: pack::alloc(bytes), act: Activations::Exact })
     }
 
     /// An f32 layer, checking that `w` holds `out * inp` values.
@@ -99,7 +102,7 @@ impl Linear {
         let first = parts.first().ok_or(QuantError::Concat { reason: "no layers".into() })?;
         let pb = first.kind.panel_bytes(first.inp);
         for (i, l) in parts.iter().enumerate() {
-            if l.inp != first.inp || l.kind != first.kind {
+            if l.inp != first.inp || l.kind != first.kind || l.act != first.act {
                 return Err(QuantError::Concat { reason: format!("layer {i} is {l:?}, layer 0 {first:?}") });
             }
             if i + 1 < parts.len() && l.out % NR != 0 {
@@ -109,7 +112,7 @@ impl Linear {
             }
         }
         let out = parts.iter().map(|l| l.out).sum();
-        let mut all = Linear::empty(first.format, first.kind, out, first.inp)?;
+        let mut all = Linear::empty(first.format, first.kind, out, first.inp)?.with_activations(first.act);
         let mut at = 0;
         for l in parts {
             let n = l.out.div_ceil(NR) * pb;
@@ -173,6 +176,20 @@ impl Linear {
         self.forward_on(Path::best(), x, m, y)
     }
 
+    /// The layer with its input rows treated as `act` says: [`Activations::Q8`] quantizes
+    /// each row to int8 in blocks of 32 and uses integer dot products where the stored
+    /// format has an integer kernel (Q8_0, Q4_0, Q4_1; numbers.md "q8 activations"),
+    /// and changes nothing for the others.
+    pub fn with_activations(mut self, act: Activations) -> Linear {
+        self.act = act;
+        self
+    }
+
+    /// Whether [`Activations::Q8`] changes this layer (its format has an integer kernel).
+    pub fn has_int8_kernel(&self) -> bool {
+        int8::supported(self.kind)
+    }
+
     /// [`Linear::forward`] on a chosen instruction set (tests and benchmarks compare them).
     pub fn forward_on(&self, path: Path, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), QuantError> {
         if !path.available() {
@@ -185,6 +202,19 @@ impl Linear {
         }
         if y.len() != yn {
             return Err(QuantError::LengthMismatch { what: "y", expected: yn, got: y.len() });
+        }
+        if self.act == Activations::Q8 && int8::supported(self.kind) {
+            let rows = int8::quantize_rows(x, m, self.inp);
+            let job = int8::IntJob {
+                kind: self.kind,
+                inp: self.inp,
+                out: self.out,
+                data: pack::bytes(&self.data),
+                panel_bytes: self.kind.panel_bytes(self.inp),
+                rows: &rows,
+            };
+            int8::matmul(&job, m, y, path == Path::Avx512 && int8::simd_available());
+            return Ok(());
         }
         let job = Job {
             kind: self.kind,

@@ -1,0 +1,330 @@
+//! The int8-activation mode (docs/spec/numbers.md "q8 activations"): each activation row
+//! quantized on its own in blocks of 32 ([`QRows`]), then integer dot products with the
+//! weights' integer codes and the scales applied in a fixed order. Opt-in
+//! ([`crate::Linear::with_activations`]); the exact f32 path stays the default.
+//!
+//! Kinds with an integer kernel: Q8_0 and Q4_0 / Q4_1 (their own panels, [`crate::pack`]).
+//! Per output `y[i][n]`, blocks `b` ascending, from +0.0:
+//! - Q8_0 (`w = q d`), Q4_0 (`w = (c - 8) d`): `y = fma(d * dx, I, y)` with `I` the exact
+//!   integer `Σ q qx` (Q4_0: `Σ c qx - 8 Σ qx`), as f32 (exact: `|I| < 2^24`);
+//! - Q4_1 (`w = c d + m`): `y = fma(d * dx, Σ c qx, y)` then `y = fma(m * dx, Σ qx, y)`;
+//!
+//! where `dx` is the activation block's scale and `d * dx`, `m * dx` one f32 rounding each.
+//! The integer sums are exact whatever order adds them, so every instruction set gives
+//! the same bits: the portable code here, and AVX-512 with VNNI and VBMI (`vpdpbusd` on
+//! codes made unsigned: Q8_0's `q + 128`, the correction `128 Σ qx` subtracted exactly).
+//! A row's result depends only on that row: batch, chunk and thread invariance hold as
+//! on the exact path.
+
+use rayon::prelude::*;
+
+use crate::half_conv::f16_to_f32;
+use crate::pack::{q4_block, Kind, Q8_BLOCK, QK};
+use crate::simd::NR;
+
+/// How a layer treats its input rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Activations {
+    /// f32 rows, one FMA chain per output over the exact weights (the default).
+    #[default]
+    Exact,
+    /// Rows quantized to int8 in blocks of 32, integer dot products (this module), for
+    /// the kinds that have an integer kernel; the others stay exact.
+    Q8,
+}
+
+/// Rows quantized by numbers.md's rule: `q` `(m, inp)` i8, and per block of 32 its scale
+/// `d` and the sum of its codes `s`, `(m, inp / 32)` each.
+pub(crate) struct QRows {
+    pub q: Vec<i8>,
+    pub d: Vec<f32>,
+    pub s: Vec<i32>,
+}
+
+/// One block's scale and codes: `d = amax / 127`, `id = 1 / d` (0 when `d` is 0), `q =
+/// clamp(rint(x * id), -127, 127)` with ties to even; the clamp as x86's `maxps`/`minps`
+/// with the bound second, so a NaN product gives -127.
+pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+    let amax = x.iter().fold(0.0f32, |m, &v| {
+        let a = v.abs();
+        if a > m {
+            a
+        } else {
+            m
+        }
+    });
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut s = 0i32;
+    for (q, &v) in q.iter_mut().zip(x) {
+        let r = (v * id).round_ties_even();
+        let lo = if r > -127.0 { r } else { -127.0 };
+        let c = if lo < 127.0 { lo } else { 127.0 };
+        *q = c as i8;
+        s += *q as i32;
+    }
+    (d, s)
+}
+
+/// One activation row quantized by numbers.md's rule: its codes, and per block of 32 its
+/// scale and the sum of its codes. What [`Activations::Q8`] layers compute with; public
+/// so the rule can be checked on its own.
+pub fn quantize_q8_row(x: &[f32]) -> Result<Q8Row, crate::QuantError> {
+    if !x.len().is_multiple_of(QK) {
+        return Err(crate::QuantError::BadBlocks { format: "q8 activations".into(), inp: x.len() });
+    }
+    let r = quantize_rows(x, 1, x.len());
+    Ok(Q8Row { q: r.q, d: r.d, s: r.s })
+}
+
+/// One quantized activation row ([`quantize_q8_row`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Q8Row {
+    /// The codes, one per value.
+    pub q: Vec<i8>,
+    /// Each block's scale.
+    pub d: Vec<f32>,
+    /// Each block's sum of codes.
+    pub s: Vec<i32>,
+}
+
+/// Quantize `m` rows of `inp` (a multiple of 32) values.
+pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize) -> QRows {
+    let nb = inp / QK;
+    let mut r = QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb] };
+    for ((xb, qb), (d, s)) in x.chunks_exact(QK).zip(r.q.chunks_exact_mut(QK)).zip(r.d.iter_mut().zip(r.s.iter_mut())) {
+        (*d, *s) = quantize_block(xb, qb);
+    }
+    r
+}
+
+/// Whether `kind` has an integer kernel.
+pub(crate) fn supported(kind: Kind) -> bool {
+    matches!(kind, Kind::Q8 | Kind::Q4 { .. })
+}
+
+/// The panels of one layer and the rows against them.
+pub(crate) struct IntJob<'a> {
+    pub kind: Kind,
+    pub inp: usize,
+    pub out: usize,
+    pub data: &'a [u8],
+    pub panel_bytes: usize,
+    pub rows: &'a QRows,
+}
+
+/// `y` `(m, out)` for the quantized rows, panels split over the current rayon pool (each
+/// panel's columns are computed whole by one thread).
+pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], simd: bool) {
+    let panels = j.out.div_ceil(NR);
+    let cols: Vec<Vec<f32>> = (0..panels)
+        .into_par_iter()
+        .with_min_len(4)
+        .map(|p| {
+            let mut t = vec![0.0f32; m * NR]; // (m, 16): this panel's columns
+            let panel = &j.data[p * j.panel_bytes..(p + 1) * j.panel_bytes];
+            #[cfg(target_arch = "x86_64")]
+            if simd {
+                // SAFETY: `simd` is set only when the CPU has AVX-512 F/BW/VNNI/VBMI.
+                unsafe { x86::panel(j, panel, m, &mut t) };
+                return t;
+            }
+            let _ = simd;
+            panel_portable(j, panel, m, &mut t);
+            t
+        })
+        .collect();
+    for (p, t) in cols.iter().enumerate() {
+        let c0 = p * NR;
+        let w = NR.min(j.out - c0);
+        for r in 0..m {
+            y[r * j.out + c0..r * j.out + c0 + w].copy_from_slice(&t[r * NR..r * NR + w]);
+        }
+    }
+}
+
+/// The code of weight `k` of lane `l` of a panel block, and the offset subtracted from it
+/// (the integer value is `code - off`).
+fn code(kind: Kind, blk: &[u8], l: usize, k: usize) -> i32 {
+    match kind {
+        Kind::Q8 => blk[NR * 2 + k * NR + l] as i8 as i32,
+        Kind::Q4 { min } => {
+            let at = NR * 2 * (1 + min as usize) + ((k / 8) * NR + l) * 4;
+            let word = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+            ((word >> (4 * (k % 8))) & 15) as i32
+        }
+        _ => unreachable!("no integer kernel for {kind:?}"),
+    }
+}
+
+/// The reference: one panel, every row, by the module's formulas.
+fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32]) {
+    let nb = j.inp / QK;
+    let bb = block_bytes(j.kind);
+    for r in 0..m {
+        for l in 0..NR {
+            let mut y = 0.0f32;
+            for b in 0..nb {
+                let blk = &panel[b * bb..(b + 1) * bb];
+                let qx = &j.rows.q[r * j.inp + b * QK..r * j.inp + (b + 1) * QK];
+                let (dx, sx) = (j.rows.d[r * nb + b], j.rows.s[r * nb + b]);
+                let dot: i32 = (0..QK).map(|k| code(j.kind, blk, l, k) * qx[k] as i32).sum();
+                let d = f16_to_f32(u16::from_le_bytes([blk[2 * l], blk[2 * l + 1]]));
+                match j.kind {
+                    Kind::Q4 { min: true } => {
+                        let mw = f16_to_f32(u16::from_le_bytes([blk[NR * 2 + 2 * l], blk[NR * 2 + 2 * l + 1]]));
+                        y = (d * dx).mul_add(dot as f32, y);
+                        y = (mw * dx).mul_add(sx as f32, y);
+                    }
+                    Kind::Q4 { min: false } => y = (d * dx).mul_add((dot - 8 * sx) as f32, y),
+                    _ => y = (d * dx).mul_add(dot as f32, y),
+                }
+            }
+            t[r * NR + l] = y;
+        }
+    }
+}
+
+/// Bytes of one panel block of an integer kind.
+fn block_bytes(kind: Kind) -> usize {
+    match kind {
+        Kind::Q8 => Q8_BLOCK,
+        Kind::Q4 { min } => q4_block(min),
+        _ => unreachable!("no integer kernel for {kind:?}"),
+    }
+}
+
+/// Whether this CPU runs the AVX-512 integer kernel.
+pub(crate) fn simd_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512vbmi")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{block_bytes, IntJob};
+    use crate::pack::{Kind, QK};
+    use crate::simd::NR;
+
+    /// Rows per pass over a panel's blocks (their integer and float accumulators stay
+    /// in registers).
+    const MR: usize = 4;
+
+    /// One panel, every row: the portable formulas, 16 lanes at a time.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,f16c,fma")]
+    pub(super) unsafe fn panel(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32]) {
+        let mut r = 0;
+        while r < m {
+            match m - r {
+                1 => rows::<1>(j, panel, r, t),
+                2 => rows::<2>(j, panel, r, t),
+                3 => rows::<3>(j, panel, r, t),
+                _ => rows::<MR>(j, panel, r, t),
+            }
+            r += MR.min(m - r);
+        }
+    }
+
+    /// Q8 panels keep code k of the 16 lanes as 16 bytes; `vpdpbusd` wants each lane's
+    /// 4 consecutive codes in one 32-bit lane: byte `4 l + i` of the result is byte
+    /// `16 i + l` of the 64 loaded (codes k .. k + 4).
+    const fn q8_transpose() -> [u8; 64] {
+        let mut idx = [0u8; 64];
+        let mut l = 0;
+        while l < 16 {
+            let mut i = 0;
+            while i < 4 {
+                idx[4 * l + i] = (16 * i + l) as u8;
+                i += 1;
+            }
+            l += 1;
+        }
+        idx
+    }
+
+    #[allow(clippy::needless_range_loop)] // rows index the accumulators and the activations
+    #[inline(always)]
+    unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: &[u8], r0: usize, t: &mut [f32]) {
+        let nb = j.inp / QK;
+        let bb = block_bytes(j.kind);
+        let idx = _mm512_loadu_si512(q8_transpose().as_ptr() as *const _);
+        let mut acc = [_mm512_setzero_ps(); R];
+        for b in 0..nb {
+            let blk = panel.as_ptr().add(b * bb);
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk as *const __m256i));
+            let mut dot = [_mm512_setzero_si512(); R];
+            // Each row's codes of this block, 4 a 32-bit word (in the kind's order).
+            let qx = |r: usize| j.rows.q.as_ptr().add((r0 + r) * j.inp + b * QK);
+            match j.kind {
+                Kind::Q8 => {
+                    let q = blk.add(NR * 2);
+                    for g in 0..QK / 4 {
+                        let w = _mm512_permutexvar_epi8(idx, _mm512_loadu_si512(q.add(g * 64) as *const _));
+                        let u = _mm512_xor_si512(w, _mm512_set1_epi8(-128)); // q + 128, unsigned
+                        for r in 0..R {
+                            let x = _mm512_set1_epi32((qx(r).add(4 * g) as *const i32).read_unaligned());
+                            dot[r] = _mm512_dpbusd_epi32(dot[r], u, x);
+                        }
+                    }
+                }
+                Kind::Q4 { min } => {
+                    let q = blk.add(NR * 2 * (1 + min as usize));
+                    let lo_mask = _mm512_set1_epi8(15);
+                    for c in 0..QK / 8 {
+                        let word = _mm512_loadu_si512(q.add(c * NR * 4) as *const _);
+                        // Bytes 0..4 of a lane: codes 8c + 0, 2, 4, 6 (low nibbles), then
+                        // 8c + 1, 3, 5, 7 (high nibbles).
+                        let lo = _mm512_and_si512(word, lo_mask);
+                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(word), lo_mask);
+                        for r in 0..R {
+                            let x = qx(r).add(8 * c);
+                            let pick = |o: usize| {
+                                u32::from_le_bytes([
+                                    *x.add(o) as u8,
+                                    *x.add(o + 2) as u8,
+                                    *x.add(o + 4) as u8,
+                                    *x.add(o + 6) as u8,
+                                ])
+                            };
+                            dot[r] = _mm512_dpbusd_epi32(dot[r], lo, _mm512_set1_epi32(pick(0) as i32));
+                            dot[r] = _mm512_dpbusd_epi32(dot[r], hi, _mm512_set1_epi32(pick(1) as i32));
+                        }
+                    }
+                }
+                _ => unreachable!(),
+            }
+            for r in 0..R {
+                let (dx, sx) = (j.rows.d[(r0 + r) * nb + b], j.rows.s[(r0 + r) * nb + b]);
+                let dd = _mm512_mul_ps(d, _mm512_set1_ps(dx));
+                match j.kind {
+                    Kind::Q8 => {
+                        let i = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(128 * sx));
+                        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(i), acc[r]);
+                    }
+                    Kind::Q4 { min: false } => {
+                        let i = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(8 * sx));
+                        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(i), acc[r]);
+                    }
+                    _ => {
+                        let mw = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(NR * 2) as *const __m256i));
+                        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(dot[r]), acc[r]);
+                        let dm = _mm512_mul_ps(mw, _mm512_set1_ps(dx));
+                        acc[r] = _mm512_fmadd_ps(dm, _mm512_set1_ps(sx as f32), acc[r]);
+                    }
+                }
+            }
+        }
+        for r in 0..R {
+            _mm512_storeu_ps(t.as_mut_ptr().add((r0 + r) * NR), acc[r]);
+        }
+    }
+}
