@@ -96,7 +96,7 @@ impl GptOssConfig {
 /// GGUF file's per-expert ones ([`gguf`]).
 fn moe(w: &Loader<'_>, cfg: &GptOssConfig, p: &str) -> Result<Moe, ModelError> {
     let (d, e_count) = (cfg.base.hidden_size, cfg.num_experts);
-    let router = w.matrix(&format!("{p}.router.weight"), e_count, d)?;
+    let router = w.router(&format!("{p}.router.weight"), e_count, d)?;
     let router_bias = Some(w.vector(&format!("{p}.router.bias"), e_count)?);
     let has = |t: &str| w.store().info(&format!("{p}.experts.{t}")).is_some();
     let experts = if has("gate_up_proj") || has("gate_up_proj_blocks") {

@@ -112,6 +112,10 @@ pub struct EngineConfig {
     pub threads: usize,
     /// How the weights are held after load (f32, as stored, or int4 projections).
     pub weights: Weights,
+    /// How the projections treat their input rows: exact f32 (the default, every bit of
+    /// the contract) or the opt-in int8 mode (`--activations q8`, docs/spec/numbers.md
+    /// "q8 activations"; still batch-, chunk- and thread-invariant).
+    pub activations: tl_quant::Activations,
 }
 
 impl Default for EngineConfig {
@@ -125,6 +129,7 @@ impl Default for EngineConfig {
             policy: SchedPolicy::Fcfs,
             threads: 0,
             weights: Weights::Native,
+            activations: tl_quant::Activations::Exact,
         }
     }
 }

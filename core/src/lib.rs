@@ -46,6 +46,7 @@ pub use runner::{ModelRunner, RunnerError};
 pub use safetensors::SafeTensors;
 pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};
 pub use sequence::Sequence;
+pub use tl_quant::Activations;
 pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 pub use weights::{DType, Stored, TensorInfo, WeightError, WeightStore};
 

@@ -132,7 +132,7 @@ impl Moe {
     /// naming the first extra tensor (the router's shape is checked against `E` as it
     /// loads, and a missing expert tensor is named by the loader).
     pub fn load(w: &Loader<'_>, p: &str, d: usize, spec: MoeSpec) -> Result<Moe, ModelError> {
-        let router = w.matrix(&format!("{p}.{}.weight", spec.router), spec.experts, d)?;
+        let router = w.router(&format!("{p}.{}.weight", spec.router), spec.experts, d)?;
         let extra = format!("{p}.experts.{}.{}.weight", spec.experts, spec.names.gate);
         if w.store().info(&extra).is_some() {
             return Err(ModelError::Weights(WeightError::Tensor {

@@ -5,7 +5,7 @@
 //! projections stay int4. Native and f32 give the same logits bit for bit.
 
 use tl_core::{BuildCtx, DType, ModelError, WeightError, WeightStore, Weights};
-use tl_quant::{Format, Linear, QLinear, QuantError};
+use tl_quant::{Activations, Format, Linear, QLinear, QuantError};
 
 use crate::attention::Attn;
 use crate::blocks::{Act, AttnBlock, AttnSpec, Ffn, Mlp, PreNorm, QkNormKind, MLP_NAMES};
@@ -120,6 +120,8 @@ pub struct Loader<'a> {
     fmt: ProjFormat,
     /// Embedding and LM head kept as stored (everything but `--weights f32`).
     native: bool,
+    /// How the projections (and the LM head) treat their input rows; routers stay exact.
+    act: Activations,
 }
 
 impl<'a> Loader<'a> {
@@ -134,7 +136,7 @@ impl<'a> Loader<'a> {
             (None, Weights::F32) => ProjFormat::Float,
             (None, Weights::Native) => ProjFormat::Native,
         };
-        Ok(Loader { store, fmt, native: ctx.engine.weights != Weights::F32 })
+        Ok(Loader { store, fmt, native: ctx.engine.weights != Weights::F32, act: ctx.engine.activations })
     }
 
     /// The checkpoint.
@@ -145,12 +147,18 @@ impl<'a> Loader<'a> {
     /// The `[out, inp]` projection `<base>.weight` (or an int4 checkpoint's
     /// `<base>.qweight` and `<base>.scales`) under the weight mode.
     pub fn proj(&self, base: &str, out: usize, inp: usize) -> Result<Linear, ModelError> {
-        projection(self.store, base, out, inp, self.fmt)
+        Ok(projection(self.store, base, out, inp, self.fmt)?.with_activations(self.act))
     }
 
     /// The `[out, inp]` matrix `name` that is never int4 (embedding, LM head): as stored
     /// unless everything is widened to f32.
     pub fn matrix(&self, name: &str, out: usize, inp: usize) -> Result<Linear, ModelError> {
+        Ok(matrix(self.store, name, out, inp, self.native)?.with_activations(self.act))
+    }
+
+    /// A mixture of experts' router `[E, d]`: as [`Loader::matrix`], but always with
+    /// exact activations (int8 rows could choose other experts, and it is a small product).
+    pub fn router(&self, name: &str, out: usize, inp: usize) -> Result<Linear, ModelError> {
         matrix(self.store, name, out, inp, self.native)
     }
 
@@ -196,7 +204,7 @@ impl<'a> Loader<'a> {
         } else {
             tl_quant::dequantize(format, &bytes, cols.len(), a).and_then(|w| Linear::new_f32(w, cols.len(), a))
         };
-        lin.map_err(|err| quant_err(self.store, name, err))
+        lin.map(|l| l.with_activations(self.act)).map_err(|err| quant_err(self.store, name, err))
     }
 
     /// Rows `rows` of matrix `e` of a hub MXFP4 pair (gpt-oss's checkpoints, transformers'
@@ -242,7 +250,7 @@ impl<'a> Loader<'a> {
         } else {
             tl_quant::dequantize(Format::MXFP4, &bytes, rows.len(), c).and_then(|w| Linear::new_f32(w, rows.len(), c))
         };
-        lin.map_err(|err| quant_err(self.store, &bn, err))
+        lin.map(|l| l.with_activations(self.act)).map_err(|err| quant_err(self.store, &bn, err))
     }
 
     /// The `(len,)` vector `name` (a norm weight, a bias), widened to f32.

@@ -107,6 +107,11 @@ pub struct EngineArgs {
     /// The registered KV backend.
     #[arg(long, default_value = "f16-slab")]
     pub kv: String,
+    /// How projections treat their input rows: "exact" (f32, the default) or "q8" (rows
+    /// quantized to int8 in blocks of 32 for the Q8_0/Q4_0/Q4_1/int4 weights: faster, not
+    /// the exact numbers, still the same bits in any batch; docs/spec/numbers.md).
+    #[arg(long, default_value = "exact")]
+    pub activations: String,
 }
 
 impl EngineArgs {
@@ -122,6 +127,7 @@ impl EngineArgs {
         let mut cfg = EngineConfig { threads: self.threads, ..EngineConfig::default() };
         cfg.kv.backend = self.kv.clone();
         cfg.weights = self.weights.parse::<Weights>().map_err(|e| anyhow::anyhow!("--{e}"))?;
+        cfg.activations = self.activations.parse().map_err(|e| anyhow::anyhow!("--{e}"))?;
         Ok(cfg)
     }
 

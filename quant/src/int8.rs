@@ -33,12 +33,46 @@ pub enum Activations {
     Q8,
 }
 
+impl std::str::FromStr for Activations {
+    type Err = String;
+    /// `exact` or `q8` (the `--activations` flag).
+    fn from_str(s: &str) -> Result<Activations, String> {
+        match s {
+            "exact" => Ok(Activations::Exact),
+            "q8" => Ok(Activations::Q8),
+            other => Err(format!("activations {other:?}: expected \"exact\" or \"q8\"")),
+        }
+    }
+}
+
+impl std::fmt::Display for Activations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Activations::Exact => "exact",
+            Activations::Q8 => "q8",
+        })
+    }
+}
+
 /// Rows quantized by numbers.md's rule: `q` `(m, inp)` i8, and per block of 32 its scale
-/// `d` and the sum of its codes `s`, `(m, inp / 32)` each.
+/// `d` and the sum of its codes `s`, `(m, inp / 32)` each. For the 4-bit panels the codes
+/// of each 8 values are kept in the order the panel's nibbles come out of a 32-bit lane
+/// (`0 2 4 6 1 3 5 7`: low nibbles, then high ones), so the kernel broadcasts 4 of them
+/// with one load; [`QRows::at`] reads them in natural order.
 pub(crate) struct QRows {
     pub q: Vec<i8>,
     pub d: Vec<f32>,
     pub s: Vec<i32>,
+    /// Whether `q` is in the 4-bit panels' order.
+    pub nibble_order: bool,
+}
+
+impl QRows {
+    /// The code of value `k` of row `r` (`inp` values a row).
+    pub(crate) fn at(&self, r: usize, inp: usize, k: usize) -> i8 {
+        let k = if self.nibble_order { k / 8 * 8 + (k % 2) * 4 + (k % 8) / 2 } else { k };
+        self.q[r * inp + k]
+    }
 }
 
 /// One block's scale and codes: `d = amax / 127`, `id = 1 / d` (0 when `d` is 0), `q =
@@ -73,7 +107,7 @@ pub fn quantize_q8_row(x: &[f32]) -> Result<Q8Row, crate::QuantError> {
     if !x.len().is_multiple_of(QK) {
         return Err(crate::QuantError::BadBlocks { format: "q8 activations".into(), inp: x.len() });
     }
-    let r = quantize_rows(x, 1, x.len());
+    let r = quantize_rows(x, 1, x.len(), Kind::Q8);
     Ok(Q8Row { q: r.q, d: r.d, s: r.s })
 }
 
@@ -88,12 +122,24 @@ pub struct Q8Row {
     pub s: Vec<i32>,
 }
 
-/// Quantize `m` rows of `inp` (a multiple of 32) values.
-pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize) -> QRows {
+/// Quantize `m` rows of `inp` (a multiple of 32) values, for panels of `kind`.
+pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRows {
     let nb = inp / QK;
-    let mut r = QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb] };
+    let nibble_order = matches!(kind, Kind::Q4 { .. });
+    let mut r = QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb], nibble_order };
+    let mut tmp = [0i8; QK];
     for ((xb, qb), (d, s)) in x.chunks_exact(QK).zip(r.q.chunks_exact_mut(QK)).zip(r.d.iter_mut().zip(r.s.iter_mut())) {
-        (*d, *s) = quantize_block(xb, qb);
+        (*d, *s) = quantize_block(xb, &mut tmp);
+        if nibble_order {
+            for (g, out) in qb.chunks_exact_mut(8).enumerate() {
+                for i in 0..4 {
+                    out[i] = tmp[8 * g + 2 * i];
+                    out[4 + i] = tmp[8 * g + 2 * i + 1];
+                }
+            }
+        } else {
+            qb.copy_from_slice(&tmp);
+        }
     }
     r
 }
@@ -166,9 +212,8 @@ fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32]) {
             let mut y = 0.0f32;
             for b in 0..nb {
                 let blk = &panel[b * bb..(b + 1) * bb];
-                let qx = &j.rows.q[r * j.inp + b * QK..r * j.inp + (b + 1) * QK];
                 let (dx, sx) = (j.rows.d[r * nb + b], j.rows.s[r * nb + b]);
-                let dot: i32 = (0..QK).map(|k| code(j.kind, blk, l, k) * qx[k] as i32).sum();
+                let dot: i32 = (0..QK).map(|k| code(j.kind, blk, l, k) * j.rows.at(r, j.inp, b * QK + k) as i32).sum();
                 let d = f16_to_f32(u16::from_le_bytes([blk[2 * l], blk[2 * l + 1]]));
                 match j.kind {
                     Kind::Q4 { min: true } => {
@@ -286,17 +331,10 @@ mod x86 {
                         let lo = _mm512_and_si512(word, lo_mask);
                         let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(word), lo_mask);
                         for r in 0..R {
-                            let x = qx(r).add(8 * c);
-                            let pick = |o: usize| {
-                                u32::from_le_bytes([
-                                    *x.add(o) as u8,
-                                    *x.add(o + 2) as u8,
-                                    *x.add(o + 4) as u8,
-                                    *x.add(o + 6) as u8,
-                                ])
-                            };
-                            dot[r] = _mm512_dpbusd_epi32(dot[r], lo, _mm512_set1_epi32(pick(0) as i32));
-                            dot[r] = _mm512_dpbusd_epi32(dot[r], hi, _mm512_set1_epi32(pick(1) as i32));
+                            // Codes 8c + 0, 2, 4, 6 then 8c + 1, 3, 5, 7 (QRows' nibble order).
+                            let x = qx(r).add(8 * c) as *const i32;
+                            dot[r] = _mm512_dpbusd_epi32(dot[r], lo, _mm512_set1_epi32(x.read_unaligned()));
+                            dot[r] = _mm512_dpbusd_epi32(dot[r], hi, _mm512_set1_epi32(x.add(1).read_unaligned()));
                         }
                     }
                 }

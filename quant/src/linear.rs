@@ -204,7 +204,7 @@ impl Linear {
             return Err(QuantError::LengthMismatch { what: "y", expected: yn, got: y.len() });
         }
         if self.act == Activations::Q8 && int8::supported(self.kind) {
-            let rows = int8::quantize_rows(x, m, self.inp);
+            let rows = int8::quantize_rows(x, m, self.inp, self.kind);
             let job = int8::IntJob {
                 kind: self.kind,
                 inp: self.inp,
