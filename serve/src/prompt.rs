@@ -7,11 +7,15 @@ use tl_core::{ChatTemplate, Message, ModelConfig, Tokenizer};
 
 use crate::api::{self, ApiError, Body};
 
-/// The model's chat template, or ChatML ([`crate::FALLBACK_TEMPLATE`]) when it has none.
+/// A template for models that ship none (the tiny test models): ChatML, as SmolLM2 uses.
+pub const FALLBACK_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+     {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// The model's chat template, or ChatML ([`FALLBACK_TEMPLATE`]) when it has none.
 pub fn template_of(cfg: &ModelConfig) -> Result<ChatTemplate, String> {
     match ChatTemplate::load(cfg).map_err(|e| e.to_string())? {
         Some(t) => Ok(t),
-        None => ChatTemplate::new(crate::FALLBACK_TEMPLATE, vec![]).map_err(|e| e.to_string()),
+        None => ChatTemplate::new(FALLBACK_TEMPLATE, vec![]).map_err(|e| e.to_string()),
     }
 }
 
