@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tl_engine::{FinishReason, TokenInfo, Usage};
 
+use crate::reasoning::Split;
 use crate::state::AppState;
 use crate::tools;
 
@@ -20,6 +21,10 @@ pub(crate) struct Choice {
     pub(crate) usage: Usage,
     /// With tools (streaming): what has been sent.
     pub(crate) sent: tools::Sent,
+    /// The reasoning split, when the answer's thinking is returned apart (reasoning.rs).
+    pub(crate) split: Option<Split>,
+    /// Reasoning text (non-streaming).
+    pub(crate) reasoning: String,
 }
 
 /// One answer's fixed parts: its id, its kind (chat or text completion) and what it
@@ -31,6 +36,34 @@ pub(crate) struct Ctx {
     pub(crate) created: u64,
     pub(crate) logprobs: Option<usize>,
     pub(crate) tools: Option<tools::Active>,
+    /// `Some(open)`: split the reasoning off, starting inside it when `open`.
+    pub(crate) think: Option<bool>,
+}
+
+impl Choice {
+    /// Add released text: to the answer, or through the reasoning split.
+    pub(crate) fn push_text(&mut self, text: &str) {
+        match self.split.as_mut() {
+            Some(s) => {
+                let parts = s.push(text);
+                self.reasoning.push_str(&parts.reasoning);
+                self.text.push_str(&parts.content);
+            }
+            None => self.text.push_str(text),
+        }
+    }
+
+    /// Add the text released at the end (not a token's), and whatever the split held.
+    pub(crate) fn end_text(&mut self, text: &str) {
+        match self.split.as_mut() {
+            Some(s) => {
+                let parts = s.end(text);
+                self.reasoning.push_str(&parts.reasoning);
+                self.text.push_str(&parts.content);
+            }
+            None => self.text.push_str(text),
+        }
+    }
 }
 
 impl Ctx {
@@ -77,17 +110,23 @@ impl Ctx {
         }
     }
 
+    /// The per-choice state of `n` choices.
+    pub(crate) fn choices(&self, n: usize) -> Vec<Choice> {
+        (0..n).map(|_| Choice { split: self.think.map(Split::new), ..Choice::default() }).collect()
+    }
+
     /// `usage` over every choice.
     pub(crate) fn usage(&self, choices: &[Choice]) -> Value {
         let prompt = choices.first().map_or(0, |c| c.usage.prompt_tokens);
         let completion: usize = choices.iter().map(|c| c.usage.completion_tokens).sum();
         let cached = choices.iter().map(|c| c.usage.cached_tokens).max().unwrap_or(0);
+        let reasoning: usize = choices.iter().filter_map(|c| c.split.as_ref()).map(Split::reasoning_tokens).sum();
         json!({
             "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached},
-            // tl has no reasoning split and no predicted outputs: these are 0 by definition.
+            // tl has no predicted outputs: those are 0 by definition.
             "completion_tokens_details": {
-                "reasoning_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0,
+                "reasoning_tokens": reasoning, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0,
             },
         })
     }

@@ -13,6 +13,7 @@ use crate::api::{self, ApiError};
 use crate::generate;
 use crate::http::{self, St};
 use crate::prompt;
+use crate::reasoning;
 use crate::state::AppState;
 use crate::tools;
 
@@ -53,5 +54,14 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Resu
         }
         _ => None,
     };
-    generate::generate(st, plan, true, deadline, tool_ctx).await
+    // The reasoning split reads the answer's text; with tools the call parser reads it
+    // (splitting there is left for later), so only plain answers are split.
+    let think = match tool_ctx {
+        Some(_) => None,
+        None => {
+            let tail = st.tok.decode_bytes(&prompt[prompt.len().saturating_sub(8)..]).unwrap_or_default();
+            reasoning::applies(st.reasoning, st.template.source(), &String::from_utf8_lossy(&tail))
+        }
+    };
+    generate::generate(st, plan, true, deadline, tool_ctx, think).await
 }

@@ -28,5 +28,5 @@ async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) 
     let prompt = prompt::completion(&st.tok, st.bos, &b)?;
     let plan =
         b.plan(prompt.clone(), false, st.engine.info().max_context, generate::default_max(st, false, prompt.len()))?;
-    generate::generate(st, plan, false, deadline, None).await
+    generate::generate(st, plan, false, deadline, None, None).await
 }

@@ -36,6 +36,7 @@ pub(crate) async fn generate(
     chat: bool,
     deadline: Instant,
     tools: Option<tools::Active>,
+    think: Option<bool>,
 ) -> Result<Response, ApiError> {
     let n = plan.reqs.len();
     let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.logprobs);
@@ -49,13 +50,13 @@ pub(crate) async fn generate(
     let created =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(st.created, |d| d.as_secs());
     let id = format!("{}-{:016x}", if chat { "chatcmpl" } else { "cmpl" }, api::random_seed());
-    let ctx = Ctx { st: Arc::clone(st), chat, id, created, logprobs, tools };
+    let ctx = Ctx { st: Arc::clone(st), chat, id, created, logprobs, tools, think };
     let merged = merge(rxs);
     if stream {
         return Ok(sse(ctx, merged, n, include_usage, deadline));
     }
     let mut merged = merged;
-    let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
+    let mut choices: Vec<Choice> = ctx.choices(n);
     let mut open = n;
     while open > 0 {
         // Past the deadline `merged` is dropped on return, which cancels the sequences.
@@ -74,11 +75,11 @@ pub(crate) async fn generate(
         let c = &mut choices[i];
         match ev {
             Event::Token { token, text } => {
-                c.text.push_str(&text);
+                c.push_text(&text);
                 c.tokens.push(token);
             }
             Event::Done { finish, text, usage, .. } => {
-                c.text.push_str(&text);
+                c.end_text(&text);
                 c.finish = Some(finish);
                 c.usage = usage;
                 open -= 1;
@@ -100,6 +101,10 @@ pub(crate) async fn generate(
                         c.finish.map(FinishReason::as_str),
                     ),
                 };
+                let mut message = message;
+                if !c.reasoning.is_empty() {
+                    message["reasoning_content"] = json!(c.reasoning);
+                }
                 json!({"index": i, "message": message, "logprobs": lp, "finish_reason": finish})
             } else {
                 json!({"index": i, "text": c.text, "logprobs": lp, "finish_reason": finish})

@@ -32,6 +32,7 @@ mod options;
 pub mod page;
 mod pd;
 pub mod prompt;
+pub mod reasoning;
 pub mod replica;
 mod routes;
 mod server;

@@ -7,6 +7,8 @@ use std::time::Duration;
 use thiserror::Error;
 use tl_core::EngineConfig;
 
+use crate::reasoning::ReasoningFormat;
+
 /// Why the server could not start.
 #[derive(Debug, Error)]
 pub enum ServeError {
@@ -59,6 +61,8 @@ pub struct Options {
     /// Drafts join a step only while it holds fewer rows than this (`--spec-step-rows`;
     /// 0: the engine's default, [`tl_engine::SPEC_STEP_ROWS`]).
     pub spec_step_rows: usize,
+    /// How a thinking model's reasoning is returned (`--reasoning-format`).
+    pub reasoning_format: ReasoningFormat,
 }
 
 /// Limits against slow, stuck or oversized clients; all on by default

@@ -12,6 +12,7 @@ use crate::metrics;
 use crate::options::{Limits, Options, ScaleOptions, ServeError};
 use crate::pd::node::Pd;
 use crate::prompt;
+use crate::reasoning::ReasoningFormat;
 use crate::tools;
 
 /// In-flight generation requests (vLLM's `server_load_metrics`): +1 when a completion
@@ -43,6 +44,8 @@ pub struct AppState {
     pub(crate) scale: ScaleOptions,
     pub(crate) pd: Pd,
     pub(crate) load: Load,
+    /// How a thinking model's reasoning is returned (reasoning.rs).
+    pub(crate) reasoning: ReasoningFormat,
 }
 
 impl AppState {
@@ -103,6 +106,7 @@ impl AppState {
             scale: opts.scale.clone(),
             pd: Pd::new(),
             load: Load::default(),
+            reasoning: opts.reasoning_format,
         }))
     }
 }

@@ -61,7 +61,7 @@ pub(crate) fn sse(
             }
             data(&v)
         };
-        let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
+        let mut choices: Vec<Choice> = ctx.choices(n);
         if ctx.chat {
             for i in 0..n {
                 if tx.send(chunk(i, Some(""), true, Value::Null, None)).is_err() {
@@ -125,6 +125,46 @@ pub(crate) fn sse(
                     c.unsent.clear();
                     let f = if c.sent.called && f == FinishReason::Stop { "tool_calls" } else { f.as_str() };
                     out.push(delta_chunk(i, Map::new(), lp, Some(f)));
+                    open -= 1;
+                }
+                for b in out {
+                    if tx.send(b).is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
+            if let Some(split) = c.split.as_mut() {
+                // Reasoning split: thinking goes out as `reasoning_content` deltas, the
+                // answer as `content` ones; each token's logprobs with the next delta.
+                let (parts, finish) = match ev {
+                    Event::Token { token, text } => {
+                        c.unsent.push(token);
+                        (split.push(&text), None)
+                    }
+                    Event::Done { finish, text, usage, .. } => {
+                        c.usage = usage;
+                        (split.end(&text), Some(finish))
+                    }
+                    Event::Error(e) => {
+                        let _ = tx.send(data(&ApiError::from(e).body()));
+                        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
+                        return;
+                    }
+                };
+                for (field, part) in [("reasoning_content", parts.reasoning), ("content", parts.content)] {
+                    if !part.is_empty() {
+                        let lp = if c.unsent.is_empty() { Value::Null } else { ctx.logprobs(&c.unsent, 0) };
+                        c.unsent.clear();
+                        let mut delta = Map::new();
+                        delta.insert(field.into(), json!(part));
+                        out.push(delta_chunk(i, delta, lp, None));
+                    }
+                }
+                if let Some(f) = finish {
+                    let lp = if c.unsent.is_empty() { Value::Null } else { ctx.logprobs(&c.unsent, 0) };
+                    c.unsent.clear();
+                    out.push(delta_chunk(i, Map::new(), lp, Some(f.as_str())));
                     open -= 1;
                 }
                 for b in out {
