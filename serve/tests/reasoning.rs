@@ -8,8 +8,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use common::{options, Server};
+use common::{openai_python, options, Server};
 use serde_json::{json, Value};
 use tl_serve::reasoning::ReasoningFormat;
 
@@ -131,4 +132,25 @@ fn a_template_that_only_mentions_the_tags_leaves_an_answer_that_does_not_think_w
         assert_eq!(split_answer(&split, seed), want, "seed {seed}");
         assert_eq!(split_stream(&split, seed), want, "seed {seed}: streamed");
     }
+}
+
+/// The official `openai` client reads the split (serve/tests/openai_reasoning.py).
+#[test]
+fn the_official_openai_client_reads_reasoning_content() {
+    let Some(py) = openai_python() else { return };
+    let d = tempfile::tempdir().expect("tempdir");
+    let s = server(model(d.path(), OPENS), ReasoningFormat::Deepseek);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_reasoning.py");
+    let out = Command::new(py)
+        .arg(script)
+        .arg(format!("http://{}/v1", s.addr))
+        .arg(d.path().file_name().unwrap().to_string_lossy().as_ref())
+        .output()
+        .expect("run python");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "openai client failed:\n{text}");
+    for check in ["chat ok", "streamed chat ok"] {
+        assert!(text.contains(check), "{check} missing:\n{text}");
+    }
+    s.assert_pool_clean();
 }
