@@ -114,6 +114,12 @@ pub struct Body {
     /// tl's speculative decoding for this request: `false` (off), `true` (n-gram, k 4)
     /// or `{"kind": "off" | "ngram" | "draft", "k"?: 1..=16}`; absent: the server's.
     pub speculate: Option<Value>,
+    /// Chat: extra chat template variables (vLLM's and llama-server's), such as Qwen3's
+    /// `{"enable_thinking": false}`.
+    pub chat_template_kwargs: Option<Value>,
+    /// Chat: `low`, `medium` or `high`, passed to the template as `reasoning_effort` (as
+    /// vLLM does; templates that do not read it ignore it).
+    pub reasoning_effort: Option<Value>,
 }
 
 /// A checked request: the engine requests (one per choice) and how to answer.

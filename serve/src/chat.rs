@@ -34,7 +34,7 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Resu
     let turns = tools::prepare(format, tools.as_ref(), prompt::turns(msgs)?);
     // A native template renders the tools itself; the generic format put them in the system turn.
     let raw = tools.as_ref().filter(|_| format != tools::Format::Generic).map(|t| t.raw.as_slice());
-    let prompt = prompt::render(&st.tok, &st.template, &turns, raw)?;
+    let prompt = prompt::render_with(&st.tok, &st.template, &turns, raw, &prompt::template_kwargs(&b)?)?;
     let mut plan =
         b.plan(prompt.clone(), true, st.engine.info().max_context, generate::default_max(st, true, prompt.len()))?;
     let tool_ctx = match tools {

@@ -154,3 +154,58 @@ fn the_official_openai_client_reads_reasoning_content() {
     }
     s.assert_pool_clean();
 }
+
+/// Qwen3's own chat template, from the llama.cpp source that scripts/build_llama_cpp.sh
+/// --source unpacks (its models/templates/ collects the real ones); `None`, skipping
+/// loudly, when that source is not there (scripts/test.sh does not fetch it).
+fn qwen3_template() -> Option<String> {
+    let cache = std::env::var_os("TL_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/tl")))?;
+    let src = cache.join("llama.cpp/src");
+    let found = std::fs::read_dir(&src).ok().into_iter().flatten().flatten().find_map(|d| {
+        let t = d.path().join("vendor/llama.cpp/models/templates/Qwen-Qwen3-0.6B.jinja");
+        std::fs::read_to_string(t).ok()
+    });
+    if found.is_none() {
+        eprintln!(
+            "\nSKIPPED: no Qwen-Qwen3-0.6B.jinja under {} (run scripts/build_llama_cpp.sh --source)",
+            src.display()
+        );
+    }
+    found
+}
+
+/// Qwen3's real template: it thinks (the split applies) but leaves the answer to open the
+/// thinking, and `chat_template_kwargs: {"enable_thinking": false}` closes it in the
+/// prompt (19 more prompt bytes, each a token of the byte-level fixture).
+#[test]
+fn qwen3s_template_honours_enable_thinking_and_splits_only_what_thinks() {
+    let Some(template) = qwen3_template() else { return };
+    let d = tempfile::tempdir().expect("tempdir");
+    let m = model(d.path(), &template);
+    let raw = server(m.clone(), ReasoningFormat::None);
+    let split = server(m, ReasoningFormat::Deepseek);
+    for seed in [6, 7] {
+        let want = split_answer(&raw, seed);
+        assert_eq!(split_answer(&split, seed), want, "seed {seed}: an answer that does not think is unchanged");
+        assert_eq!(split_stream(&split, seed), want, "seed {seed}: streamed");
+    }
+    let prompt_tokens = |kwargs: Value| {
+        let mut b = body(8, false);
+        b["chat_template_kwargs"] = kwargs;
+        let r = split.post("/v1/chat/completions", &b);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r.json()["usage"]["prompt_tokens"].as_u64().expect("prompt_tokens")
+    };
+    let thinking = prompt_tokens(Value::Null);
+    assert_eq!(prompt_tokens(json!({"enable_thinking": true})), thinking);
+    assert_eq!(prompt_tokens(json!({"enable_thinking": false})), thinking + "<think>\n\n</think>\n\n".len() as u64);
+    let mut bad = body(8, false);
+    bad["chat_template_kwargs"] = json!(["enable_thinking"]);
+    let r = split.post("/v1/chat/completions", &bad);
+    assert_eq!((r.status, r.json()["error"]["param"].clone()), (400, json!("chat_template_kwargs")));
+    bad = body(8, false);
+    bad["reasoning_effort"] = json!("extreme");
+    assert_eq!(split.post("/v1/chat/completions", &bad).status, 400);
+}
