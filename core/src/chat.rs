@@ -486,14 +486,31 @@ impl ChatTemplate {
         tools: Option<&[Value]>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_with_kwargs(messages, tools, add_generation_prompt, &[])
+    }
+
+    /// [`ChatTemplate::render_with_tools`] with extra template variables, as
+    /// `apply_chat_template(..., **kwargs)` passes them (Qwen3's `enable_thinking`, say).
+    /// They cannot replace `messages`, `tools`, `add_generation_prompt` or the template's
+    /// special tokens.
+    pub fn render_with_kwargs(
+        &self,
+        messages: &[Message],
+        tools: Option<&[Value]>,
+        add_generation_prompt: bool,
+        kwargs: &[(String, Value)],
+    ) -> Result<String, ChatError> {
         let tmpl = self.env.get_template("chat").map_err(template_error)?;
-        let mut ctx: Vec<(String, JValue)> = vec![
+        // First, so the fixed variables below win over a kwarg of the same name.
+        let mut ctx: Vec<(String, JValue)> =
+            kwargs.iter().map(|(k, v)| (k.clone(), JValue::from_serialize(v))).collect();
+        ctx.extend([
             ("messages".into(), JValue::from_serialize(messages)),
             ("add_generation_prompt".into(), JValue::from(add_generation_prompt)),
             // transformers passes these as None when not given: `tools is none` holds.
             ("tools".into(), tools.map_or_else(|| JValue::from(()), JValue::from_serialize)),
             ("documents".into(), JValue::from(())),
-        ];
+        ]);
         for (k, v) in &self.tokens {
             ctx.push((k.clone(), JValue::from(v.as_str())));
         }

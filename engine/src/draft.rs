@@ -4,10 +4,9 @@
 //! logit, smallest id on a tie). A draft only proposes: whatever it says, the target's
 //! verification emits exactly the tokens of plain decoding (speculate.rs).
 
-use tl_core::{ForwardBatch, ForwardSeq, SharedPool};
+use tl_core::{ForwardBatch, ForwardSeq, ModelRunner, SharedPool};
 
-use crate::request::EngineError;
-use crate::scheduler::{kv_err, lock, Scheduler};
+use crate::error::{kv_err, lock, EngineError};
 
 /// A sequence's K/V in the draft model's pool. Dropping it gives its blocks back (the
 /// scheduler drops it wherever it releases the sequence's target blocks).
@@ -44,72 +43,79 @@ fn argmax(row: &[f32]) -> Option<u32> {
     best.map(|(i, _)| i as u32)
 }
 
-impl Scheduler {
-    /// Draft `k` tokens for each `(running index, k)` with the draft model: one batched
-    /// draft forward per drafted position. The first feeds each sequence's tokens the
-    /// draft pool does not hold yet (at least its last); each next one feeds the previous
-    /// draft token. A sequence whose draft blocks the pool cannot give drafts nothing.
-    pub(crate) fn draft_with_model(&mut self, seqs: &[(usize, usize)]) -> Result<(), EngineError> {
-        let Some(drafter) = self.drafter.as_mut() else { return Ok(()) };
-        let b = drafter.block_tokens();
-        let dpool = drafter.pool();
-        let mut active: Vec<(usize, usize)> = Vec::new();
-        {
-            let mut g = lock(&dpool)?;
-            for &(i, k) in seqs {
-                let s = &mut self.running[i];
-                let kv = s.draft_kv.get_or_insert_with(|| DraftKv {
-                    pool: std::sync::Arc::clone(&dpool),
-                    blocks: Vec::new(),
-                    computed: 0,
-                });
-                kv.computed = kv.computed.min(s.tokens.len() - 1);
-                // Positions fed: the catch-up up to tokens.len() - 1, then d1..d(k-1).
-                let need = (s.tokens.len() + k - 1).div_ceil(b);
-                if kv.blocks.len() < need {
-                    match g.alloc(need - kv.blocks.len()) {
-                        Ok(ids) => kv.blocks.extend(ids),
-                        Err(_) => continue,
-                    }
-                }
-                active.push((i, k));
-            }
-        }
-        let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); active.len()];
-        let kmax = active.iter().map(|&(_, k)| k).max().unwrap_or(0);
-        for j in 0..kmax {
-            // Sequences still drafting at position j (a missing logit row ends a draft).
-            let live: Vec<usize> = (0..active.len()).filter(|&a| active[a].1 > j && drafts[a].len() == j).collect();
-            if live.is_empty() {
-                break;
-            }
-            let seqs = live
-                .iter()
-                .map(|&a| {
-                    let s = &self.running[active[a].0];
-                    let kv = s.draft_kv.as_ref().ok_or_else(|| kv_err("draft K/V missing"))?;
-                    let (tokens, start) = if j == 0 {
-                        (&s.tokens[kv.computed..], kv.computed)
-                    } else {
-                        (&drafts[a][j - 1..j], s.tokens.len() + j - 1)
-                    };
-                    Ok(ForwardSeq { tokens, start, blocks: &kv.blocks })
-                })
-                .collect::<Result<Vec<_>, EngineError>>()?;
-            let logits = drafter.forward(&ForwardBatch { seqs }).map_err(kv_err)?;
-            for (row, &a) in live.iter().enumerate() {
-                let s = &mut self.running[active[a].0];
-                if let Some(kv) = s.draft_kv.as_mut() {
-                    kv.computed = s.tokens.len() + j;
-                }
-                if let Some(id) = argmax(logits.row(row)) {
-                    drafts[a].push(id);
+/// One sequence's draft request: its tokens (prompt then output), its draft K/V (made
+/// on first use), how many tokens to draft, and where they go.
+pub(crate) struct DraftJob<'a> {
+    pub(crate) tokens: &'a [u32],
+    pub(crate) kv: &'a mut Option<DraftKv>,
+    pub(crate) k: usize,
+    pub(crate) out: &'a mut Vec<u32>,
+}
+
+/// Draft `k` tokens for each job with the draft model: one batched draft forward per
+/// drafted position. The first feeds each sequence's tokens the draft pool does not hold
+/// yet (at least its last); each next one feeds the previous draft token. A sequence
+/// whose draft blocks the pool cannot give drafts nothing (its `out` is left as it was).
+pub(crate) fn draft_with_model(drafter: &mut ModelRunner, jobs: &mut [DraftJob<'_>]) -> Result<(), EngineError> {
+    let b = drafter.block_tokens();
+    let dpool = drafter.pool();
+    let mut active: Vec<(usize, usize)> = Vec::new();
+    {
+        let mut g = lock(&dpool)?;
+        for (i, job) in jobs.iter_mut().enumerate() {
+            let len = job.tokens.len();
+            let kv = job.kv.get_or_insert_with(|| DraftKv {
+                pool: std::sync::Arc::clone(&dpool),
+                blocks: Vec::new(),
+                computed: 0,
+            });
+            kv.computed = kv.computed.min(len - 1);
+            // Positions fed: the catch-up up to tokens.len() - 1, then d1..d(k-1).
+            let need = (len + job.k - 1).div_ceil(b);
+            if kv.blocks.len() < need {
+                match g.alloc(need - kv.blocks.len()) {
+                    Ok(ids) => kv.blocks.extend(ids),
+                    Err(_) => continue,
                 }
             }
+            active.push((i, job.k));
         }
-        for ((i, _), d) in active.into_iter().zip(drafts) {
-            self.running[i].draft = d;
-        }
-        Ok(())
     }
+    let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); active.len()];
+    let kmax = active.iter().map(|&(_, k)| k).max().unwrap_or(0);
+    for j in 0..kmax {
+        // Sequences still drafting at position j (a missing logit row ends a draft).
+        let live: Vec<usize> = (0..active.len()).filter(|&a| active[a].1 > j && drafts[a].len() == j).collect();
+        if live.is_empty() {
+            break;
+        }
+        let seqs = live
+            .iter()
+            .map(|&a| {
+                let job = &jobs[active[a].0];
+                let kv = job.kv.as_ref().ok_or_else(|| kv_err("draft K/V missing"))?;
+                let (tokens, start) = if j == 0 {
+                    (&job.tokens[kv.computed..], kv.computed)
+                } else {
+                    (&drafts[a][j - 1..j], job.tokens.len() + j - 1)
+                };
+                Ok(ForwardSeq { tokens, start, blocks: &kv.blocks })
+            })
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        let logits = drafter.forward(&ForwardBatch { seqs }).map_err(kv_err)?;
+        for (row, &a) in live.iter().enumerate() {
+            let job = &mut jobs[active[a].0];
+            let len = job.tokens.len();
+            if let Some(kv) = job.kv.as_mut() {
+                kv.computed = len + j;
+            }
+            if let Some(id) = argmax(logits.row(row)) {
+                drafts[a].push(id);
+            }
+        }
+    }
+    for ((i, _), d) in active.into_iter().zip(drafts) {
+        *jobs[i].out = d;
+    }
+    Ok(())
 }

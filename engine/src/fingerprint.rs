@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use tl_core::EngineConfig;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::request::EngineError;
+use crate::error::EngineError;
 
 /// The files of a model that can change an answer: a `.gguf` file holds them all; a
 /// directory has config.json, the weights and the tokenizer and template files.

@@ -15,7 +15,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 use tl_core::Tokenizer;
 
-use crate::request::EngineError;
+use crate::error::EngineError;
 
 /// What a constrained request's output must match.
 #[derive(Clone, Debug, PartialEq)]

@@ -15,13 +15,17 @@
 #![deny(missing_docs)]
 
 mod draft;
+mod emit;
+mod error;
 mod fingerprint;
 mod grammar;
 mod pd;
 mod prefix;
 mod request;
 mod scheduler;
+mod seq;
 mod speculate;
+mod speculator;
 mod text;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -29,16 +33,18 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use error::EngineError;
 pub use fingerprint::fingerprint;
 pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
 pub use pd::{LeaseCounts, LeaseInfo, PdError, Preload};
-pub use request::{EngineError, Event, FinishReason, Request, Timings, TokenInfo, Usage};
+pub use request::{Event, FinishReason, Request, Timings, TokenInfo, Usage};
 pub use speculate::{ngram_draft, Adapt, Speculation, COOL_MAX, COOL_START, MAX_DRAFT, NGRAM_MAX, SPEC_STEP_ROWS};
 pub use text::top_logprobs;
 use tl_core::{ModelRunner, SharedPool, Tokenizer};
 pub use tokio::sync::mpsc::UnboundedReceiver;
 
-use scheduler::{Scheduler, Seq};
+use scheduler::Scheduler;
+use seq::Seq;
 
 /// What one step did, for metrics.
 #[derive(Clone, Copy, Debug)]
@@ -237,7 +243,7 @@ impl Engine {
         let pool = runner.pool();
         let mut sched = Scheduler::new(runner, draft, tok, Arc::clone(&shared), opts.observer, n_blocks);
         if opts.spec_step_rows > 0 {
-            sched.lim.spec_step_rows = opts.spec_step_rows;
+            sched.spec.step_rows = opts.spec_step_rows;
         }
         sched.publish()?;
         let (tx, rx) = mpsc::channel();
@@ -453,7 +459,7 @@ fn run(mut sched: Scheduler, rx: mpsc::Receiver<Cmd>) {
                     seq.counted = false;
                     sched.shared.queued.fetch_sub(1, Ordering::SeqCst);
                 }
-                let _ = seq.tx.send(Event::Error(EngineError::ShuttingDown));
+                seq.out.fail(EngineError::ShuttingDown);
             }
             Cmd::Submit(seq) => sched.waiting.push_back(*seq),
             Cmd::Shutdown(at) => *deadline = Some(deadline.map_or(at, |d| d.min(at))),

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use tl_core::SharedPool;
 
-use crate::request::{EngineError, Event, Request};
+use crate::error::EngineError;
+use crate::request::{Event, Request};
 use crate::{Engine, Shared, UnboundedReceiver};
 
 /// What a held sequence's finish does with its blocks.
@@ -30,6 +31,15 @@ use crate::{Engine, Shared, UnboundedReceiver};
 pub(crate) struct Hold {
     pub(crate) id: String,
     pub(crate) ttl: Duration,
+}
+
+/// A sequence's part in P/D: the lease its blocks go to at finish (a prefill), or how
+/// many of its preloaded positions this pool's own prefix cache held (a decode: the only
+/// ones that count as prefix-cache hits; the rest came over the network).
+#[derive(Default)]
+pub(crate) struct Handoff {
+    pub(crate) hold: Option<Hold>,
+    pub(crate) preload_local: usize,
 }
 
 /// One prefill's KV, waiting for its decode server.
@@ -207,7 +217,7 @@ impl Engine {
         ttl: Duration,
     ) -> Result<UnboundedReceiver<Event>, EngineError> {
         let hold = Hold { id, ttl };
-        let mut v = self.submit_with(vec![req], |s| s.hold = Some(hold.clone()))?;
+        let mut v = self.submit_with(vec![req], |s| s.handoff.hold = Some(hold.clone()))?;
         v.pop().ok_or_else(|| EngineError::Internal("no receiver".into()))
     }
 

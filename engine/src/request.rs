@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use thiserror::Error;
 use tl_core::SamplingParams;
 
+use crate::error::EngineError;
 use crate::grammar::Grammar;
 use crate::speculate::Speculation;
 
@@ -114,37 +114,4 @@ pub enum Event {
     },
     /// The sequence was dropped: a bad parameter, a pool too small for it, shutdown.
     Error(EngineError),
-}
-
-/// Why the engine refused or dropped a request.
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
-pub enum EngineError {
-    /// The waiting queue holds `max_queue` requests already.
-    #[error("the queue is full ({max_queue} requests waiting)")]
-    QueueFull {
-        /// The bound.
-        max_queue: usize,
-    },
-    /// The engine is shutting down or has stopped.
-    #[error("the engine is shutting down")]
-    ShuttingDown,
-    /// A request the engine cannot run, with the field at fault.
-    #[error("{field}: {reason}")]
-    BadRequest {
-        /// The request field.
-        field: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// The sequence needs more KV blocks than the whole pool has.
-    #[error("the sequence needs {needed} KV blocks, the pool has {n_blocks}")]
-    PoolTooSmall {
-        /// Blocks needed.
-        needed: usize,
-        /// Blocks in the pool.
-        n_blocks: usize,
-    },
-    /// The forward, the pool or the sampler failed.
-    #[error("engine: {0}")]
-    Internal(String),
 }

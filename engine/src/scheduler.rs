@@ -8,137 +8,18 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
-use llguidance::Matcher;
-use tl_core::{
-    ForwardBatch, ForwardSeq, KvBackend, ModelRunner, PrefixCache, SampleError, SchedPolicy, SharedPool, Tokenizer,
-};
-use tl_sampling::{Constraint, Pcg32, SpecSampler};
-use tokio::sync::mpsc::UnboundedSender;
+use tl_core::{ForwardBatch, ForwardSeq, KvBackend, ModelRunner, PrefixCache, SchedPolicy, SharedPool, Tokenizer};
 
-use crate::draft::DraftKv;
+use crate::emit::Emitter;
+use crate::error::{kv_err, lock, EngineError};
 use crate::prefix::{self, PartialIndex};
-use crate::request::{EngineError, Event, FinishReason, Request, TokenInfo, Usage};
-use crate::speculate::{Adapt, Speculation};
-use crate::text::TextOut;
+use crate::request::{FinishReason, Usage};
+use crate::seq::Seq;
+use crate::speculator::Speculator;
 use crate::{Observer, Shared, StepFigures};
-
-/// One sequence, from submit to finish.
-pub(crate) struct Seq {
-    /// Submit order: the largest is the newest, the first to be preempted.
-    pub(crate) order: u64,
-    pub(crate) req: Request,
-    /// Prompt then output, (n_prompt + generated,).
-    pub(crate) tokens: Vec<u32>,
-    pub(crate) n_prompt: usize,
-    /// Leading tokens whose K/V are in `blocks`.
-    pub(crate) computed: usize,
-    /// Block table: position j lives in blocks[j / B], (>= computed.div_ceil(B),).
-    pub(crate) blocks: Vec<u32>,
-    /// Leading blocks registered in the prefix index.
-    registered: usize,
-    /// Chained block hash of each full block of `tokens`, (<= tokens.len() / B,). A pure
-    /// function of the tokens, so it survives preemption.
-    chain: Vec<u64>,
-    rng: Pcg32,
-    /// The grammar's state over this sequence's output (constrained requests only).
-    matcher: Option<Matcher>,
-    pub(crate) tx: UnboundedSender<Event>,
-    text: TextOut,
-    cached_tokens: Option<usize>,
-    /// Of a P/D preload's positions, those this pool's prefix cache held: the only ones
-    /// that are prefix-cache hits (the rest came over the network).
-    preload_local: usize,
-    /// Still counted in the bounded submit queue (not yet admitted once).
-    pub(crate) counted: bool,
-    preempted: bool,
-    /// Times preempted so far.
-    n_preempted: u32,
-    /// Tokens planned for the current step.
-    pub(crate) take: usize,
-    arrived: Instant,
-    last_token: Option<Instant>,
-    ttft: Option<Duration>,
-    /// P/D prefill: keep the blocks under this lease at finish (pd.rs).
-    pub(crate) hold: Option<crate::pd::Hold>,
-    /// How this sequence drafts (the request's setting, else the engine's).
-    pub(crate) spec: Speculation,
-    /// Tokens drafted for the current step, fed after its `take` tokens, (<= MAX_DRAFT,).
-    pub(crate) draft: Vec<u32>,
-    /// The current step's chunk when it drafts: `take` tokens then `draft`.
-    pub(crate) feed: Vec<u32>,
-    /// Blocks held before the current step's drafts took more (those go back after).
-    pub(crate) spec_blocks: usize,
-    pub(crate) adapt: Adapt,
-    /// Its K/V in the draft model's pool (draft-model speculation only).
-    pub(crate) draft_kv: Option<DraftKv>,
-}
-
-impl Seq {
-    pub(crate) fn new(
-        order: u64,
-        req: Request,
-        spec: Speculation,
-        matcher: Option<Matcher>,
-        tx: UnboundedSender<Event>,
-    ) -> Seq {
-        let rng = tl_sampling::choice_stream(req.seed, req.choice);
-        Seq {
-            order,
-            tokens: req.prompt.clone(),
-            n_prompt: req.prompt.len(),
-            req,
-            computed: 0,
-            blocks: Vec::new(),
-            registered: 0,
-            chain: Vec::new(),
-            rng,
-            matcher,
-            tx,
-            text: TextOut::default(),
-            cached_tokens: None,
-            preload_local: 0,
-            counted: true,
-            preempted: false,
-            n_preempted: 0,
-            take: 0,
-            arrived: Instant::now(),
-            last_token: None,
-            ttft: None,
-            hold: None,
-            spec,
-            draft: Vec::new(),
-            feed: Vec::new(),
-            spec_blocks: 0,
-            adapt: Adapt::default(),
-            draft_kv: None,
-        }
-    }
-
-    /// P/D decode: start from `blocks`, which hold this prompt's first `computed`
-    /// positions (ref 1 each, owned by the sequence from now on; pd.rs), the first
-    /// `local` of them found in this pool's prefix cache.
-    pub(crate) fn preload(&mut self, blocks: Vec<u32>, computed: usize, local: usize) {
-        self.blocks = blocks;
-        self.computed = computed;
-        self.preload_local = local;
-    }
-
-    pub(crate) fn generated(&self) -> usize {
-        self.tokens.len() - self.n_prompt
-    }
-
-    /// Extend `chain` to the first `n` full blocks.
-    fn chain_upto(&mut self, n: usize, b: usize) {
-        while self.chain.len() < n {
-            let k = self.chain.len();
-            let parent = self.chain.last().copied();
-            self.chain.push(tl_kv::block_hash(parent, &self.tokens[k * b..(k + 1) * b]));
-        }
-    }
-}
 
 /// Settings the scheduler reads once.
 pub(crate) struct Limits {
@@ -154,9 +35,6 @@ pub(crate) struct Limits {
     /// before/after benchmarks; answers are the same either way).
     pub(crate) partial: bool,
     pub(crate) policy: SchedPolicy,
-    /// Drafts join a step only while it holds fewer rows than this
-    /// ([`crate::EngineOptions::spec_step_rows`]).
-    pub(crate) spec_step_rows: usize,
 }
 
 impl Limits {
@@ -172,20 +50,18 @@ impl Limits {
             prefix: e.prefix_cache == PrefixCache::On,
             partial: std::env::var("TL_PREFIX_REUSE").map_or(true, |v| v != "blocks"),
             policy: e.policy,
-            spec_step_rows: crate::speculate::SPEC_STEP_ROWS,
         }
     }
 }
 
 pub(crate) struct Scheduler {
-    pub(crate) runner: ModelRunner,
-    /// The draft model, when the engine has one.
-    pub(crate) drafter: Option<ModelRunner>,
-    pub(crate) pool: SharedPool,
-    tok: Arc<Tokenizer>,
-    sampler: SpecSampler,
-    eos: Vec<u32>,
-    pub(crate) lim: Limits,
+    runner: ModelRunner,
+    pool: SharedPool,
+    /// Sampling, stops and finish (emit.rs).
+    emitter: Emitter,
+    /// Drafting and verification, for the sequences that speculate (speculator.rs).
+    pub(crate) spec: Speculator,
+    lim: Limits,
     pub(crate) waiting: VecDeque<Seq>,
     /// Sorted by `order`, oldest first.
     pub(crate) running: Vec<Seq>,
@@ -193,28 +69,6 @@ pub(crate) struct Scheduler {
     observer: Option<Arc<dyn Observer>>,
     /// Registered blocks by id, for reuse below block granularity.
     partial: PartialIndex,
-}
-
-type Pool<'a> = MutexGuard<'a, Box<dyn KvBackend>>;
-
-pub(crate) fn lock(pool: &SharedPool) -> Result<Pool<'_>, EngineError> {
-    pool.lock().map_err(|_| EngineError::Internal("KV pool lock poisoned".into()))
-}
-
-pub(crate) fn kv_err(e: impl std::fmt::Display) -> EngineError {
-    EngineError::Internal(e.to_string())
-}
-
-/// Give every block of `s` back; its K/V must be recomputed (registered full blocks stay
-/// findable in the prefix cache, so the recompute usually hits them).
-fn release_blocks(pool: &mut dyn KvBackend, s: &mut Seq) -> Result<(), EngineError> {
-    for id in s.blocks.drain(..) {
-        pool.release(id).map_err(kv_err)?;
-    }
-    s.computed = 0;
-    s.registered = 0;
-    s.draft_kv = None; // its draft-pool blocks go back with it
-    Ok(())
 }
 
 impl Scheduler {
@@ -227,13 +81,22 @@ impl Scheduler {
         n_blocks: usize,
     ) -> Scheduler {
         let lim = Limits::of(&runner, n_blocks);
-        Scheduler {
-            pool: runner.pool(),
-            eos: runner.config().eos_token_ids.clone(),
-            runner,
+        let pool = runner.pool();
+        let eos = runner.config().eos_token_ids.clone();
+        let emitter = Emitter::new(tok, eos, lim.max_ctx, observer.clone(), Arc::clone(&shared));
+        let spec = Speculator::new(
             drafter,
-            tok,
-            sampler: SpecSampler::new(),
+            Arc::clone(&pool),
+            Arc::clone(&shared),
+            lim.max_batch_tokens,
+            lim.block_tokens,
+            lim.max_ctx,
+        );
+        Scheduler {
+            pool,
+            runner,
+            emitter,
+            spec,
             lim,
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -257,8 +120,8 @@ impl Scheduler {
     /// Drop `s` with an error event, its blocks released.
     fn drop_seq(&mut self, mut s: Seq, err: EngineError) -> Result<(), EngineError> {
         self.uncount(&mut s);
-        let _ = s.tx.send(Event::Error(err));
-        release_blocks(lock(&self.pool)?.as_mut(), &mut s)
+        s.out.fail(err);
+        s.release_blocks(lock(&self.pool)?.as_mut())
     }
 
     /// Drop every sequence whose receiver is gone (the client left); their blocks go back.
@@ -268,8 +131,8 @@ impl Scheduler {
         let mut gone = 0;
         for list in [0, 1] {
             let mut keep = |s: &mut Seq| -> Result<bool, EngineError> {
-                if s.tx.is_closed() {
-                    release_blocks(g.as_mut(), s)?;
+                if s.out.closed() {
+                    s.release_blocks(g.as_mut())?;
                     gone += 1;
                     return Ok(false);
                 }
@@ -314,7 +177,7 @@ impl Scheduler {
     /// Preempt `running[i]`: release its blocks and put it first in line to recompute.
     fn preempt(&mut self, pool: &mut dyn KvBackend, i: usize) -> Result<(), EngineError> {
         let mut s = self.running.remove(i);
-        release_blocks(pool, &mut s)?;
+        s.release_blocks(pool)?;
         s.preempted = true;
         s.n_preempted += 1;
         self.waiting.push_front(s);
@@ -441,11 +304,11 @@ impl Scheduler {
             if s.cached_tokens.is_none() {
                 s.cached_tokens = Some(s.computed);
                 if let Some(o) = &self.observer {
-                    o.admitted(s.arrived.elapsed(), s.computed);
+                    o.admitted(s.out.arrived.elapsed(), s.computed);
                 }
             }
             admitted += 1;
-            let hit = if preloaded > 0 { s.preload_local } else { s.computed };
+            let hit = if preloaded > 0 { s.handoff.preload_local } else { s.computed };
             self.shared.prefix_hit_tokens.fetch_add(hit, Ordering::Relaxed);
             s.blocks.extend(ids);
             s.preempted = false;
@@ -468,16 +331,23 @@ impl Scheduler {
             return Ok(false);
         }
         let t0 = Instant::now();
-        let drafting = self.plan_drafts(&planned)?;
+        // Speculation is called only when a running sequence speculates.
+        let drafting = if self.running.iter().any(|s| s.spec.is_some()) {
+            self.spec.plan(&mut self.running, &planned)?
+        } else {
+            false
+        };
         // Logit rows per sequence: its last token's, plus one per drafted token.
-        let tails: Vec<usize> = planned.iter().map(|&i| 1 + self.running[i].draft.len()).collect();
+        let tails: Vec<usize> = planned.iter().map(|&i| 1 + self.running[i].draft().len()).collect();
         let batch = ForwardBatch {
             seqs: planned
                 .iter()
                 .map(|&i| {
                     let s = &self.running[i];
-                    let tokens =
-                        if s.draft.is_empty() { &s.tokens[s.computed..s.computed + s.take] } else { &s.feed[..] };
+                    let tokens = match s.spec.as_ref().filter(|d| !d.draft.is_empty()) {
+                        Some(d) => &d.feed[..],
+                        None => &s.tokens[s.computed..s.computed + s.take],
+                    };
                     ForwardSeq { tokens, start: s.computed, blocks: &s.blocks }
                 })
                 .collect(),
@@ -502,8 +372,10 @@ impl Scheduler {
             s.take = 0;
             let outcome = if s.computed < s.tokens.len() {
                 Ok(None) // mid-prefill: this row's logits are not the sequence's next token
+            } else if s.draft().is_empty() {
+                s.sample(&mut self.emitter, logits.row(first))
             } else {
-                self.verify(i, &logits, first)
+                self.spec.verify(s, &mut self.emitter, &logits, first)
             };
             first += rows;
             self.register_full(i)?;
@@ -513,7 +385,7 @@ impl Scheduler {
                 Err(e) => {
                     // A bad sampling parameter (the server checks them first) or unusable
                     // logits: this sequence ends with the error, its blocks released.
-                    let _ = self.running[i].tx.send(Event::Error(e));
+                    self.running[i].out.fail(e);
                     self.running[i].req.max_tokens = 0;
                     finished.push((i, FinishReason::Length));
                 }
@@ -559,82 +431,14 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Sample `running[i]`'s next token from its logits row; `Some` when it is done.
-    pub(crate) fn sample(&mut self, i: usize, row: &[f32]) -> Result<Option<FinishReason>, EngineError> {
-        let s = &mut self.running[i];
-        let (prompt, output) = s.tokens.split_at(s.n_prompt);
-        let field = s.req.grammar.as_ref().map_or("logit_bias", |g| g.field);
-        let grammar_err = |e: String| EngineError::BadRequest { field, reason: format!("grammar: {e}") };
-        // Step 3a's allowed set: a function of this sequence's own output only.
-        let mask = match s.matcher.as_mut() {
-            Some(m) => Some(m.compute_mask().map_err(|e| grammar_err(e.to_string()))?),
-            None => None,
-        };
-        let constraint = Constraint { allowed: mask.as_ref().map(|m| m.as_slice()), bias: &s.req.logit_bias };
-        let (id, logprob) = self
-            .sampler
-            .sample_constrained(row, &s.req.params, prompt, output, &constraint, &mut s.rng)
-            .map_err(|e| match e {
-                // Not the request's fault: the model's output is unusable (a corrupt
-                // checkpoint, say). Refuse to sample, and say so.
-                SampleError::BadLogit { .. } | SampleError::AllMasked | SampleError::EmptyLogits => {
-                    EngineError::Internal(format!("the model's logits are unusable, refusing to sample: {e}"))
-                }
-                SampleError::NothingAllowed => EngineError::BadRequest {
-                    field,
-                    reason: "the constraint leaves no token the model can produce here".into(),
-                },
-                e => EngineError::BadRequest { field: "sampling", reason: e.to_string() },
-            })?;
-        if self.eos.contains(&id) {
-            return Ok(Some(FinishReason::Stop));
-        }
-        let top = match s.req.logprobs {
-            Some(k) if k > 0 => self.sampler.top_logprobs(k),
-            _ => Vec::new(),
-        };
-        s.tokens.push(id);
-        // The grammar advances with the token; a grammar that is complete ends the output.
-        let mut grammar_done = false;
-        if let Some(m) = s.matcher.as_mut() {
-            m.consume_token(id).map_err(|e| grammar_err(e.to_string()))?;
-            grammar_done = m.is_stopped();
-        }
-        let bytes = self.tok.decode_bytes(&[id]).unwrap_or_default();
-        let (text, stopped) = s.text.push(&bytes, &s.req.stop);
-        let now = Instant::now();
-        match s.last_token {
-            None => {
-                let ttft = now - s.arrived;
-                s.ttft = Some(ttft);
-                if let Some(o) = &self.observer {
-                    o.first_token(ttft);
-                }
-            }
-            Some(prev) => {
-                if let Some(o) = &self.observer {
-                    o.inter_token(now - prev);
-                }
-            }
-        }
-        s.last_token = Some(now);
-        self.shared.generated.fetch_add(1, Ordering::Relaxed);
-        let _ = s.tx.send(Event::Token { token: TokenInfo { id, logprob, top }, text });
-        if stopped || grammar_done {
-            return Ok(Some(FinishReason::Stop));
-        }
-        let full = self.lim.max_ctx.is_some_and(|m| s.tokens.len() >= m);
-        Ok((s.generated() >= s.req.max_tokens || full).then_some(FinishReason::Length))
-    }
-
     fn finish(&mut self, mut s: Seq, finish: FinishReason) -> Result<(), EngineError> {
-        match s.hold.take() {
+        match s.handoff.hold.take() {
             // A P/D prefill: its blocks wait for the decode server under the lease.
             Some(hold) if s.req.max_tokens > 0 => {
                 let blocks = std::mem::take(&mut s.blocks);
                 crate::pd::keep(&self.shared.leases, hold, blocks, s.computed, lock(&self.pool)?.as_mut());
             }
-            _ => release_blocks(lock(&self.pool)?.as_mut(), &mut s)?,
+            _ => s.release_blocks(lock(&self.pool)?.as_mut())?,
         }
         self.shared.finished.fetch_add(1, Ordering::Relaxed);
         if s.req.max_tokens == 0 {
@@ -645,9 +449,7 @@ impl Scheduler {
             completion_tokens: s.generated(),
             cached_tokens: s.cached_tokens.unwrap_or(0),
         };
-        let timings = crate::Timings { ttft: s.ttft, total: s.arrived.elapsed(), preempted: s.n_preempted };
-        let text = s.text.finish();
-        let _ = s.tx.send(Event::Done { finish, text, usage, timings });
+        self.emitter.finish(&mut s.out, finish, usage, s.n_preempted);
         Ok(())
     }
 

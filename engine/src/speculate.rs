@@ -5,16 +5,13 @@
 //! row `j` of that chunk the bits a one-token step after `d1..dj` would give it (the
 //! forward is chunk- and batch-invariant), so sampling rows in order with the request's
 //! own sampler, and stopping at the first sampled token that is not the draft's, emits
-//! exactly the tokens plain decoding would. The scheduler's step does the verification
-//! (scheduler.rs); this module only proposes.
+//! exactly the tokens plain decoding would. This file holds the rules and each
+//! sequence's drafting state; speculator.rs plans drafts and verifies them, and the step
+//! calls it only for sequences that speculate.
 
 use std::str::FromStr;
-use std::sync::atomic::Ordering;
 
-use tl_core::Logits;
-
-use crate::request::{EngineError, FinishReason};
-use crate::scheduler::{kv_err, lock, Scheduler};
+use crate::draft::DraftKv;
 
 /// The most tokens one sequence drafts per step.
 pub const MAX_DRAFT: usize = 16;
@@ -158,134 +155,33 @@ impl Adapt {
     }
 }
 
-impl Scheduler {
-    /// Draft for the planned sequences that speculate and whose last token is fed this
-    /// step, oldest first, while the step's token budget has room (drafts only use what
-    /// planning left, so they never delay a prompt's admission). Each draft gets the
-    /// blocks its positions need, or is cut to the blocks the sequence has when the pool
-    /// is short (a draft never preempts). Sets `draft` and `feed`; true if any drafted.
-    pub(crate) fn plan_drafts(&mut self, planned: &[usize]) -> Result<bool, EngineError> {
-        let used: usize = planned.iter().map(|&i| self.running[i].take).sum();
-        let mut budget = self.lim.max_batch_tokens.saturating_sub(used);
-        let mut rows = used; // rows in the step so far, drafts included
-        let b = self.lim.block_tokens;
-        let max_ctx = self.lim.max_ctx;
-        // Who drafts how many: n-gram drafts now, draft-model ones in one batched pass.
-        let mut chosen = Vec::new();
-        let mut by_model = Vec::new();
-        for &i in planned {
-            let s = &mut self.running[i];
-            s.draft.clear();
-            if budget == 0
-                || rows >= self.lim.spec_step_rows
-                || s.spec.k() == 0
-                || s.computed + s.take != s.tokens.len()
-            {
-                continue;
-            }
-            // Never draft past what the sequence may still emit: at most `left` tokens
-            // after this step's first, and positions below the context.
-            let left = s.req.max_tokens.saturating_sub(s.generated() + 1);
-            let ctx_left = max_ctx.map_or(usize::MAX, |m| m.saturating_sub(s.tokens.len()));
-            let k = s.spec.k().min(budget).min(left).min(ctx_left);
-            if k == 0 || !s.adapt.may_draft() {
-                continue;
-            }
-            match s.spec {
-                Speculation::Ngram { .. } => {
-                    ngram_draft(&s.tokens, k, &mut s.draft);
-                    if s.draft.is_empty() {
-                        continue;
-                    }
-                    budget -= s.draft.len();
-                    rows += s.draft.len();
-                }
-                Speculation::Draft { .. } => {
-                    by_model.push((i, k));
-                    budget -= k;
-                    rows += k;
-                }
-                Speculation::Off => continue,
-            }
-            chosen.push(i);
-        }
-        if !by_model.is_empty() {
-            self.draft_with_model(&by_model)?;
-        }
-        let pool = std::sync::Arc::clone(&self.pool);
-        let mut g = lock(&pool)?;
-        let mut any = false;
-        for i in chosen {
-            let s = &mut self.running[i];
-            if s.draft.is_empty() {
-                continue;
-            }
-            s.spec_blocks = s.blocks.len();
-            let need = (s.tokens.len() + s.draft.len()).div_ceil(b);
-            if s.blocks.len() < need {
-                match g.alloc(need - s.blocks.len()) {
-                    Ok(ids) => s.blocks.extend(ids),
-                    Err(_) => s.draft.truncate(s.blocks.len() * b - s.tokens.len()),
-                }
-            }
-            if s.draft.is_empty() {
-                continue;
-            }
-            s.feed.clear();
-            s.feed.extend_from_slice(&s.tokens[s.computed..]);
-            s.feed.extend_from_slice(&s.draft);
-            any = true;
-        }
-        Ok(any)
-    }
+/// A speculating sequence's drafting state (a sequence that does not speculate has none):
+/// owned by speculator.rs, which alone reads and writes it.
+pub(crate) struct Drafting {
+    /// How this sequence drafts (the request's setting, else the engine's; never `Off`).
+    pub(crate) spec: Speculation,
+    /// Tokens drafted for the current step, fed after its `take` tokens, (<= MAX_DRAFT,).
+    pub(crate) draft: Vec<u32>,
+    /// The current step's chunk when it drafts: `take` tokens then `draft`.
+    pub(crate) feed: Vec<u32>,
+    /// Blocks held before the current step's drafts took more (those go back after).
+    pub(crate) spec_blocks: usize,
+    pub(crate) adapt: Adapt,
+    /// Its K/V in the draft model's pool (draft-model speculation only).
+    pub(crate) kv: Option<DraftKv>,
+}
 
-    /// Sample `running[i]`'s rows from `first` on, in order, exactly as plain steps would
-    /// (its own sampler, penalties over the tokens emitted so far, grammar advanced per
-    /// token, one PCG32 stream), emitting each sampled token; continue while the sampled
-    /// token is the draft's (its K/V, written by this step, is then the sequence's own).
-    /// Rejected positions touch nothing: `computed` stops at the accepted length and the
-    /// blocks taken for the draft beyond it go back. `Some` when the sequence is done.
-    pub(crate) fn verify(
-        &mut self,
-        i: usize,
-        logits: &Logits,
-        first: usize,
-    ) -> Result<Option<FinishReason>, EngineError> {
-        let draft = std::mem::take(&mut self.running[i].draft);
-        let mut accepted = 0;
-        let result = loop {
-            match self.sample(i, logits.row(first + accepted)) {
-                Ok(None) => {
-                    let s = &mut self.running[i];
-                    if accepted < draft.len() && s.tokens.last() == Some(&draft[accepted]) {
-                        s.computed += 1;
-                        accepted += 1;
-                        continue;
-                    }
-                    break Ok(None);
-                }
-                other => break other,
-            }
-        };
-        if draft.is_empty() {
-            return result;
-        }
-        self.shared.draft_proposed.fetch_add(draft.len(), Ordering::Relaxed);
-        self.shared.draft_accepted.fetch_add(accepted, Ordering::Relaxed);
-        let b = self.lim.block_tokens;
-        let s = &mut self.running[i];
-        s.adapt.verified(accepted, draft.len());
-        if let Some(kv) = s.draft_kv.as_mut() {
-            // The draft model's K/V holds the draft's tokens: only accepted ones stay valid.
-            kv.computed = kv.computed.min(s.computed);
-        }
-        let keep = s.spec_blocks.max(s.computed.div_ceil(b)).min(s.blocks.len());
-        let mut g = lock(&self.pool)?;
-        for id in s.blocks.drain(keep..) {
-            g.release(id).map_err(kv_err)?;
-        }
-        s.draft = draft;
-        s.draft.clear();
-        result
+impl Drafting {
+    /// The state of a sequence that speculates with `spec`; `None` for `Off`, so the step
+    /// never calls speculation for it.
+    pub(crate) fn of(spec: Speculation) -> Option<Drafting> {
+        (spec != Speculation::Off).then(|| Drafting {
+            spec,
+            draft: Vec::new(),
+            feed: Vec::new(),
+            spec_blocks: 0,
+            adapt: Adapt::default(),
+            kv: None,
+        })
     }
 }

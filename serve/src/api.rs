@@ -1,82 +1,14 @@
-//! OpenAI request bodies, their checks, and OpenAI's error body.
+//! OpenAI request bodies, their checks, and the request plan every surface submits
+//! (OpenAI's error body is error.rs's [`ApiError`], re-exported here).
 //!
 //! Unknown fields are ignored, as OpenAI does. Every refusal names the field (`param`).
 
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tl_core::SamplingParams;
-use tl_engine::{EngineError, Request, Speculation};
+use tl_engine::{Request, Speculation};
 
-/// An error answered with OpenAI's body `{"error": {"message", "type", "param", "code"}}`.
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Human-readable message.
-    pub message: String,
-    /// OpenAI's error type.
-    pub kind: &'static str,
-    /// The request field at fault.
-    pub param: Option<String>,
-    /// A machine-readable code.
-    pub code: Option<&'static str>,
-    /// Seconds for `Retry-After` (queue full, shutting down).
-    pub retry_after: Option<u32>,
-}
-
-impl ApiError {
-    /// 400 on `param`.
-    pub fn bad(param: &str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            kind: "invalid_request_error",
-            param: Some(param.to_string()),
-            code: Some("invalid_value"),
-            retry_after: None,
-        }
-    }
-
-    /// Any status, no param.
-    pub fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into(), kind, param: None, code: Some(code), retry_after: None }
-    }
-
-    /// The JSON body.
-    pub fn body(&self) -> Value {
-        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut r = (self.status, axum::Json(self.body())).into_response();
-        if let Some(s) = self.retry_after {
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        r
-    }
-}
-
-impl From<EngineError> for ApiError {
-    fn from(e: EngineError) -> ApiError {
-        let busy = |code, msg: String| ApiError {
-            retry_after: Some(1),
-            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", code, msg)
-        };
-        match e {
-            EngineError::QueueFull { .. } => busy("overloaded", e.to_string()),
-            EngineError::ShuttingDown => busy("shutting_down", e.to_string()),
-            EngineError::BadRequest { field, .. } => ApiError::bad(field, e.to_string()),
-            EngineError::PoolTooSmall { .. } => ApiError::bad("max_tokens", e.to_string()),
-            EngineError::Internal(_) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal_error", e.to_string())
-            }
-        }
-    }
-}
+pub use crate::error::ApiError;
 
 /// `stop`: a string or a list of strings.
 #[derive(Deserialize, Debug)]
@@ -182,6 +114,12 @@ pub struct Body {
     /// tl's speculative decoding for this request: `false` (off), `true` (n-gram, k 4)
     /// or `{"kind": "off" | "ngram" | "draft", "k"?: 1..=16}`; absent: the server's.
     pub speculate: Option<Value>,
+    /// Chat: extra chat template variables (vLLM's and llama-server's), such as Qwen3's
+    /// `{"enable_thinking": false}`.
+    pub chat_template_kwargs: Option<Value>,
+    /// Chat: `low`, `medium` or `high`, passed to the template as `reasoning_effort` (as
+    /// vLLM does; templates that do not read it ignore it).
+    pub reasoning_effort: Option<Value>,
 }
 
 /// A checked request: the engine requests (one per choice) and how to answer.

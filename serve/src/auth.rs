@@ -8,8 +8,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::api::ApiError;
-use crate::AppState;
+use crate::error::ApiError;
+use crate::state::AppState;
 
 /// Whether `given` equals `key`, in time that depends only on `key`'s length (every byte
 /// of the key is compared whatever `given` holds, and the result is folded without an

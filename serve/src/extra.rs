@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use tl_core::Message;
 
 use crate::api::{self, ApiError, ChatMessage};
-use crate::handlers::{counted, read_json, tok_err};
-use crate::AppState;
+use crate::http::{check_model, counted, read_json, tok_err, St};
+use crate::state::AppState;
 
 /// A `/tokenize` body: llama-server's `content` (+ `add_special`, `with_pieces`) or vLLM's
 /// `prompt` / `messages` (+ `add_special_tokens`, `add_generation_prompt`,
@@ -49,21 +49,6 @@ pub struct DetokenizeBody {
     pub model: Option<String>,
     /// The ids.
     pub tokens: Option<Vec<Value>>,
-}
-
-fn check_model(st: &AppState, model: &Option<String>) -> Result<(), ApiError> {
-    match model {
-        Some(m) if *m != st.model_id => Err(ApiError {
-            param: Some("model".into()),
-            ..ApiError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "model_not_found",
-                format!("the model {m:?} does not exist; this server serves {:?}", st.model_id),
-            )
-        }),
-        _ => Ok(()),
-    }
 }
 
 fn encode(st: &AppState, text: &str, special: bool, param: &str) -> Result<Vec<u32>, ApiError> {
@@ -159,4 +144,12 @@ pub(crate) async fn model(State(st): State<Arc<AppState>>, Path(id): Path<String
         })
     };
     counted(&st, "/v1/models/{id}", r)
+}
+
+/// GET /v1/models.
+pub(crate) async fn models(State(st): St) -> Response {
+    let body = json!({"object": "list", "data": [
+        {"id": st.model_id, "object": "model", "created": st.created, "owned_by": "tl"}
+    ]});
+    counted(&st, "/v1/models", Ok(axum::Json(body).into_response()))
 }

@@ -110,6 +110,10 @@ struct Cli {
     /// CPU step pays for every row, so under load plain decoding is faster. 0: the default (8).
     #[arg(long, default_value_t = 0)]
     spec_step_rows: usize,
+    /// How a thinking model's reasoning (`<think>`) is returned: deepseek (apart, as
+    /// `reasoning_content`) or none (left in the answer).
+    #[arg(long, default_value = "deepseek")]
+    reasoning_format: tl_serve::reasoning::ReasoningFormat,
 }
 
 /// SIGTERM and SIGINT, registered when made: before the server says it is listening, so
@@ -193,6 +197,7 @@ fn run(cli: Cli) -> Result<(), String> {
         speculate: Some(speculate),
         draft_model,
         spec_step_rows: cli.spec_step_rows,
+        reasoning_format: cli.reasoning_format,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -54,6 +54,6 @@ async fn index() -> Response {
 async fn asset(Path(name): Path<String>) -> Response {
     match ASSETS.iter().find(|(n, _, _)| *n == name) {
         Some((_, ty, body)) => answer(ty, body),
-        None => crate::handlers::not_found().await,
+        None => crate::http::not_found().await,
     }
 }

@@ -7,11 +7,15 @@ use tl_core::{ChatTemplate, Message, ModelConfig, Tokenizer};
 
 use crate::api::{self, ApiError, Body};
 
-/// The model's chat template, or ChatML ([`crate::FALLBACK_TEMPLATE`]) when it has none.
+/// A template for models that ship none (the tiny test models): ChatML, as SmolLM2 uses.
+pub const FALLBACK_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+     {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// The model's chat template, or ChatML ([`FALLBACK_TEMPLATE`]) when it has none.
 pub fn template_of(cfg: &ModelConfig) -> Result<ChatTemplate, String> {
     match ChatTemplate::load(cfg).map_err(|e| e.to_string())? {
         Some(t) => Ok(t),
-        None => ChatTemplate::new(crate::FALLBACK_TEMPLATE, vec![]).map_err(|e| e.to_string()),
+        None => ChatTemplate::new(FALLBACK_TEMPLATE, vec![]).map_err(|e| e.to_string()),
     }
 }
 
@@ -41,15 +45,46 @@ pub fn render(
     turns: &[Message],
     tools: Option<&[Value]>,
 ) -> Result<Vec<u32>, ApiError> {
-    let text = template.render_with_tools(turns, tools, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    render_with(tok, template, turns, tools, &[])
+}
+
+/// [`render`] with extra template variables ([`template_kwargs`]).
+pub fn render_with(
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    turns: &[Message],
+    tools: Option<&[Value]>,
+    kwargs: &[(String, Value)],
+) -> Result<Vec<u32>, ApiError> {
+    let text = template
+        .render_with_kwargs(turns, tools, true, kwargs)
+        .map_err(|e| ApiError::bad("messages", e.to_string()))?;
     // The template writes any BOS itself.
     tok.encode(&text).map_err(tok_err("messages"))
+}
+
+/// The body's extra template variables: `chat_template_kwargs` (an object) and
+/// `reasoning_effort` (`low`, `medium` or `high`; it wins over a kwarg of its name).
+pub fn template_kwargs(b: &Body) -> Result<Vec<(String, Value)>, ApiError> {
+    let mut out: Vec<(String, Value)> = match &b.chat_template_kwargs {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        Some(_) => return Err(ApiError::bad("chat_template_kwargs", "chat_template_kwargs must be an object")),
+    };
+    match &b.reasoning_effort {
+        None | Some(Value::Null) => {}
+        Some(Value::String(e)) if ["low", "medium", "high"].contains(&e.as_str()) => {
+            out.push(("reasoning_effort".into(), Value::String(e.clone())));
+        }
+        Some(_) => return Err(ApiError::bad("reasoning_effort", "reasoning_effort must be low, medium or high")),
+    }
+    Ok(out)
 }
 
 /// A chat body without tools: its `messages` rendered and tokenized as the handler does
 /// (a request with tools adds them there: tools.rs).
 pub fn chat(tok: &Tokenizer, template: &ChatTemplate, b: &Body) -> Result<Vec<u32>, ApiError> {
-    render(tok, template, &turns(messages(b)?)?, None)
+    render_with(tok, template, &turns(messages(b)?)?, None, &template_kwargs(b)?)
 }
 
 /// `prompt`: a string, a list of one string, or token ids; an empty one is `bos`.

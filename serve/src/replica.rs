@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,61 +19,10 @@ use futures_util::StreamExt;
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 
-use crate::handlers::counted;
-use crate::AppState;
-
-/// How a failed or refused KV fetch on the decode side ends (vLLM's
-/// `kv_load_failure_policy`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FetchFailure {
-    /// The request fails with 502 `kv_transfer_failed`.
-    #[default]
-    Fail,
-    /// The decode server prefills the prompt itself (from its own prefix cache).
-    Recompute,
-}
-
-impl std::str::FromStr for FetchFailure {
-    type Err = String;
-    fn from_str(s: &str) -> Result<FetchFailure, String> {
-        match s {
-            "fail" => Ok(FetchFailure::Fail),
-            "recompute" => Ok(FetchFailure::Recompute),
-            _ => Err(format!("pd-fetch-failure: {s:?} is not fail or recompute")),
-        }
-    }
-}
-
-/// Replica and P/D settings.
-#[derive(Clone, Debug)]
-pub struct ScaleOptions {
-    /// The host other servers (a decode server fetching KV) should use for this one;
-    /// `None`: the listening address (127.0.0.1 when it listens on every interface).
-    pub advertise_host: Option<String>,
-    /// How long a prefill's KV is held for its decode server.
-    pub pd_lease: Duration,
-    /// What a decode server does when the KV fetch fails.
-    pub pd_fetch_failure: FetchFailure,
-    /// Most time a KV fetch may take.
-    pub pd_fetch_timeout: Duration,
-}
-
-impl Default for ScaleOptions {
-    fn default() -> ScaleOptions {
-        ScaleOptions {
-            advertise_host: None,
-            pd_lease: Duration::from_secs(30),
-            pd_fetch_failure: FetchFailure::Fail,
-            pd_fetch_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-/// In-flight generation requests (vLLM's `server_load_metrics`): +1 when a completion
-/// request arrives, -1 once its answer is ready (a JSON body) or its stream is sent or
-/// dropped.
-#[derive(Default)]
-pub struct Load(AtomicUsize);
+use crate::http::{counted, St};
+pub use crate::options::{FetchFailure, ScaleOptions};
+use crate::state::AppState;
+pub use crate::state::Load;
 
 struct LoadGuard(Arc<AppState>);
 
@@ -218,4 +167,12 @@ pub(crate) fn spawn_lease_expiry(st: &Arc<AppState>) {
             let _ = st.engine.expire_leases();
         }
     });
+}
+
+/// GET /metrics.
+pub(crate) async fn metrics(State(st): St) -> Response {
+    let stats = st.engine.stats();
+    let text = metrics_text(&st, st.metrics.encode(&stats), &stats);
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
+        .into_response()
 }

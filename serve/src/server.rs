@@ -21,7 +21,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{sleep, Sleep};
 
-use crate::{AppState, ServeError};
+use crate::options::ServeError;
+use crate::state::AppState;
 
 /// A stream whose writes fail once they have been blocked for `stall` in a row (the peer
 /// stopped reading).
@@ -98,7 +99,7 @@ pub(crate) async fn serve(
     state: Arc<AppState>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let app = crate::router(Arc::clone(&state));
+    let app = crate::routes::router(Arc::clone(&state));
     let limits = state.limits;
     let graceful = GracefulShutdown::new();
     let mut signal = std::pin::pin!(signal);

@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 use tl_engine::{Grammar, GrammarSpec};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 const FIELD: &str = "response_format";
 

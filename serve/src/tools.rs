@@ -30,7 +30,7 @@ use serde_json::{json, Map, Value};
 use tl_core::{ChatTemplate, Message};
 use tl_engine::{Grammar, GrammarSpec};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 mod answer;
 mod parse;

@@ -174,6 +174,7 @@ fn replay(cli: &Cli, weights: Weights, file: &PathBuf) -> Result<bool, String> {
         speculate: None,
         draft_model: None,
         spec_step_rows: 0,
+        reasoning_format: Default::default(),
     };
     let out = r.run(file, opts).map_err(|e| e.to_string())?;
     match &out.diff {

@@ -14,7 +14,8 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use super::VerifyError;
-use crate::{AppState, Options};
+use crate::options::Options;
+use crate::state::AppState;
 
 /// A replay file, checked.
 #[derive(Debug)]
@@ -103,7 +104,7 @@ impl Replay {
                 .header("content-type", "application/json")
                 .body(axum::body::Body::from(self.request.to_string()))
                 .map_err(|e| VerifyError::Request(e.to_string()))?;
-            let resp = crate::router(Arc::clone(&st))
+            let resp = crate::routes::router(Arc::clone(&st))
                 .oneshot(req)
                 .await
                 .map_err(|e| VerifyError::Request(format!("serve: {e}")))?;

@@ -38,7 +38,23 @@ pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize
         speculate: None,
         draft_model: None,
         spec_step_rows: 0,
+        reasoning_format: Default::default(),
     }
+}
+
+/// The official `openai` client's Python (target/venv-openai, built by
+/// scripts/openai_venv.sh, or `TL_OPENAI_VENV`); `None` (the test skips loudly) when it
+/// is missing, unless TL_REQUIRE_MODEL is set (CI), which fails.
+pub fn openai_python() -> Option<PathBuf> {
+    let venv = std::env::var_os("TL_OPENAI_VENV")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv-openai"), PathBuf::from);
+    let py = venv.join("bin/python");
+    if py.is_file() {
+        return Some(py);
+    }
+    assert!(std::env::var_os("TL_REQUIRE_MODEL").is_none(), "{} is missing: run scripts/openai_venv.sh", py.display());
+    eprintln!("\nSKIPPED: {} is missing (run scripts/openai_venv.sh)", py.display());
+    None
 }
 
 /// A running in-process server; dropping it shuts it down and waits.

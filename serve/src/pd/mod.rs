@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -24,51 +24,15 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tl_engine::{Request, UnboundedReceiver};
 
-use crate::api::ApiError;
-use crate::handlers::counted;
-use crate::replica::FetchFailure;
-use crate::AppState;
+pub(crate) mod node;
+
+use crate::error::ApiError;
+use crate::http::counted;
+use crate::options::FetchFailure;
+use crate::state::AppState;
 
 /// The envelope version this server writes and reads.
 const KV_VERSION: u32 = tl_kv::ENVELOPE_VERSION;
-
-/// P/D state of one server.
-#[derive(Default)]
-pub struct Pd {
-    /// `remote_engine_id`: random per process, as vLLM's engine id.
-    engine_id: String,
-    /// `host:port` others reach this server at (set once listening).
-    addr: OnceLock<(String, u16)>,
-    imported_blocks: AtomicUsize,
-    local_blocks: AtomicUsize,
-    computed_tokens: AtomicUsize,
-    remote_prefills: AtomicUsize,
-    /// Hand-offs: KV fetched, checked and imported.
-    kv_fetches: AtomicUsize,
-    /// Prompt positions hand-offs started with (the sum of their `cached_tokens`).
-    preloaded_tokens: AtomicUsize,
-    fetch_failed: AtomicUsize,
-    recomputed: AtomicUsize,
-    /// Prefill legs answered without a lease: their decode legs get no KV to fetch.
-    unleased_prefills: AtomicUsize,
-}
-
-impl Pd {
-    pub(crate) fn new() -> Pd {
-        Pd { engine_id: format!("tl-{:016x}", crate::api::random_seed()), ..Pd::default() }
-    }
-
-    /// Record the address to advertise: `--advertise-host` or the listening host, and
-    /// the listening port.
-    pub(crate) fn set_addr(&self, advertise: Option<&str>, local: std::net::SocketAddr) {
-        let host = match advertise {
-            Some(h) => h.to_string(),
-            None if local.ip().is_unspecified() => "127.0.0.1".into(),
-            None => local.ip().to_string(),
-        };
-        let _ = self.addr.set((host, local.port()));
-    }
-}
 
 /// What the answer of a P/D request adds.
 pub(crate) enum Outcome {
@@ -96,13 +60,13 @@ struct Params {
 /// decode fetches and imports it first, anything else is an ordinary submit.
 pub(crate) async fn submit(
     st: &Arc<AppState>,
-    params: Option<&Value>,
+    params: &Value,
     stream: bool,
     mut reqs: Vec<Request>,
 ) -> Result<(Vec<UnboundedReceiver<tl_engine::Event>>, Outcome), ApiError> {
     let p: Params = match params {
-        None | Some(Value::Null) => Params::default(),
-        Some(v) => serde_json::from_value(v.clone())
+        Value::Null => Params::default(),
+        v => serde_json::from_value(v.clone())
             .map_err(|e| ApiError::bad("kv_transfer_params", format!("kv_transfer_params: {e}")))?,
     };
     let single = reqs.len() == 1;

@@ -1,0 +1,179 @@
+//! Speculation as a component of the step: plan drafts for the sequences that speculate,
+//! then verify each drafting sequence's rows. The step calls [`Speculator::plan`] only
+//! when a running sequence speculates and [`Speculator::verify`] only for a sequence
+//! that drafted this step; every other sequence samples once (emit.rs). Why verification
+//! emits exactly the tokens of plain decoding: speculate.rs.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tl_core::{Logits, ModelRunner, SharedPool};
+
+use crate::draft::{draft_with_model, DraftJob};
+use crate::emit::Emitter;
+use crate::error::{kv_err, lock, EngineError};
+use crate::request::FinishReason;
+use crate::seq::Seq;
+use crate::speculate::{ngram_draft, Speculation, SPEC_STEP_ROWS};
+use crate::Shared;
+
+/// The drafting half of the engine: the draft model, when there is one, and the limits
+/// drafts live within.
+pub(crate) struct Speculator {
+    /// The draft model, when the engine has one.
+    drafter: Option<ModelRunner>,
+    /// The target's pool: drafted positions take blocks from it until verified.
+    pool: SharedPool,
+    shared: Arc<Shared>,
+    max_batch_tokens: usize,
+    block_tokens: usize,
+    max_ctx: Option<usize>,
+    /// Drafts join a step only while it holds fewer rows than this
+    /// ([`crate::EngineOptions::spec_step_rows`]).
+    pub(crate) step_rows: usize,
+}
+
+impl Speculator {
+    pub(crate) fn new(
+        drafter: Option<ModelRunner>,
+        pool: SharedPool,
+        shared: Arc<Shared>,
+        max_batch_tokens: usize,
+        block_tokens: usize,
+        max_ctx: Option<usize>,
+    ) -> Speculator {
+        Speculator { drafter, pool, shared, max_batch_tokens, block_tokens, max_ctx, step_rows: SPEC_STEP_ROWS }
+    }
+
+    /// Draft for the planned sequences that speculate and whose last token is fed this
+    /// step, oldest first, while the step's token budget has room (drafts only use what
+    /// planning left, so they never delay a prompt's admission). Each draft gets the
+    /// blocks its positions need, or is cut to the blocks the sequence has when the pool
+    /// is short (a draft never preempts). Sets `draft` and `feed`; true if any drafted.
+    pub(crate) fn plan(&mut self, running: &mut [Seq], planned: &[usize]) -> Result<bool, EngineError> {
+        let used: usize = planned.iter().map(|&i| running[i].take).sum();
+        let mut budget = self.max_batch_tokens.saturating_sub(used);
+        let mut rows = used; // rows in the step so far, drafts included
+        let b = self.block_tokens;
+        // Who drafts how many: n-gram drafts now, draft-model ones in one batched pass.
+        let mut chosen = Vec::new();
+        let mut by_model = Vec::new();
+        for &i in planned {
+            let s = &mut running[i];
+            let fed_last = s.computed + s.take == s.tokens.len();
+            // Never draft past what the sequence may still emit: at most `left` tokens
+            // after this step's first, and positions below the context.
+            let left = s.req.max_tokens.saturating_sub(s.generated() + 1);
+            let ctx_left = self.max_ctx.map_or(usize::MAX, |m| m.saturating_sub(s.tokens.len()));
+            let Some(d) = s.spec.as_mut() else { continue };
+            d.draft.clear();
+            if budget == 0 || rows >= self.step_rows || !fed_last {
+                continue;
+            }
+            let k = d.spec.k().min(budget).min(left).min(ctx_left);
+            if k == 0 || !d.adapt.may_draft() {
+                continue;
+            }
+            match d.spec {
+                Speculation::Ngram { .. } => {
+                    ngram_draft(&s.tokens, k, &mut d.draft);
+                    if d.draft.is_empty() {
+                        continue;
+                    }
+                    budget -= d.draft.len();
+                    rows += d.draft.len();
+                }
+                Speculation::Draft { .. } => {
+                    by_model.push((i, k));
+                    budget -= k;
+                    rows += k;
+                }
+                Speculation::Off => continue,
+            }
+            chosen.push(i);
+        }
+        if let (Some(drafter), false) = (self.drafter.as_mut(), by_model.is_empty()) {
+            // One job per drafting sequence, each borrowing its own sequence's parts.
+            let mut jobs: Vec<DraftJob<'_>> = Vec::with_capacity(by_model.len());
+            let mut want = by_model.iter().peekable();
+            for (i, s) in running.iter_mut().enumerate() {
+                let Some(&&(_, k)) = want.peek().filter(|&&&(j, _)| j == i) else { continue };
+                want.next();
+                let Some(d) = s.spec.as_mut() else { continue };
+                jobs.push(DraftJob { tokens: &s.tokens, kv: &mut d.kv, k, out: &mut d.draft });
+            }
+            draft_with_model(drafter, &mut jobs)?;
+        }
+        let mut g = lock(&self.pool)?;
+        let mut any = false;
+        for i in chosen {
+            let s = &mut running[i];
+            let Some(d) = s.spec.as_mut() else { continue };
+            if d.draft.is_empty() {
+                continue;
+            }
+            d.spec_blocks = s.blocks.len();
+            let need = (s.tokens.len() + d.draft.len()).div_ceil(b);
+            if s.blocks.len() < need {
+                match g.alloc(need - s.blocks.len()) {
+                    Ok(ids) => s.blocks.extend(ids),
+                    Err(_) => d.draft.truncate(s.blocks.len() * b - s.tokens.len()),
+                }
+            }
+            if d.draft.is_empty() {
+                continue;
+            }
+            d.feed.clear();
+            d.feed.extend_from_slice(&s.tokens[s.computed..]);
+            d.feed.extend_from_slice(&d.draft);
+            any = true;
+        }
+        Ok(any)
+    }
+
+    /// Sample `s`'s rows from `first` on, in order, exactly as plain steps would (its own
+    /// sampler, penalties over the tokens emitted so far, grammar advanced per token, one
+    /// PCG32 stream), emitting each sampled token; continue while the sampled token is
+    /// the draft's (its K/V, written by this step, is then the sequence's own). Rejected
+    /// positions touch nothing: `computed` stops at the accepted length and the blocks
+    /// taken for the draft beyond it go back. `Some` when the sequence is done.
+    pub(crate) fn verify(
+        &self,
+        s: &mut Seq,
+        em: &mut Emitter,
+        logits: &Logits,
+        first: usize,
+    ) -> Result<Option<FinishReason>, EngineError> {
+        let draft = s.spec.as_mut().map(|d| std::mem::take(&mut d.draft)).unwrap_or_default();
+        let mut accepted = 0;
+        let result = loop {
+            match s.sample(em, logits.row(first + accepted)) {
+                Ok(None) => {
+                    if accepted < draft.len() && s.tokens.last() == Some(&draft[accepted]) {
+                        s.computed += 1;
+                        accepted += 1;
+                        continue;
+                    }
+                    break Ok(None);
+                }
+                other => break other,
+            }
+        };
+        let Some(d) = s.spec.as_mut().filter(|_| !draft.is_empty()) else { return result };
+        self.shared.draft_proposed.fetch_add(draft.len(), Ordering::Relaxed);
+        self.shared.draft_accepted.fetch_add(accepted, Ordering::Relaxed);
+        d.adapt.verified(accepted, draft.len());
+        if let Some(kv) = d.kv.as_mut() {
+            // The draft model's K/V holds the draft's tokens: only accepted ones stay valid.
+            kv.computed = kv.computed.min(s.computed);
+        }
+        let keep = d.spec_blocks.max(s.computed.div_ceil(self.block_tokens)).min(s.blocks.len());
+        let mut g = lock(&self.pool)?;
+        for id in s.blocks.drain(keep..) {
+            g.release(id).map_err(kv_err)?;
+        }
+        d.draft = draft;
+        d.draft.clear();
+        result
+    }
+}

@@ -1,0 +1,31 @@
+//! The route table: which module answers which path, behind which middleware.
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::state::AppState;
+use crate::{auth, chat, completions, extra, http, page, pd, replica};
+
+/// Every route. With an API key, every `/v1` path (unknown ones included), `/tokenize` and
+/// `/detokenize` answer 401 without `Authorization: Bearer <key>`; `/health` and
+/// `/metrics` stay open.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::chat))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/models", get(extra::models))
+        .route("/v1/models/{id}", get(extra::model))
+        .route("/tokenize", post(extra::tokenize))
+        .route("/detokenize", post(extra::detokenize))
+        .route("/health", get(replica::health))
+        .route("/load", get(replica::load))
+        .route("/v1/kv/{id}", get(pd::kv))
+        .route("/metrics", get(replica::metrics))
+        .merge(page::routes())
+        .fallback(http::not_found)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), replica::track_load))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), auth::require_key))
+        .with_state(state)
+}
