@@ -145,3 +145,14 @@ fn mxfp4_data_shorter_than_its_tensor_claims_is_refused_naming_it() {
     let err = load_error(&path);
     assert!(err.contains("blk.") && err.contains("runs past the end of the file"), "{err}");
 }
+
+#[test]
+fn q8_activations_keep_the_invariances_of_a_mixture_of_experts() {
+    // The MXFP4_MOE file: Q8_0 attention runs on int8 rows, the MXFP4 experts and the
+    // router stay exact; tokens grouped per expert still give each row its own bits.
+    let path = fixture(NAMES[0]).join("model.MXFP4_MOE.gguf");
+    let refs = reference(NAMES[0]);
+    let q8 = check_invariance_with(&path, &refs, &[vec![3, 2, 5], vec![7, 1]], tl_core::Activations::Q8);
+    let exact = alone(&mut load_path(&path, 0, Weights::Native), &refs);
+    assert_ne!(bits(&q8[0]), bits(&exact[0]), "the mode changed nothing");
+}

@@ -19,7 +19,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use tl_core::{EngineConfig, ForwardBatch, ForwardSeq, KvConfig, ModelRunner, Weights};
+use tl_core::{Activations, EngineConfig, ForwardBatch, ForwardSeq, KvConfig, ModelRunner, Weights};
 
 // Name the KV plugin crate so its registration ("f16-slab") is linked.
 use tl_kv as _;
@@ -310,13 +310,31 @@ pub fn check_same_bits(other: &mut ModelRunner, refs: &[RefPrompt], want: &[Vec<
 /// `path`, then 1 and 2 threads and `--weights f32`, each equal to the prompts alone bit
 /// for bit.
 pub fn check_invariance(path: &Path, refs: &[RefPrompt], chunkings: &[Vec<usize>]) {
-    let mut r = load_path(path, 0, Weights::Native);
+    let want = check_invariance_with(path, refs, chunkings, Activations::Exact);
+    check_same_bits(&mut load_path(path, 0, Weights::F32), refs, &want, "--weights f32");
+}
+
+/// Load the model at `path` with [`engine`]'s settings and `activations`.
+pub fn load_with(path: &Path, threads: usize, activations: Activations) -> ModelRunner {
+    let cfg = EngineConfig { activations, ..engine(threads, Weights::Native) };
+    ModelRunner::load(path, &cfg).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+/// [`check_invariance`]'s chunk, batch, batched-decode and thread checks under
+/// `activations` (the int8 mode keeps them all); returns the prompts' logits alone.
+pub fn check_invariance_with(
+    path: &Path,
+    refs: &[RefPrompt],
+    chunkings: &[Vec<usize>],
+    activations: Activations,
+) -> Vec<Vec<f32>> {
+    let mut r = load_with(path, 0, activations);
     let want = alone(&mut r, refs);
     check_chunks_and_batch(&mut r, refs, &want, chunkings);
     check_batched_decode(&mut r, refs, 12);
-    check_same_bits(&mut load_path(path, 1, Weights::Native), refs, &want, "1 thread");
-    check_same_bits(&mut load_path(path, 2, Weights::Native), refs, &want, "2 threads");
-    check_same_bits(&mut load_path(path, 0, Weights::F32), refs, &want, "--weights f32");
+    check_same_bits(&mut load_with(path, 1, activations), refs, &want, "1 thread");
+    check_same_bits(&mut load_with(path, 2, activations), refs, &want, "2 threads");
+    want
 }
 
 /// A temporary copy of the model directory `dir` (config.json and model.safetensors) with
