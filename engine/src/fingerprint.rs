@@ -47,5 +47,9 @@ pub fn fingerprint(model: &Path, engine: &EngineConfig) -> Result<String, Engine
         digest.update(&h.digest().to_le_bytes());
     }
     digest.update(format!("weights={};tl-engine={}", engine.weights, env!("CARGO_PKG_VERSION")).as_bytes());
+    // Only the opt-in mode adds to the digest: exact runs keep the fingerprints they had.
+    if engine.activations != tl_core::Activations::Exact {
+        digest.update(format!(";activations={}", engine.activations).as_bytes());
+    }
     Ok(format!("fp_{:016x}", digest.digest()))
 }

@@ -236,3 +236,36 @@ fn smollm2_native_blocks_equal_f32_bit_for_bit() {
         assert_eq!(differ, 0, "step {i}: {differ} logits differ between native and f32 weights");
     }
 }
+
+#[test]
+fn smollm2_q8_activations_stay_near_the_exact_path() {
+    // `--activations q8` (numbers.md "q8 activations"): every projection of this file has
+    // an integer kernel. Its distance from the exact path is measured here (docs/spec and
+    // docs/benchmarks.md quote it) and bounded loosely: the mode trades exactness for speed,
+    // but must stay the same model.
+    let Some(path) = model() else { return };
+    let load =
+        |activations| ModelRunner::load(&path, &EngineConfig { activations, ..EngineConfig::default() }).expect("load");
+    let (mut exact, mut q8) = (load(tl_core::Activations::Exact), load(tl_core::Activations::Q8));
+    let r = refs();
+    let (mut worst, mut agree, mut steps) = (0f32, 0usize, 0usize);
+    for case in r["cases"].as_array().unwrap() {
+        let prompt = ids(&case["prompt_ids"]);
+        let (mut se, mut sq) = (exact.sequence(), q8.sequence());
+        let (mut le, mut lq) = (exact.feed(&mut se, &prompt).unwrap(), q8.feed(&mut sq, &prompt).unwrap());
+        let scale = le.iter().fold(0f32, |m, x| m.max(x.abs()));
+        worst = worst.max(le.iter().zip(&lq).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale);
+        // Greedy on the exact path; the q8 run follows the same tokens (teacher-forced).
+        for _ in 0..16 {
+            let t = argmax(&le);
+            steps += 1;
+            agree += (argmax(&lq) == t) as usize;
+            le = exact.feed(&mut se, &[t]).unwrap();
+            lq = q8.feed(&mut sq, &[t]).unwrap();
+        }
+    }
+    eprintln!("SmolLM2 Q4_1, q8 vs exact: max |logit diff| / max |logit| = {worst:.4}; greedy top-1 agrees on {agree}/{steps} steps");
+    assert!(worst > 0.0, "q8 gave the exact path's logits: the mode is not on");
+    assert!(worst < 0.1, "q8 logits {worst} (relative) from the exact path");
+    assert!(agree * 10 >= steps * 8, "top-1 agreement {agree}/{steps}");
+}

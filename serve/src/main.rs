@@ -88,6 +88,10 @@ struct Cli {
     /// How weights are held: native, f32, int4 or int4:G.
     #[arg(long, default_value = "native")]
     weights: String,
+    /// How projections treat their input rows: exact (the default) or q8 (int8 rows for
+    /// the Q8_0/Q4_0/Q4_1/int4 weights; still the same bits in any batch).
+    #[arg(long, default_value = "exact")]
+    activations: String,
     /// The host other servers should use for this one (a decode server fetching KV);
     /// default: the listening host (127.0.0.1 when listening on every interface).
     #[arg(long)]
@@ -157,6 +161,7 @@ fn run(cli: Cli) -> Result<(), String> {
         std::env::set_var("CANDLE_NUM_THREADS", cli.threads.to_string());
     }
     let weights = cli.weights.parse::<Weights>().map_err(|e| format!("--{e}"))?;
+    let activations = cli.activations.parse::<tl_core::Activations>().map_err(|e| format!("--{e}"))?;
     let (speculate, draft_model) = speculate_flag(&cli.speculate)?;
     let engine = EngineConfig {
         max_batch_tokens: cli.max_batch_tokens,
@@ -164,6 +169,7 @@ fn run(cli: Cli) -> Result<(), String> {
         prefill_chunk: cli.prefill_chunk,
         threads: cli.threads,
         weights,
+        activations,
         kv: KvConfig {
             block_tokens: cli.block_tokens,
             n_blocks: cli.kv_blocks,

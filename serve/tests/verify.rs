@@ -93,6 +93,38 @@ fn verify_on_smollm2_finds_every_condition_identical() {
     all_identical(&out, 3, 2, 2);
 }
 
+#[test]
+fn verify_with_q8_activations_finds_every_condition_identical() {
+    // The int8-activation mode (`--activations q8`) keeps the promise on SmolLM2, whose
+    // Q4_1 projections and Q8_0 head all run on int8 rows.
+    let Some(model) = smollm2() else { return };
+    let (code, out, err) = verify(&[
+        "--model",
+        &model.to_string_lossy(),
+        "--prompt",
+        "Name three colours and say why you like them.",
+        "--seed",
+        "5",
+        "--temperature",
+        "0.8",
+        "--max-tokens",
+        "16",
+        "--threads",
+        "2",
+        "--batches",
+        "2,8",
+        "--chunks",
+        "1,13",
+        "--activations",
+        "q8",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    all_identical(&out, 2, 2, 2);
+    let (code, _, err) = verify(&["--model", &model.to_string_lossy(), "--prompt", "x", "--activations", "q4"]);
+    assert_eq!(code, 2, "a bad mode is a one-line error: {err}");
+    assert!(err.contains("activations") && err.lines().count() == 1, "{err}");
+}
+
 /// A request/response pair saved from a running serve, as the docs say to make one.
 fn saved_pair(dir: &Path) -> (PathBuf, Value) {
     let s = Server::start(options(tiny(), 256, 16, 8, 16));

@@ -98,6 +98,9 @@ struct Cli {
     /// How weights are held: native, f32, int4 or int4:G (replay: as serve ran).
     #[arg(long, default_value = "native")]
     weights: String,
+    /// How projections treat their input rows: exact or q8 (replay: as serve ran).
+    #[arg(long, default_value = "exact")]
+    activations: String,
 }
 
 /// The request body the flags describe (over `--request`'s when given).
@@ -154,6 +157,11 @@ fn threads(cli: &Cli) -> usize {
     }
 }
 
+/// `--activations`, parsed.
+fn activations(cli: &Cli) -> Result<tl_core::Activations, String> {
+    cli.activations.parse().map_err(|e| format!("--{e}"))
+}
+
 fn replay(cli: &Cli, weights: Weights, file: &PathBuf) -> Result<bool, String> {
     let r = Replay::open(file).map_err(|e| e.to_string())?;
     let opts = tl_serve::Options {
@@ -162,6 +170,7 @@ fn replay(cli: &Cli, weights: Weights, file: &PathBuf) -> Result<bool, String> {
         engine: EngineConfig {
             threads: threads(cli),
             weights,
+            activations: activations(cli)?,
             kv: KvConfig { block_tokens: cli.block_tokens, ..KvConfig::default() },
             ..EngineConfig::default()
         },
@@ -190,6 +199,7 @@ fn conditions(cli: &Cli, weights: Weights) -> Result<bool, VerifyError> {
         model: cli.model.clone(),
         threads: n,
         weights,
+        activations: activations(cli).map_err(VerifyError::Request)?,
         block_tokens: cli.block_tokens,
         max_batch_tokens: cli.max_batch_tokens,
         prefill_chunk: cli.prefill_chunk,

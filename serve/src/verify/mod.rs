@@ -65,6 +65,8 @@ pub struct Setup {
     pub threads: usize,
     /// Weight mode.
     pub weights: Weights,
+    /// Activation mode (`--activations`).
+    pub activations: tl_core::Activations,
     /// KV block size, the same in every run.
     pub block_tokens: u32,
     /// The reference's step budget and prefill piece.
@@ -468,6 +470,7 @@ fn load(setup: &Setup, k: &Knobs) -> Result<ModelRunner, VerifyError> {
         prefill_chunk: k.prefill_chunk,
         threads: k.threads,
         weights: setup.weights,
+        activations: setup.activations,
         kv: KvConfig { block_tokens: setup.block_tokens, n_blocks: Some(k.n_blocks.max(1)), ..KvConfig::default() },
         ..EngineConfig::default()
     };
