@@ -3,11 +3,14 @@
 //! weights' integer codes and the scales applied in a fixed order. Opt-in
 //! ([`crate::Linear::with_activations`]); the exact f32 path stays the default.
 //!
-//! Kinds with an integer kernel: Q8_0 and Q4_0 / Q4_1 (their own panels, [`crate::pack`]).
+//! Kinds with an integer kernel: Q8_0 and Q4_0 / Q4_1 / int4 (their own panels,
+//! [`crate::pack`]) and Q4_K (the generic panels, [`crate::blocks`]).
 //! Per output `y[i][n]`, blocks `b` ascending, from +0.0:
 //! - Q8_0 (`w = q d`), Q4_0 (`w = (c - 8) d`): `y = fma(d * dx, I, y)` with `I` the exact
 //!   integer `Σ q qx` (Q4_0: `Σ c qx - 8 Σ qx`), as f32 (exact: `|I| < 2^24`);
 //! - Q4_1 (`w = c d + m`): `y = fma(d * dx, Σ c qx, y)` then `y = fma(m * dx, Σ qx, y)`;
+//! - Q4_K, per sub-block of 32: `y = fma((d sc) dx, Σ c qx, y)` then
+//!   `y = fma((-dmin mn) dx, Σ qx, y)`;
 //!
 //! where `dx` is the activation block's scale and `d * dx`, `m * dx` one f32 rounding each.
 //! The integer sums are exact whatever order adds them, so every instruction set gives
@@ -18,6 +21,8 @@
 
 use rayon::prelude::*;
 
+use crate::blocks;
+use crate::format::Blk;
 use crate::half_conv::f16_to_f32;
 use crate::pack::{q4_block, Kind, Q8_BLOCK, QK};
 use crate::simd::NR;
@@ -125,7 +130,7 @@ pub struct Q8Row {
 /// Quantize `m` rows of `inp` (a multiple of 32) values, for panels of `kind`.
 pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRows {
     let nb = inp / QK;
-    let nibble_order = matches!(kind, Kind::Q4 { .. });
+    let nibble_order = matches!(kind, Kind::Q4 { .. } | Kind::Blk(Blk::Q4K));
     let mut r = QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb], nibble_order };
     let mut tmp = [0i8; QK];
     for ((xb, qb), (d, s)) in x.chunks_exact(QK).zip(r.q.chunks_exact_mut(QK)).zip(r.d.iter_mut().zip(r.s.iter_mut())) {
@@ -146,7 +151,7 @@ pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRow
 
 /// Whether `kind` has an integer kernel.
 pub(crate) fn supported(kind: Kind) -> bool {
-    matches!(kind, Kind::Q8 | Kind::Q4 { .. })
+    matches!(kind, Kind::Q8 | Kind::Q4 { .. } | Kind::Blk(Blk::Q4K))
 }
 
 /// The panels of one layer and the rows against them.
@@ -189,40 +194,57 @@ pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], simd: bool) {
     }
 }
 
-/// The code of weight `k` of lane `l` of a panel block, and the offset subtracted from it
-/// (the integer value is `code - off`).
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// The unsigned code of weight `k` of lane `l` of a panel block (Q8_0's: the i8 itself).
 fn code(kind: Kind, blk: &[u8], l: usize, k: usize) -> i32 {
+    let word = |at: usize| u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
     match kind {
         Kind::Q8 => blk[NR * 2 + k * NR + l] as i8 as i32,
         Kind::Q4 { min } => {
             let at = NR * 2 * (1 + min as usize) + ((k / 8) * NR + l) * 4;
-            let word = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
-            ((word >> (4 * (k % 8))) & 15) as i32
+            ((word(at) >> (4 * (k % 8))) & 15) as i32
+        }
+        Kind::Blk(Blk::Q4K) => {
+            let at = blocks::layout(Blk::Q4K).lo + ((k / 8) * NR + l) * 4;
+            ((word(at) >> (4 * (k % 8))) & 15) as i32
         }
         _ => unreachable!("no integer kernel for {kind:?}"),
     }
 }
 
-/// The reference: one panel, every row, by the module's formulas.
+/// The reference: one panel, every row, by the module's formulas, one activation block
+/// (32 values) at a time.
 fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32]) {
     let nb = j.inp / QK;
-    let bb = block_bytes(j.kind);
+    let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK); // activation blocks per weight block
     for r in 0..m {
         for l in 0..NR {
             let mut y = 0.0f32;
-            for b in 0..nb {
+            for ab in 0..nb {
+                let (b, sub) = (ab / per, ab % per);
                 let blk = &panel[b * bb..(b + 1) * bb];
-                let (dx, sx) = (j.rows.d[r * nb + b], j.rows.s[r * nb + b]);
-                let dot: i32 = (0..QK).map(|k| code(j.kind, blk, l, k) * j.rows.at(r, j.inp, b * QK + k) as i32).sum();
-                let d = f16_to_f32(u16::from_le_bytes([blk[2 * l], blk[2 * l + 1]]));
+                let (dx, sx) = (j.rows.d[r * nb + ab], j.rows.s[r * nb + ab]);
+                let dot: i32 =
+                    (0..QK).map(|k| code(j.kind, blk, l, sub * QK + k) * j.rows.at(r, j.inp, ab * QK + k) as i32).sum();
+                let d = f16_at(blk, 2 * l);
                 match j.kind {
                     Kind::Q4 { min: true } => {
-                        let mw = f16_to_f32(u16::from_le_bytes([blk[NR * 2 + 2 * l], blk[NR * 2 + 2 * l + 1]]));
                         y = (d * dx).mul_add(dot as f32, y);
-                        y = (mw * dx).mul_add(sx as f32, y);
+                        y = (f16_at(blk, NR * 2 + 2 * l) * dx).mul_add(sx as f32, y);
                     }
                     Kind::Q4 { min: false } => y = (d * dx).mul_add((dot - 8 * sx) as f32, y),
-                    _ => y = (d * dx).mul_add(dot as f32, y),
+                    Kind::Q8 => y = (d * dx).mul_add(dot as f32, y),
+                    _ => {
+                        // Q4_K: `(d sc) q - dmin mn`; the panel keeps -dmin, and both
+                        // products with a 6-bit integer are exact.
+                        let lay = blocks::layout(Blk::Q4K);
+                        let (sc, mn) = (blk[lay.sc + sub * NR + l] as f32, blk[lay.sc + (per + sub) * NR + l] as f32);
+                        y = ((d * sc) * dx).mul_add(dot as f32, y);
+                        y = ((f16_at(blk, NR * 2 + 2 * l) * mn) * dx).mul_add(sx as f32, y);
+                    }
                 }
             }
             t[r * NR + l] = y;
@@ -235,7 +257,16 @@ fn block_bytes(kind: Kind) -> usize {
     match kind {
         Kind::Q8 => Q8_BLOCK,
         Kind::Q4 { min } => q4_block(min),
+        Kind::Blk(f) => blocks::layout(f).bytes,
         _ => unreachable!("no integer kernel for {kind:?}"),
+    }
+}
+
+/// Weights per panel block of an integer kind.
+fn weights_per_block(kind: Kind) -> usize {
+    match kind {
+        Kind::Blk(f) => f.k(),
+        _ => QK,
     }
 }
 
@@ -256,7 +287,9 @@ pub(crate) fn simd_available() -> bool {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{block_bytes, IntJob};
+    use super::{block_bytes, weights_per_block, IntJob};
+    use crate::blocks;
+    use crate::format::Blk;
     use crate::pack::{Kind, QK};
     use crate::simd::NR;
 
@@ -300,15 +333,33 @@ mod x86 {
     #[inline(always)]
     unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: &[u8], r0: usize, t: &mut [f32]) {
         let nb = j.inp / QK;
-        let bb = block_bytes(j.kind);
+        let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK);
         let idx = _mm512_loadu_si512(q8_transpose().as_ptr() as *const _);
+        let lo_mask = _mm512_set1_epi8(15);
+        let lay = blocks::layout(Blk::Q4K);
         let mut acc = [_mm512_setzero_ps(); R];
-        for b in 0..nb {
+        for ab in 0..nb {
+            let (b, sub) = (ab / per, ab % per);
             let blk = panel.as_ptr().add(b * bb);
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk as *const __m256i));
             let mut dot = [_mm512_setzero_si512(); R];
-            // Each row's codes of this block, 4 a 32-bit word (in the kind's order).
-            let qx = |r: usize| j.rows.q.as_ptr().add((r0 + r) * j.inp + b * QK);
+            // Each row's codes of this activation block (in the kind's order).
+            let qx = |r: usize| j.rows.q.as_ptr().add((r0 + r) * j.inp + ab * QK);
+            // 4-bit codes, 8 a lane of each of 4 words from `q`: bytes 0..4 of a lane hold
+            // codes 8c + 0, 2, 4, 6 (low nibbles), then 8c + 1, 3, 5, 7 (high nibbles),
+            // QRows' nibble order.
+            let nibbles = |q: *const u8, dot: &mut [__m512i; R]| {
+                for c in 0..QK / 8 {
+                    let word = _mm512_loadu_si512(q.add(c * NR * 4) as *const _);
+                    let lo = _mm512_and_si512(word, lo_mask);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(word), lo_mask);
+                    for (r, dot) in dot.iter_mut().enumerate() {
+                        let x = qx(r).add(8 * c) as *const i32;
+                        *dot = _mm512_dpbusd_epi32(*dot, lo, _mm512_set1_epi32(x.read_unaligned()));
+                        *dot = _mm512_dpbusd_epi32(*dot, hi, _mm512_set1_epi32(x.add(1).read_unaligned()));
+                    }
+                }
+            };
             match j.kind {
                 Kind::Q8 => {
                     let q = blk.add(NR * 2);
@@ -321,43 +372,34 @@ mod x86 {
                         }
                     }
                 }
-                Kind::Q4 { min } => {
-                    let q = blk.add(NR * 2 * (1 + min as usize));
-                    let lo_mask = _mm512_set1_epi8(15);
-                    for c in 0..QK / 8 {
-                        let word = _mm512_loadu_si512(q.add(c * NR * 4) as *const _);
-                        // Bytes 0..4 of a lane: codes 8c + 0, 2, 4, 6 (low nibbles), then
-                        // 8c + 1, 3, 5, 7 (high nibbles).
-                        let lo = _mm512_and_si512(word, lo_mask);
-                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(word), lo_mask);
-                        for r in 0..R {
-                            // Codes 8c + 0, 2, 4, 6 then 8c + 1, 3, 5, 7 (QRows' nibble order).
-                            let x = qx(r).add(8 * c) as *const i32;
-                            dot[r] = _mm512_dpbusd_epi32(dot[r], lo, _mm512_set1_epi32(x.read_unaligned()));
-                            dot[r] = _mm512_dpbusd_epi32(dot[r], hi, _mm512_set1_epi32(x.add(1).read_unaligned()));
-                        }
-                    }
-                }
-                _ => unreachable!(),
+                Kind::Q4 { min } => nibbles(blk.add(NR * 2 * (1 + min as usize)), &mut dot),
+                // Sub-block `sub`'s 32 codes: low words 4 sub .. 4 sub + 4.
+                _ => nibbles(blk.add(lay.lo + sub * 4 * NR * 4), &mut dot),
             }
+            // What multiplies each row's scale: d (Q8_0, Q4_0, Q4_1), d * sc (Q4_K), and
+            // the offset's factor: m (Q4_1), -dmin * mn (Q4_K).
+            let u8s =
+                |at: usize| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(at) as *const __m128i)));
+            let second = || _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(NR * 2) as *const __m256i));
+            let (a, off) = match j.kind {
+                Kind::Blk(_) => (
+                    _mm512_mul_ps(d, u8s(lay.sc + sub * NR)),
+                    Some(_mm512_mul_ps(second(), u8s(lay.sc + (per + sub) * NR))),
+                ),
+                Kind::Q4 { min: true } => (d, Some(second())),
+                _ => (d, None),
+            };
             for r in 0..R {
-                let (dx, sx) = (j.rows.d[(r0 + r) * nb + b], j.rows.s[(r0 + r) * nb + b]);
-                let dd = _mm512_mul_ps(d, _mm512_set1_ps(dx));
-                match j.kind {
-                    Kind::Q8 => {
-                        let i = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(128 * sx));
-                        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(i), acc[r]);
-                    }
-                    Kind::Q4 { min: false } => {
-                        let i = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(8 * sx));
-                        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(i), acc[r]);
-                    }
-                    _ => {
-                        let mw = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(NR * 2) as *const __m256i));
-                        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(dot[r]), acc[r]);
-                        let dm = _mm512_mul_ps(mw, _mm512_set1_ps(dx));
-                        acc[r] = _mm512_fmadd_ps(dm, _mm512_set1_ps(sx as f32), acc[r]);
-                    }
+                let (dx, sx) = (j.rows.d[(r0 + r) * nb + ab], j.rows.s[(r0 + r) * nb + ab]);
+                let dxv = _mm512_set1_ps(dx);
+                let i = match j.kind {
+                    Kind::Q8 => _mm512_sub_epi32(dot[r], _mm512_set1_epi32(128 * sx)),
+                    Kind::Q4 { min: false } => _mm512_sub_epi32(dot[r], _mm512_set1_epi32(8 * sx)),
+                    _ => dot[r],
+                };
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(a, dxv), _mm512_cvtepi32_ps(i), acc[r]);
+                if let Some(off) = off {
+                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(off, dxv), _mm512_set1_ps(sx as f32), acc[r]);
                 }
             }
         }

@@ -30,6 +30,7 @@ fn format(name: &str) -> Format {
         "Q8_0" => Format::Q8_0,
         "Q4_0" => Format::Q4_0,
         "Q4_1" => Format::Q4_1,
+        "Q4_K" => Format::Q4_K,
         other => panic!("{other}"),
     }
 }
@@ -84,14 +85,15 @@ impl Lcg {
     }
 }
 
-/// Random stored blocks of `format` (Q8_0, Q4_0, Q4_1) with finite f16 scales.
+/// Random stored blocks of `format` (Q8_0, Q4_0, Q4_1, Q4_K) with finite f16 scales.
 fn random(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u8> {
-    let (size, scales) = match format {
-        Format::Q8_0 => (34, 1),
-        Format::Q4_0 => (18, 1),
-        _ => (20, 2),
+    let (size, scales, k) = match format {
+        Format::Q8_0 => (34, 1, 32),
+        Format::Q4_0 => (18, 1, 32),
+        Format::Q4_1 => (20, 2, 32),
+        _ => (144, 2, 256), // Q4_K: d, dmin first
     };
-    let mut b: Vec<u8> = (0..out * inp / 32 * size).map(|_| rng.next() as u8).collect();
+    let mut b: Vec<u8> = (0..out * inp / k * size).map(|_| rng.next() as u8).collect();
     for blk in b.chunks_exact_mut(size) {
         for s in 0..scales {
             blk[2 * s..2 * s + 2].copy_from_slice(&f32_to_f16(rng.f() * 0.05).to_le_bytes());
@@ -104,7 +106,7 @@ fn random(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u8> {
 fn q8_rows_do_not_depend_on_the_batch_nor_the_threads_and_stay_near_the_exact_path() {
     let mut rng = Lcg(5);
     let (out, inp, m) = (70, 256, 19);
-    for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1] {
+    for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q4_K] {
         let bytes = random(format, out, inp, &mut rng);
         let q8 = Linear::from_stored(format, &bytes, out, inp).unwrap().with_activations(Activations::Q8);
         let x: Vec<f32> = (0..m * inp).map(|_| rng.f()).collect();
