@@ -312,6 +312,40 @@ mod x86 {
         }
     }
 
+    // The pieces below are functions, never closures: a closure cannot be
+    // `inline(always)`, and one LLVM leaves out of line is compiled without the
+    // instruction set, each intrinsic in it a call (issue 36; tests/codegen.rs).
+
+    /// 16 f16 at `p`, widened.
+    #[inline(always)]
+    unsafe fn f16s(p: *const u8) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+    }
+
+    /// 16 u8 at `p`, as f32.
+    #[inline(always)]
+    unsafe fn u8s(p: *const u8) -> __m512 {
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i)))
+    }
+
+    /// The 4-bit codes of 4 words from `q` (8 a lane each) against 32 codes of each of
+    /// `R` rows (`x`, rows `inp` apart): bytes 0..4 of a lane hold codes 8c + 0, 2, 4, 6
+    /// (low nibbles), then 8c + 1, 3, 5, 7 (high nibbles), QRows' nibble order.
+    #[inline(always)]
+    unsafe fn nibbles<const R: usize>(q: *const u8, x: *const i8, inp: usize, dot: &mut [__m512i; R]) {
+        let lo_mask = _mm512_set1_epi8(15);
+        for c in 0..QK / 8 {
+            let word = _mm512_loadu_si512(q.add(c * NR * 4) as *const _);
+            let lo = _mm512_and_si512(word, lo_mask);
+            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(word), lo_mask);
+            for (r, dot) in dot.iter_mut().enumerate() {
+                let xr = x.add(r * inp + 8 * c) as *const i32;
+                *dot = _mm512_dpbusd_epi32(*dot, lo, _mm512_set1_epi32(xr.read_unaligned()));
+                *dot = _mm512_dpbusd_epi32(*dot, hi, _mm512_set1_epi32(xr.add(1).read_unaligned()));
+            }
+        }
+    }
+
     /// Q8 panels keep code k of the 16 lanes as 16 bytes; `vpdpbusd` wants each lane's
     /// 4 consecutive codes in one 32-bit lane: byte `4 l + i` of the result is byte
     /// `16 i + l` of the 64 loaded (codes k .. k + 4).
@@ -335,31 +369,15 @@ mod x86 {
         let nb = j.inp / QK;
         let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK);
         let idx = _mm512_loadu_si512(q8_transpose().as_ptr() as *const _);
-        let lo_mask = _mm512_set1_epi8(15);
         let lay = blocks::layout(Blk::Q4K);
         let mut acc = [_mm512_setzero_ps(); R];
         for ab in 0..nb {
             let (b, sub) = (ab / per, ab % per);
             let blk = panel.as_ptr().add(b * bb);
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk as *const __m256i));
+            let d = f16s(blk);
             let mut dot = [_mm512_setzero_si512(); R];
             // Each row's codes of this activation block (in the kind's order).
-            let qx = |r: usize| j.rows.q.as_ptr().add((r0 + r) * j.inp + ab * QK);
-            // 4-bit codes, 8 a lane of each of 4 words from `q`: bytes 0..4 of a lane hold
-            // codes 8c + 0, 2, 4, 6 (low nibbles), then 8c + 1, 3, 5, 7 (high nibbles),
-            // QRows' nibble order.
-            let nibbles = |q: *const u8, dot: &mut [__m512i; R]| {
-                for c in 0..QK / 8 {
-                    let word = _mm512_loadu_si512(q.add(c * NR * 4) as *const _);
-                    let lo = _mm512_and_si512(word, lo_mask);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(word), lo_mask);
-                    for (r, dot) in dot.iter_mut().enumerate() {
-                        let x = qx(r).add(8 * c) as *const i32;
-                        *dot = _mm512_dpbusd_epi32(*dot, lo, _mm512_set1_epi32(x.read_unaligned()));
-                        *dot = _mm512_dpbusd_epi32(*dot, hi, _mm512_set1_epi32(x.add(1).read_unaligned()));
-                    }
-                }
-            };
+            let qx = |r: usize| j.rows.q.as_ptr().add((r0 + r) * j.inp + ab * QK); // (pointer math only)
             match j.kind {
                 Kind::Q8 => {
                     let q = blk.add(NR * 2);
@@ -372,21 +390,18 @@ mod x86 {
                         }
                     }
                 }
-                Kind::Q4 { min } => nibbles(blk.add(NR * 2 * (1 + min as usize)), &mut dot),
+                Kind::Q4 { min } => nibbles::<R>(blk.add(NR * 2 * (1 + min as usize)), qx(0), j.inp, &mut dot),
                 // Sub-block `sub`'s 32 codes: low words 4 sub .. 4 sub + 4.
-                _ => nibbles(blk.add(lay.lo + sub * 4 * NR * 4), &mut dot),
+                _ => nibbles::<R>(blk.add(lay.lo + sub * 4 * NR * 4), qx(0), j.inp, &mut dot),
             }
             // What multiplies each row's scale: d (Q8_0, Q4_0, Q4_1), d * sc (Q4_K), and
             // the offset's factor: m (Q4_1), -dmin * mn (Q4_K).
-            let u8s =
-                |at: usize| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(at) as *const __m128i)));
-            let second = || _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(NR * 2) as *const __m256i));
             let (a, off) = match j.kind {
                 Kind::Blk(_) => (
-                    _mm512_mul_ps(d, u8s(lay.sc + sub * NR)),
-                    Some(_mm512_mul_ps(second(), u8s(lay.sc + (per + sub) * NR))),
+                    _mm512_mul_ps(d, u8s(blk.add(lay.sc + sub * NR))),
+                    Some(_mm512_mul_ps(f16s(blk.add(NR * 2)), u8s(blk.add(lay.sc + (per + sub) * NR)))),
                 ),
-                Kind::Q4 { min: true } => (d, Some(second())),
+                Kind::Q4 { min: true } => (d, Some(f16s(blk.add(NR * 2)))),
                 _ => (d, None),
             };
             for r in 0..R {
