@@ -50,6 +50,7 @@ mod config;
 pub mod fields;
 pub mod gguf;
 mod head;
+mod kv_rows;
 mod lanes;
 mod moe;
 mod plan;
@@ -83,7 +84,7 @@ pub use weights::{dense_mlp, prenorm_stack, Loader};
 /// with the portable reference; not an API.
 #[doc(hidden)]
 pub mod kernels {
-    pub use crate::attention::{attend_one, attend_span, attend_span_sinks, narrow_f16, Span, MAX_G};
+    pub use crate::attention::{attend_one, attend_span, attend_span_q8, attend_span_sinks, narrow_f16, Span, MAX_G};
     pub use crate::lanes::{exp16, Path};
     pub use crate::rowops::{clamped_swiglu_row, gelu_tanh_row, rms_norm_row, swiglu_row};
 }
