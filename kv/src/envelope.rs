@@ -7,8 +7,8 @@
 //! FNV-1a 64 of every preceding byte as a u64 trailer. A slab is its values as u16 (f16,
 //! dtype 1), or its codes as bytes then its row scales as u16 (q8, dtype 2).
 //!
-//! Version 1 holds f16 only; version 2 adds the q8 dtype. f16 pools still write version 1
-//! (so an older reader takes their exports) and read both; q8 pools write and read 2.
+//! Version 1 holds f16 values; version 2 holds q8 ones. f16 pools still write and read
+//! version 1 only, so their envelopes are byte for byte those of a tl without q8.
 
 use tl_core::{KvElem, KvError};
 
@@ -184,23 +184,25 @@ impl KvPool {
         }
         let version = u32_at(buf, 8);
         let dtype = u32_at(buf, 12);
-        let ours = self.elem.code();
-        match (version, KvElem::from_code(dtype)) {
-            (ENVELOPE_VERSION, Some(KvElem::F16)) | (ENVELOPE_VERSION_2, Some(_)) => {}
-            (ENVELOPE_VERSION | ENVELOPE_VERSION_2, _) => {
-                return Err(bad(format!("dtype {dtype} is not one version {version} defines")))
-            }
-            _ => {
-                return Err(bad(format!(
-                    "unsupported version {version}, this pool reads {ENVELOPE_VERSION} and {ENVELOPE_VERSION_2}"
-                )))
-            }
+        if version != ENVELOPE_VERSION && version != ENVELOPE_VERSION_2 {
+            return Err(bad(format!(
+                "unsupported version {version}, this crate reads {ENVELOPE_VERSION} and {ENVELOPE_VERSION_2}"
+            )));
         }
+        let ours = self.elem.code();
         if dtype != ours {
             return Err(bad(format!(
                 "dtype {dtype} ({}) does not match this pool's {ours} ({}): the element types differ",
-                KvElem::from_code(dtype).map_or("?".into(), |e| e.to_string()),
+                KvElem::from_code(dtype).map_or("unknown".into(), |e| e.to_string()),
                 self.elem
+            )));
+        }
+        // One version per element type, so a reader never guesses a layout.
+        if version != version_of(self.elem) {
+            return Err(bad(format!(
+                "version {version} does not carry {} values (version {} does)",
+                self.elem,
+                version_of(self.elem)
             )));
         }
         let g = self.geometry;
