@@ -3,8 +3,9 @@
 //! follows the documented arithmetic (a reference written here from attention.rs's
 //! definition), and the comparison is sharp enough to catch a reordered sum.
 
+use tl_core::{quantize_q8, Q8Slab};
 use tl_decoder::kernels::{
-    attend_one, attend_span, attend_span_sinks, clamped_swiglu_row, exp16, gelu_tanh_row, narrow_f16, rms_norm_row,
+    attend_one, attend_span, attend_span_q8, attend_span_sinks, clamped_swiglu_row, exp16, gelu_tanh_row, narrow_f16, rms_norm_row,
     swiglu_row, Path, Span,
 };
 use tl_quant::{f16_to_f32, f32_to_f16};
@@ -46,6 +47,9 @@ struct Case {
     b: usize,
     n: usize,
     d: usize,
+    /// K and V quantized per row (`quantize_q8`): per block, (codes, scales). When set,
+    /// `row` reads these (the reference then works on the dequantized values).
+    q8: Option<[Vec<(Vec<i8>, Vec<u16>)>; 2]>,
 }
 
 impl Case {
@@ -56,7 +60,41 @@ impl Case {
             (0..blocks).map(|_| (0..b * d).map(|_| f32_to_f16(rng.f32(scale))).collect()).collect()
         };
         let (k, v) = (slab(3.0), slab(2.0));
-        Case { q: rng.vec(group * d, 1.5), k, v, b, n, d }
+        Case { q: rng.vec(group * d, 1.5), k, v, b, n, d, q8: None }
+    }
+
+    /// This case with K and V (the f16 values, widened) quantized to q8 rows.
+    fn quantized(mut self) -> Case {
+        let d = self.d;
+        let q8 = |slabs: &[Vec<u16>]| -> Vec<(Vec<i8>, Vec<u16>)> {
+            slabs
+                .iter()
+                .map(|s| {
+                    let mut codes = vec![0i8; s.len()];
+                    let scales = s
+                        .chunks_exact(d)
+                        .zip(codes.chunks_exact_mut(d))
+                        .map(|(r, c)| quantize_q8(&r.iter().map(|&h| f16_to_f32(h)).collect::<Vec<_>>(), c))
+                        .collect();
+                    (codes, scales)
+                })
+                .collect()
+        };
+        self.q8 = Some([q8(&self.k), q8(&self.v)]);
+        self
+    }
+
+    /// The q8 kernel over keys `lo .. n` with score scale `scale`.
+    fn run_q8(&self, path: Path, lo: usize, scale: f32) -> Vec<f32> {
+        let [k, v] = self.q8.as_ref().expect("a quantized case");
+        let (k, v): (Vec<Q8Slab<'_>>, Vec<Q8Slab<'_>>) = (
+            k.iter().map(|(c, s)| Q8Slab { codes: c, scales: s }).collect(),
+            v.iter().map(|(c, s)| Q8Slab { codes: c, scales: s }).collect(),
+        );
+        let mut out = vec![f32::NAN; self.q.len()];
+        let span = Span { lo, n: self.n, d: self.d, scale };
+        attend_span_q8(path, &self.q, (&k, &v), self.b, (span, &[]), &mut out).expect("q8 attention runs");
+        out
     }
 
     fn run(&self, path: Path) -> Vec<f32> {
@@ -67,9 +105,14 @@ impl Case {
         out
     }
 
-    /// Row `j` of K or V, widened.
+    /// Row `j` of K or V, widened (or dequantized: code times the row's scale).
     fn row(&self, slabs: &[Vec<u16>], j: usize) -> Vec<f32> {
         let at = (j % self.b) * self.d;
+        if let Some(q8) = &self.q8 {
+            let (codes, scales) = &q8[usize::from(std::ptr::eq(slabs, self.v.as_slice()))][j / self.b];
+            let s = f16_to_f32(scales[j % self.b]);
+            return codes[at..at + self.d].iter().map(|&c| f32::from(c) * s).collect();
+        }
         slabs[j / self.b][at..at + self.d].iter().map(|&h| f16_to_f32(h)).collect()
     }
 
@@ -162,6 +205,40 @@ fn attention_paths_equal_portable_bit_for_bit() {
         }
     }
     eprintln!("{cases} cases equal on {} paths", paths.len() + 1);
+}
+
+/// The q8 kernel (codes times the row scale, loaded in place) follows the same documented
+/// arithmetic over the dequantized values, on every path, bit for bit, including windows.
+#[test]
+fn q8_attention_paths_equal_the_reference_bit_for_bit() {
+    let paths = simd_paths();
+    let mut rng = Rng(0x0833_0833);
+    let mut cases = 0;
+    for d in [64, 16, 24, 8] {
+        for group in [1, 3, 5] {
+            for n in KEYS {
+                for b in [4, 7] {
+                    let c = Case::new(&mut rng, group, n, d, b).quantized();
+                    let lo = n / 3;
+                    let scale = 1.0 / (d as f32).sqrt();
+                    let portable = c.run_q8(Path::Portable, lo, scale);
+                    assert!(portable.iter().all(|x| x.is_finite()), "d {d} group {group} n {n}: not finite");
+                    let want = c.reference_span(lo, scale, false);
+                    assert_eq!(bits(&portable), bits(&want), "q8 portable != reference: d {d} group {group} n {n} b {b}");
+                    for &p in &paths {
+                        assert_eq!(bits(&c.run_q8(p, lo, scale)), bits(&portable), "{p:?}: d {d} group {group} n {n}");
+                    }
+                    cases += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{cases} q8 cases equal on {} paths", paths.len() + 1);
+    // The comparison is sharp: the same case read as f16 differs.
+    let c = Case::new(&mut Rng(5), 1, 33, 64, 4).quantized();
+    let mut f16 = Case::new(&mut Rng(5), 1, 33, 64, 4);
+    f16.q8 = None;
+    assert_ne!(bits(&c.run_q8(Path::Portable, 0, 0.125)), bits(&f16.run_span(Path::Portable, 0, 0.125)));
 }
 
 /// A one-key softmax is exactly 1: the output is the value row, widened.
