@@ -10,7 +10,9 @@
 //! - [`check_invariance`]: chunked prefill, a batch of every prompt, other thread counts
 //!   and `--weights f32`, each the same bits as the prompt alone;
 //! - [`check_same_bits`]: two loads of one model (a GGUF and its safetensors) give the
-//!   same logits bit for bit.
+//!   same logits bit for bit;
+//! - [`check_invariance_kv`], [`q8_distance`]: the same invariances on another KV backend
+//!   (`"q8-slab"`), and how far the q8 cache moves the logits from the f16 one.
 //!
 //! Golden data always comes from the fixture's generator script (transformers), never
 //! from the code under test.
@@ -21,7 +23,7 @@ use std::path::Path;
 use serde_json::Value;
 use tl_core::{EngineConfig, ForwardBatch, ForwardSeq, KvConfig, ModelRunner, Weights};
 
-// Name the KV plugin crate so its registration ("f16-slab") is linked.
+// Name the KV plugin crate so its registrations ("f16-slab", "q8-slab") are linked.
 use tl_kv as _;
 
 /// `fixture(name)`, `load(name, threads, weights)` and `reference(name)` over the calling
@@ -55,8 +57,18 @@ pub const B: u32 = 4;
 /// Runner settings for the fixtures: blocks of [`B`] positions, 256 of them, `threads`
 /// (0: every core) and the weight mode.
 pub fn engine(threads: usize, weights: Weights) -> EngineConfig {
+    engine_kv(threads, weights, F16)
+}
+
+/// The f16 KV backend's name (the default).
+pub const F16: &str = "f16-slab";
+/// The q8 KV backend's name.
+pub const Q8: &str = "q8-slab";
+
+/// [`engine`] with the KV backend named `kv` (`"f16-slab"`, `"q8-slab"`).
+pub fn engine_kv(threads: usize, weights: Weights, kv: &str) -> EngineConfig {
     EngineConfig {
-        kv: KvConfig { block_tokens: B, n_blocks: Some(256), ..KvConfig::default() },
+        kv: KvConfig { backend: kv.into(), block_tokens: B, n_blocks: Some(256), ..KvConfig::default() },
         threads,
         weights,
         ..EngineConfig::default()
@@ -65,7 +77,13 @@ pub fn engine(threads: usize, weights: Weights) -> EngineConfig {
 
 /// Load the model at `path` (a directory or a GGUF file) with [`engine`]'s settings.
 pub fn load_path(path: &Path, threads: usize, weights: Weights) -> ModelRunner {
-    ModelRunner::load(path, &engine(threads, weights)).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+    load_path_kv(path, threads, weights, F16)
+}
+
+/// [`load_path`] with the KV backend named `kv`.
+pub fn load_path_kv(path: &Path, threads: usize, weights: Weights, kv: &str) -> ModelRunner {
+    ModelRunner::load(path, &engine_kv(threads, weights, kv))
+        .unwrap_or_else(|e| panic!("loading {} with {kv}: {e}", path.display()))
 }
 
 /// One prompt of a reference.json.
@@ -310,13 +328,42 @@ pub fn check_same_bits(other: &mut ModelRunner, refs: &[RefPrompt], want: &[Vec<
 /// `path`, then 1 and 2 threads and `--weights f32`, each equal to the prompts alone bit
 /// for bit.
 pub fn check_invariance(path: &Path, refs: &[RefPrompt], chunkings: &[Vec<usize>]) {
-    let mut r = load_path(path, 0, Weights::Native);
+    check_invariance_kv(path, refs, chunkings, F16);
+}
+
+/// [`check_invariance`] with the KV backend named `kv` (every load of the check uses it).
+pub fn check_invariance_kv(path: &Path, refs: &[RefPrompt], chunkings: &[Vec<usize>], kv: &str) {
+    let mut r = load_path_kv(path, 0, Weights::Native, kv);
     let want = alone(&mut r, refs);
     check_chunks_and_batch(&mut r, refs, &want, chunkings);
     check_batched_decode(&mut r, refs, 12);
-    check_same_bits(&mut load_path(path, 1, Weights::Native), refs, &want, "1 thread");
-    check_same_bits(&mut load_path(path, 2, Weights::Native), refs, &want, "2 threads");
-    check_same_bits(&mut load_path(path, 0, Weights::F32), refs, &want, "--weights f32");
+    check_same_bits(&mut load_path_kv(path, 1, Weights::Native, kv), refs, &want, "1 thread");
+    check_same_bits(&mut load_path_kv(path, 2, Weights::Native, kv), refs, &want, "2 threads");
+    check_same_bits(&mut load_path_kv(path, 0, Weights::F32, kv), refs, &want, "--weights f32");
+}
+
+/// How far the q8 cache moves a model from the f16 cache: per prompt, max |logit diff| of
+/// the last logits, and the greedy run of `steps` tokens on each cache (printed with
+/// `label`; docs/kv.md quotes these lines). Returns (largest diff, prompts whose greedy
+/// tokens agree, the longest common greedy prefix over all prompts).
+pub fn q8_distance(path: &Path, refs: &[RefPrompt], steps: usize, label: &str) -> (f32, usize, usize) {
+    let mut f16 = load_path_kv(path, 0, Weights::Native, F16);
+    let mut q8 = load_path_kv(path, 0, Weights::Native, Q8);
+    let (mut worst, mut same, mut common) = (0.0f32, 0, usize::MAX);
+    for p in refs {
+        let diff = max_abs_diff(&run_in_steps(&mut f16, &p.ids, &[]), &run_in_steps(&mut q8, &p.ids, &[]));
+        let (a, b) = (greedy(&mut f16, &p.ids, steps), greedy(&mut q8, &p.ids, steps));
+        let agree = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        eprintln!(
+            "q8-vs-f16 {label} {:?}: max |logit diff| {diff:.3e} (max |logit| {:.2}); greedy {agree}/{steps} equal",
+            p.text,
+            max_abs(&p.last_logits)
+        );
+        worst = worst.max(diff);
+        same += usize::from(agree == steps);
+        common = common.min(agree);
+    }
+    (worst, same, common)
 }
 
 /// A temporary copy of the model directory `dir` (config.json and model.safetensors) with
