@@ -170,3 +170,17 @@ fn q8_slab_is_registered_beside_f16_slab() {
     ));
     assert!(matches!(KvPool::q8(KvGeometry { n_layers: u32::MAX, ..G }, u32::MAX, true), Err(KvError::Overflow { .. })));
 }
+
+#[test]
+fn the_fuzz_seed_of_version_2_is_a_valid_q8_envelope() {
+    // fuzz/seeds.py writes it: a selector byte, then the envelope; the fuzzer mutates from
+    // here, so it must reach the end of a successful import.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/kv_import/seed-q8-one-block");
+    let data = std::fs::read(path).expect("seed");
+    let g = KvGeometry { n_layers: 1, n_kv_heads: 1, head_dim: 2, block_tokens: 2 };
+    let mut p = KvPool::q8(g, 4, true).unwrap();
+    let ids = p.import(&data[1..]).expect("the seed imports");
+    let k = p.q8_slab(ids[0], 0, false).unwrap();
+    assert_eq!((k.codes, k.scales), (&[1i8, -127, 127, 0][..], &[0x2c00u16, 0x3c00][..]));
+    assert!(KvPool::new(g, 4).unwrap().import(&data[1..]).is_err(), "an f16 pool refuses it");
+}
