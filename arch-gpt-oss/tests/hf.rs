@@ -45,3 +45,11 @@ fn bad_gpt_oss_configs_are_refused_naming_the_field() {
     let e = cfg(|c| c["layer_types"] = serde_json::json!(["sliding_attention"]));
     assert!(e.contains("layer_types"), "{e}");
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_gpt_oss() {
+    // Over `--kv q8-slab`: sinks, windows and experts, the same bits across splits.
+    let chunks = [vec![3, 2, 5], vec![WINDOW - 1, 2], vec![WINDOW + 1, 1, WINDOW - 1]];
+    check_invariance_kv(&fixture(NAME), &reference(NAME), &chunks, Q8);
+    q8_distance(&fixture(NAME), &reference(NAME), 16, NAME);
+}

@@ -111,3 +111,11 @@ fn the_gguf_of_the_same_weights_equals_the_safetensors_bit_for_bit() {
     check_same_bits(&mut load_path(&path, 0, Weights::F32), &refs, &want, "GGUF, --weights f32");
     check_hf(&mut g, &refs, "tiny-qwen3-moe GGUF");
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_qwen3_moe() {
+    for name in NAMES {
+        check_invariance_kv(&fixture(name), &reference(name), &[vec![3, 2, 5], vec![7, 1]], Q8);
+        q8_distance(&fixture(name), &reference(name), 16, name);
+    }
+}

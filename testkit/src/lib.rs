@@ -342,28 +342,51 @@ pub fn check_invariance_kv(path: &Path, refs: &[RefPrompt], chunkings: &[Vec<usi
     check_same_bits(&mut load_path_kv(path, 0, Weights::F32, kv), refs, &want, "--weights f32");
 }
 
-/// How far the q8 cache moves a model from the f16 cache: per prompt, max |logit diff| of
-/// the last logits, and the greedy run of `steps` tokens on each cache (printed with
-/// `label`; docs/kv.md quotes these lines). Returns (largest diff, prompts whose greedy
-/// tokens agree, the longest common greedy prefix over all prompts).
+/// How far the q8 cache moves a model from the f16 cache, per prompt of `refs` (only its
+/// text and ids are read): the f16 cache's greedy run of `steps` tokens, the q8 cache fed
+/// the same tokens, and max |logit diff| over every step's logits; and the q8 cache's own
+/// greedy run, compared token by token. Printed with `label` (docs/kv.md quotes these
+/// lines). Returns (largest diff, prompts whose greedy runs agree fully, the shortest
+/// common greedy prefix).
 pub fn q8_distance(path: &Path, refs: &[RefPrompt], steps: usize, label: &str) -> (f32, usize, usize) {
     let mut f16 = load_path_kv(path, 0, Weights::Native, F16);
     let mut q8 = load_path_kv(path, 0, Weights::Native, Q8);
     let (mut worst, mut same, mut common) = (0.0f32, 0, usize::MAX);
     for p in refs {
-        let diff = max_abs_diff(&run_in_steps(&mut f16, &p.ids, &[]), &run_in_steps(&mut q8, &p.ids, &[]));
-        let (a, b) = (greedy(&mut f16, &p.ids, steps), greedy(&mut q8, &p.ids, steps));
+        let (a, la) = greedy_logits(&mut f16, &p.ids, steps, None);
+        let (_, lb) = greedy_logits(&mut q8, &p.ids, steps, Some(&a));
+        let diff = la.iter().zip(&lb).fold(0.0f32, |m, (x, y)| m.max(max_abs_diff(x, y)));
+        let top = la.iter().fold(0.0f32, |m, x| m.max(max_abs(x)));
+        let b = greedy(&mut q8, &p.ids, steps);
         let agree = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
         eprintln!(
-            "q8-vs-f16 {label} {:?}: max |logit diff| {diff:.3e} (max |logit| {:.2}); greedy {agree}/{steps} equal",
+            "q8-vs-f16 {label} {:?} ({} tokens): max |logit diff| {diff:.3e} over {steps} steps (max |logit| {top:.2}); \
+             greedy {agree}/{steps} equal",
             p.text,
-            max_abs(&p.last_logits)
+            p.ids.len()
         );
         worst = worst.max(diff);
         same += usize::from(agree == steps);
         common = common.min(agree);
     }
     (worst, same, common)
+}
+
+/// `prompt` then `steps` decode steps: the greedy choice at each, or the given `forced`
+/// tokens; returns the tokens and every step's logits.
+fn greedy_logits(r: &mut ModelRunner, prompt: &[u32], steps: usize, forced: Option<&[u32]>) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let blocks = alloc(r, prompt.len() + steps);
+    let mut logits = vec![r.forward(&ForwardBatch::single(prompt, 0, &blocks)).expect("prefill").data];
+    let mut out = Vec::with_capacity(steps);
+    for k in 0..steps {
+        let t = forced.map_or_else(|| argmax(&logits[k]), |f| f[k]);
+        out.push(t);
+        if k + 1 < steps {
+            logits.push(r.forward(&ForwardBatch::single(&[t], prompt.len() + k, &blocks)).expect("decode").data);
+        }
+    }
+    release(r, &blocks);
+    (out, logits)
 }
 
 /// A temporary copy of the model directory `dir` (config.json and model.safetensors) with
