@@ -45,9 +45,9 @@ fn q8_cache_is_not_the_f16_cache() {
 /// distance from the f16 cache over 32 greedy steps (docs/kv.md quotes the output).
 #[test]
 fn q8_cache_distance_on_smollm2() {
-    let cache = std::env::var_os("TL_CACHE").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tl")
-    });
+    let cache = std::env::var_os("TL_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tl"));
     let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
     if !path.is_file() {
         assert!(std::env::var_os("TL_REQUIRE_MODEL").is_none(), "{} is missing", path.display());
@@ -74,6 +74,9 @@ fn q8_cache_distance_on_smollm2() {
         })
         .collect();
     let (worst, same, common) = q8_distance(&path, &refs, 32, "SmolLM2-135M-Q4_1");
-    eprintln!("SmolLM2: max |logit diff| {worst:.3e}; {same} of {} greedy runs equal; shortest common prefix {common}", refs.len());
+    eprintln!(
+        "SmolLM2: max |logit diff| {worst:.3e}; {same} of {} greedy runs equal; shortest common prefix {common}",
+        refs.len()
+    );
     assert!(worst < 2.0, "q8 moves SmolLM2's logits by {worst}");
 }

@@ -19,8 +19,12 @@ fn quantize_q8_matches_numpy_bit_for_bit() {
     let mut ties = 0;
     for c in &cases {
         let name = c["name"].as_str().expect("name");
-        let x: Vec<f32> =
-            c["x_bits"].as_array().expect("x_bits").iter().map(|b| f32::from_bits(b.as_u64().unwrap() as u32)).collect();
+        let x: Vec<f32> = c["x_bits"]
+            .as_array()
+            .expect("x_bits")
+            .iter()
+            .map(|b| f32::from_bits(b.as_u64().unwrap() as u32))
+            .collect();
         let want: Vec<i8> = c["codes"].as_array().expect("codes").iter().map(|q| q.as_i64().unwrap() as i8).collect();
         let mut codes = vec![99i8; x.len()];
         let scale = quantize_q8(&x, &mut codes);

@@ -206,7 +206,12 @@ impl<S: Rows> Iterator for KeyRows<'_, S> {
 /// `scratch` holds `(G, Dp)` zero-padded queries then `(G, Np)` scores (`Dp`, `Np`: `D`
 /// and `m = n - lo` rounded up to 16). Below, `j` counts keys from `lo`.
 #[inline(always)]
-unsafe fn heads<L: Isa, S: Rows, const G: usize>(q: &[f32], keys: &Keys<'_, S>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+unsafe fn heads<L: Isa, S: Rows, const G: usize>(
+    q: &[f32],
+    keys: &Keys<'_, S>,
+    scratch: &mut Vec<f32>,
+    out: &mut [f32],
+) {
     let Keys { kv, lo, n, d, scale, sinks } = *keys;
     let kv = &kv;
     let m = n - lo;

@@ -5,8 +5,8 @@
 
 use tl_core::{quantize_q8, Q8Slab};
 use tl_decoder::kernels::{
-    attend_one, attend_span, attend_span_q8, attend_span_sinks, clamped_swiglu_row, exp16, gelu_tanh_row, narrow_f16, rms_norm_row,
-    swiglu_row, Path, Span,
+    attend_one, attend_span, attend_span_q8, attend_span_sinks, clamped_swiglu_row, exp16, gelu_tanh_row, narrow_f16,
+    rms_norm_row, swiglu_row, Path, Span,
 };
 use tl_quant::{f16_to_f32, f32_to_f16};
 
@@ -49,8 +49,11 @@ struct Case {
     d: usize,
     /// K and V quantized per row (`quantize_q8`): per block, (codes, scales). When set,
     /// `row` reads these (the reference then works on the dequantized values).
-    q8: Option<[Vec<(Vec<i8>, Vec<u16>)>; 2]>,
+    q8: Option<[Vec<Q8Block>; 2]>,
 }
+
+/// One block's q8 slab: (codes, scales).
+type Q8Block = (Vec<i8>, Vec<u16>);
 
 impl Case {
     fn new(rng: &mut Rng, group: usize, n: usize, d: usize, b: usize) -> Case {
@@ -66,7 +69,7 @@ impl Case {
     /// This case with K and V (the f16 values, widened) quantized to q8 rows.
     fn quantized(mut self) -> Case {
         let d = self.d;
-        let q8 = |slabs: &[Vec<u16>]| -> Vec<(Vec<i8>, Vec<u16>)> {
+        let q8 = |slabs: &[Vec<u16>]| -> Vec<Q8Block> {
             slabs
                 .iter()
                 .map(|s| {
@@ -224,7 +227,11 @@ fn q8_attention_paths_equal_the_reference_bit_for_bit() {
                     let portable = c.run_q8(Path::Portable, lo, scale);
                     assert!(portable.iter().all(|x| x.is_finite()), "d {d} group {group} n {n}: not finite");
                     let want = c.reference_span(lo, scale, false);
-                    assert_eq!(bits(&portable), bits(&want), "q8 portable != reference: d {d} group {group} n {n} b {b}");
+                    assert_eq!(
+                        bits(&portable),
+                        bits(&want),
+                        "q8 portable != reference: d {d} group {group} n {n} b {b}"
+                    );
                     for &p in &paths {
                         assert_eq!(bits(&c.run_q8(p, lo, scale)), bits(&portable), "{p:?}: d {d} group {group} n {n}");
                     }

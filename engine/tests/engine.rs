@@ -18,7 +18,13 @@ fn engine(model: &Path, block_tokens: u32, n_blocks: u32, max_seqs: usize, max_q
 }
 
 /// [`engine`] over the KV backend named `kv`, blocks of `block_tokens`, `n_blocks` of them.
-fn engine_kv(model: &Path, kv: &str, (block_tokens, n_blocks): (u32, u32), max_seqs: usize, max_queue: usize) -> Engine {
+fn engine_kv(
+    model: &Path,
+    kv: &str,
+    (block_tokens, n_blocks): (u32, u32),
+    max_seqs: usize,
+    max_queue: usize,
+) -> Engine {
     let cfg = EngineConfig {
         max_batch_tokens: 96,
         max_seqs,
@@ -103,7 +109,13 @@ fn promise(model: PathBuf, prompt: Vec<u32>, system_len: usize, vocab_for_noise:
 }
 
 /// [`promise`] over the KV backend named `kv`.
-fn promise_kv(model: PathBuf, kv: &str, prompt: Vec<u32>, (system_len, vocab_for_noise): (usize, usize), max_tokens: usize) {
+fn promise_kv(
+    model: PathBuf,
+    kv: &str,
+    prompt: Vec<u32>,
+    (system_len, vocab_for_noise): (usize, usize),
+    max_tokens: usize,
+) {
     let engine = |model: &Path, b: u32, n: u32, seqs: usize, queue: usize| engine_kv(model, kv, (b, n), seqs, queue);
     let target = req(prompt.clone(), 7, max_tokens, 0.9);
     let e = engine(&model, 4, 1024, 16, 64);

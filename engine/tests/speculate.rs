@@ -203,7 +203,10 @@ fn tiny_speculation_changes_nothing_with_a_q8_cache() {
     let on = run_alone(&e, &reqs);
     assert_same(&off, &on, &reqs, "ngram over q8-slab");
     let (proposed, accepted) = counters(&e);
-    assert!(accepted > 0 && proposed > accepted, "drafts must both hit and miss: {proposed} proposed, {accepted} accepted");
+    assert!(
+        accepted > 0 && proposed > accepted,
+        "drafts must both hit and miss: {proposed} proposed, {accepted} accepted"
+    );
 }
 
 #[test]

@@ -168,7 +168,10 @@ fn q8_slab_is_registered_beside_f16_slab() {
         KvPool::q8(KvGeometry { head_dim: 0, ..G }, 4, true),
         Err(KvError::ZeroCapacity { field: "head_dim" })
     ));
-    assert!(matches!(KvPool::q8(KvGeometry { n_layers: u32::MAX, ..G }, u32::MAX, true), Err(KvError::Overflow { .. })));
+    assert!(matches!(
+        KvPool::q8(KvGeometry { n_layers: u32::MAX, ..G }, u32::MAX, true),
+        Err(KvError::Overflow { .. })
+    ));
 }
 
 #[test]

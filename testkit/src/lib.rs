@@ -374,7 +374,12 @@ pub fn q8_distance(path: &Path, refs: &[RefPrompt], steps: usize, label: &str) -
 
 /// `prompt` then `steps` decode steps: the greedy choice at each, or the given `forced`
 /// tokens; returns the tokens and every step's logits.
-fn greedy_logits(r: &mut ModelRunner, prompt: &[u32], steps: usize, forced: Option<&[u32]>) -> (Vec<u32>, Vec<Vec<f32>>) {
+fn greedy_logits(
+    r: &mut ModelRunner,
+    prompt: &[u32],
+    steps: usize,
+    forced: Option<&[u32]>,
+) -> (Vec<u32>, Vec<Vec<f32>>) {
     let blocks = alloc(r, prompt.len() + steps);
     let mut logits = vec![r.forward(&ForwardBatch::single(prompt, 0, &blocks)).expect("prefill").data];
     let mut out = Vec::with_capacity(steps);
