@@ -2,8 +2,11 @@
 //! over q8 slabs, envelope version 2 round trips bit for bit, and pools of one element
 //! type refuse the other's envelopes with an error that says so, taking no block.
 
+mod common;
+
+use common::{edited, refused};
 use tl_core::registry;
-use tl_kv::{fnv1a64, KvElem, KvError, KvGeometry, KvPool, ENVELOPE_VERSION, ENVELOPE_VERSION_2};
+use tl_kv::{KvElem, KvError, KvGeometry, KvPool, ENVELOPE_VERSION, ENVELOPE_VERSION_2};
 
 const G: KvGeometry = KvGeometry { n_layers: 2, n_kv_heads: 2, head_dim: 16, block_tokens: 4 };
 /// Codes per slab (2 heads * 4 slots * 16) and scales per slab (2 * 4).
@@ -46,22 +49,6 @@ fn contents(p: &KvPool, id: u32) -> (Vec<i8>, Vec<u16>) {
         }
     }
     (c, s)
-}
-
-fn reseal(env: &mut [u8]) {
-    let body = env.len() - 8;
-    let sum = fnv1a64(&env[..body]);
-    env[body..].copy_from_slice(&sum.to_le_bytes());
-}
-
-fn refused(p: &mut KvPool, buf: &[u8], why: &str) {
-    let before = (p.n_free(), p.n_cached(), p.n_in_use());
-    match p.import(buf) {
-        Err(KvError::BadEnvelope { reason }) => assert!(reason.contains(why), "{why}: got {reason:?}"),
-        other => panic!("{why}: expected BadEnvelope, got {other:?}"),
-    }
-    assert_eq!((p.n_free(), p.n_cached(), p.n_in_use()), before, "{why}: a refused import takes no block");
-    p.check_invariants().unwrap();
 }
 
 #[test]
@@ -121,27 +108,12 @@ fn pools_refuse_the_other_element_type_and_corrupt_q8_envelopes() {
     let mut q8 = KvPool::q8(G, 8, true).unwrap();
     refused(&mut q8, &f16_env, "dtype 1 (f16) does not match this pool's 2 (q8)");
     // A version that does not carry the element type, each way.
-    let mut e = q8_env.clone();
-    e[8..12].copy_from_slice(&ENVELOPE_VERSION.to_le_bytes());
-    reseal(&mut e);
-    refused(&mut q8, &e, "version 1 does not carry q8");
-    let mut e = f16_env.clone();
-    e[8..12].copy_from_slice(&ENVELOPE_VERSION_2.to_le_bytes());
-    reseal(&mut e);
-    refused(&mut f16, &e, "version 2 does not carry f16");
-    let mut e = q8_env.clone();
-    e[8..12].copy_from_slice(&3u32.to_le_bytes());
-    reseal(&mut e);
-    refused(&mut q8, &e, "unsupported version 3");
-    let mut e = q8_env.clone();
-    e[12..16].copy_from_slice(&9u32.to_le_bytes());
-    reseal(&mut e);
-    refused(&mut q8, &e, "dtype 9 (unknown)");
+    refused(&mut q8, &edited(&q8_env, 8, &ENVELOPE_VERSION.to_le_bytes()), "version 1 does not carry q8");
+    refused(&mut f16, &edited(&f16_env, 8, &ENVELOPE_VERSION_2.to_le_bytes()), "version 2 does not carry f16");
+    refused(&mut q8, &edited(&q8_env, 8, &3u32.to_le_bytes()), "unsupported version 3");
+    refused(&mut q8, &edited(&q8_env, 12, &9u32.to_le_bytes()), "dtype 9 (unknown)");
     // A code no quantizer writes, correctly sealed.
-    let mut e = q8_env.clone();
-    e[56 + 3] = 0x80;
-    reseal(&mut e);
-    refused(&mut q8, &e, "-128");
+    refused(&mut q8, &edited(&q8_env, 56 + 3, &[0x80]), "-128");
     // Corrupt and truncated.
     for at in [40usize, 56 + CODES, q8_env.len() - 9] {
         let mut e = q8_env.clone();
