@@ -34,9 +34,10 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 use tl_core::{ForwardBatch, KvElem, KvSlabs, ModelError, Q8Slab};
-use tl_quant::f32_to_f16;
 
-use crate::kv_rows::{write_q8_rows, Rows};
+// The K/V write lives beside the row reads (kv_rows.rs); callers keep this path.
+pub use crate::kv_rows::write_kv;
+use crate::kv_rows::Rows;
 use crate::lanes::{exp, simd_entry, st_part, Isa, Path, W};
 use crate::plan::Plan;
 
@@ -79,7 +80,7 @@ impl Attn {
     }
 
     /// Whether this layer shape is valid and fits the pool's geometry `g`.
-    fn check(&self, g: &tl_core::KvGeometry) -> Result<(), ModelError> {
+    pub(crate) fn check(&self, g: &tl_core::KvGeometry) -> Result<(), ModelError> {
         let ok = g.n_kv_heads as usize == self.kv_heads
             && g.head_dim as usize == self.head_dim
             && self.heads > 0
@@ -142,7 +143,7 @@ impl<S: Rows> KvView<'_, S> {
 /// What a group of query heads attends over: keys `lo .. n` of `d` values in `kv`,
 /// scores scaled by `scale`.
 #[derive(Clone, Copy)]
-struct Keys<'a, S> {
+pub struct Keys<'a, S> {
     kv: KvView<'a, S>,
     lo: usize,
     n: usize,
@@ -340,7 +341,7 @@ simd_entry!(fn attend_q8_unchecked => group_q8(
 ));
 
 /// A slab type the kernel has an entry point for (one copy per instruction set each).
-trait Attend: Rows {
+pub trait Attend: Rows {
     /// The kernel over `keys`; caller: `keys.kv.holds(n, d)` and the sizes of `attend_group`.
     fn attend(path: Path, q: &[f32], keys: &Keys<'_, Self>, scratch: &mut Vec<f32>, out: &mut [f32]);
 }
@@ -407,12 +408,14 @@ pub fn attend_span(
     attend_span_sinks(path, q, (k_blocks, v_blocks), block_tokens, (span, &[]), out)
 }
 
-/// [`attend_span`] with one sink logit per query head (`sinks` `(G,)`), for the tests.
+/// [`attend_span`] with one sink logit per query head (`sinks` `(G,)`), for the tests;
+/// the blocks are f16 slabs or q8 ones ([`Q8Slab`]: `(block_tokens, D)` codes and
+/// `(block_tokens,)` scales each), the kernel production runs on either pool.
 #[doc(hidden)]
-pub fn attend_span_sinks(
+pub fn attend_span_sinks<S: Attend>(
     path: Path,
     q: &[f32],
-    (k_blocks, v_blocks): (&[&[u16]], &[&[u16]]),
+    (k_blocks, v_blocks): (&[S], &[S]),
     block_tokens: usize,
     (span, sinks): (Span, &[f32]),
     out: &mut [f32],
@@ -440,21 +443,6 @@ pub fn attend_one(
     attend_span(path, q, (k_blocks, v_blocks), block_tokens, span, out)
 }
 
-/// [`attend_span_sinks`] over q8 slabs (`(block_tokens, D)` codes and `(block_tokens,)`
-/// scales each), for the tests: the same kernel production runs on a q8 pool.
-#[doc(hidden)]
-pub fn attend_span_q8(
-    path: Path,
-    q: &[f32],
-    (k_blocks, v_blocks): (&[Q8Slab<'_>], &[Q8Slab<'_>]),
-    block_tokens: usize,
-    (span, sinks): (Span, &[f32]),
-    out: &mut [f32],
-) -> Result<(), String> {
-    let kv = KvView { k: k_blocks, v: v_blocks, base: 0, b: block_tokens };
-    attend_group(path, q, (&kv, sinks), span, &mut Vec::new(), out)
-}
-
 /// One sequence's K slabs and V slabs of one layer, in block-table order.
 type SeqSlabs<S> = (Vec<S>, Vec<S>);
 
@@ -480,7 +468,7 @@ pub fn attention(
 }
 
 /// A slab of the wrong size is the backend's bug; refuse it before the kernel reads it.
-fn sized(id: u32, len: usize, want: usize) -> Result<(), ModelError> {
+pub(crate) fn sized(id: u32, len: usize, want: usize) -> Result<(), ModelError> {
     if len == want {
         Ok(())
     } else {
@@ -572,63 +560,4 @@ fn attend_all<S: Attend>(
             })
             .map_err(ModelError::Other)
     })
-}
-
-/// f32 to f16, nearest-even, 16 at a time, the tail one by one (the same rounding).
-#[inline(always)]
-unsafe fn narrow_impl<L: Isa>(src: &[f32], dst: &mut [u16]) {
-    let n = src.len().min(dst.len());
-    let full = n / W * W;
-    for c in (0..full).step_by(W) {
-        L::st_f16(dst.as_mut_ptr().add(c), L::ld(src.as_ptr().add(c)));
-    }
-    for (d, &x) in dst[full..n].iter_mut().zip(&src[full..n]) {
-        *d = f32_to_f16(x);
-    }
-}
-
-simd_entry!(
-    /// `dst[i] = f16(src[i])`, rounded to nearest, ties to even (`tl_quant::f32_to_f16`),
-    /// for `i < min(len)`: F16C's `cvtps2ph` on the SIMD paths.
-    #[doc(hidden)]
-    pub fn narrow_f16 => narrow_impl(src: &[f32], dst: &mut [u16])
-);
-
-/// Write each token's K and V of `layer` into its sequence's blocks as f16, or quantized
-/// per row on a q8 pool ([`tl_core::quantize_q8`]): position j goes to block
-/// `blocks[j / B]`, slot `j % B`, head g at row `g * B + slot`. `qkv` is
-/// `(N, H*D + 2*H_kv*D)`: the keys at column `H*D`, the values at `H*D + H_kv*D`
-/// (after RoPE and any k norm).
-pub fn write_kv(step: &Step<'_>, kv: &mut dyn KvSlabs, layer: u32, attn: &Attn, qkv: &[f32]) -> Result<(), ModelError> {
-    attn.check(&kv.geometry())?;
-    let Step { path, batch, plan } = *step;
-    let (stride, k_col) = (attn.qkv_width(), attn.heads * attn.head_dim);
-    let v_col = k_col + attn.kv_heads * attn.head_dim;
-    let g = kv.geometry();
-    let (b, d) = (g.block_tokens as usize, g.head_dim as usize);
-    let width = g.n_kv_heads as usize * d;
-    let (slab_len, elem) = (g.slab_elems().unwrap_or(0), kv.elem());
-    if k_col.max(v_col) + width > stride || qkv.len() < plan.pos.len() * stride {
-        return Err(ModelError::Other("write_kv: keys or values outside the qkv rows".into()));
-    }
-    for (t, (&s, &p)) in plan.seq_of.iter().zip(&plan.pos).enumerate() {
-        let (id, slot) = (batch.seqs[s].blocks[p / b], p % b);
-        for (col, is_v) in [(k_col, false), (v_col, true)] {
-            let src = &qkv[t * stride + col..t * stride + col + width];
-            if elem == KvElem::Q8 {
-                let mut slab = kv.q8_slab_mut(id, layer, is_v)?;
-                sized(id, slab.codes.len(), slab_len)?;
-                sized(id, slab.scales.len(), slab_len / d)?;
-                write_q8_rows(src, &mut slab, (b, slot, d));
-                continue;
-            }
-            let slab = kv.slab_mut(id, layer, is_v)?;
-            sized(id, slab.len(), slab_len)?;
-            for (h, row) in src.chunks_exact(d).enumerate() {
-                let off = g.offset(h, slot);
-                narrow_f16(path, row, &mut slab[off..off + d]);
-            }
-        }
-    }
-    Ok(())
 }

@@ -5,8 +5,8 @@
 
 use tl_core::{quantize_q8, Q8Slab};
 use tl_decoder::kernels::{
-    attend_one, attend_span, attend_span_q8, attend_span_sinks, clamped_swiglu_row, exp16, gelu_tanh_row, narrow_f16,
-    rms_norm_row, swiglu_row, Path, Span,
+    attend_one, attend_span, attend_span_sinks, clamped_swiglu_row, exp16, gelu_tanh_row, narrow_f16, rms_norm_row,
+    swiglu_row, Path, Span,
 };
 use tl_quant::{f16_to_f32, f32_to_f16};
 
@@ -96,7 +96,7 @@ impl Case {
         );
         let mut out = vec![f32::NAN; self.q.len()];
         let span = Span { lo, n: self.n, d: self.d, scale };
-        attend_span_q8(path, &self.q, (&k, &v), self.b, (span, &[]), &mut out).expect("q8 attention runs");
+        attend_span_sinks(path, &self.q, (&k, &v), self.b, (span, &[]), &mut out).expect("q8 attention runs");
         out
     }
 
