@@ -80,3 +80,20 @@ fn q8_cache_distance_on_smollm2() {
     );
     assert!(worst < 2.0, "q8 moves SmolLM2's logits by {worst}");
 }
+
+#[test]
+fn a_memory_budget_buys_about_twice_the_blocks_of_q8() {
+    // The runner sizes a budgeted pool by the backend's own bytes per block.
+    let blocks = |kv: &str| {
+        let mut cfg = engine_kv(0, Weights::Native, kv);
+        cfg.kv.n_blocks = None;
+        cfg.kv.memory_bytes = 64 << 10; // below what max_seqs x context would ask for
+        let r = tl_core::ModelRunner::load(&fixture("tiny-llama"), &cfg).expect("load");
+        let n = r.pool().lock().expect("pool").n_blocks();
+        n
+    };
+    let (f16, q8) = (blocks(F16), blocks(Q8));
+    eprintln!("64 KiB holds {f16} f16 blocks, {q8} q8 blocks");
+    // head_dim 16 here: (16 + 2) / 32 = 0.5625 of the bytes, 1.78x the blocks.
+    assert!(q8 as f64 >= 1.7 * f16 as f64, "{q8} q8 blocks for {f16} f16 blocks");
+}
