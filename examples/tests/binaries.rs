@@ -195,5 +195,8 @@ fn every_binary_takes_the_q8_kv_backend() {
     let bad = run(env!("CARGO_BIN_EXE_generate"), &["--model", m, "--prompt", "Hi", "--kv", "q4-slab"], None);
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("q4-slab") && err.contains("q8-slab"), "the error names the backend and the known ones: {err}");
+    assert!(
+        err.contains("q4-slab") && err.contains("q8-slab"),
+        "the error names the backend and the known ones: {err}"
+    );
 }

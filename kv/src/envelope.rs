@@ -147,7 +147,7 @@ impl KvPool {
             .ok_or_else(|| KvError::Overflow { what: format!("export of {n} blocks") })?;
         let mut out = Vec::new();
         out.try_reserve_exact(len)
-            .map_err(|_| KvError::Backend(format!("f16-slab: cannot allocate a {len}-byte export")))?;
+            .map_err(|_| KvError::Backend(format!("KV pool: cannot allocate a {len}-byte export")))?;
         let g = self.geometry;
         out.extend_from_slice(&ENVELOPE_MAGIC);
         for v in [version_of(self.elem), self.elem.code(), g.n_layers, g.n_kv_heads, g.head_dim, g.block_tokens, n, 0] {

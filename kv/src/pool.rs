@@ -367,7 +367,7 @@ impl KvPool {
         b.refs = b
             .refs
             .checked_add(1)
-            .ok_or_else(|| KvError::Backend(format!("f16-slab: reference count of block {id} overflows")))?;
+            .ok_or_else(|| KvError::Backend(format!("KV pool: reference count of block {id} overflows")))?;
         Ok(())
     }
 
@@ -405,7 +405,7 @@ impl KvPool {
         }
         if b.hash.is_some() && n != bt {
             return Err(KvError::Backend(format!(
-                "f16-slab: block {id} is registered; its fill stays {bt}, cannot set {n}"
+                "KV pool: block {id} is registered; its fill stays {bt}, cannot set {n}"
             )));
         }
         self.blocks[id as usize].fill = n;
@@ -428,7 +428,7 @@ impl KvPool {
             Some(h) if h == hash => return Ok(()),
             Some(h) => {
                 return Err(KvError::Backend(format!(
-                    "f16-slab: block {id} is already registered under hash {h:#018x}, not {hash:#018x}"
+                    "KV pool: block {id} is already registered under hash {h:#018x}, not {hash:#018x}"
                 )))
             }
             None => {}
