@@ -97,3 +97,10 @@ fn a_memory_budget_buys_about_twice_the_blocks_of_q8() {
     // head_dim 16 here: (16 + 2) / 32 = 0.5625 of the bytes, 1.78x the blocks.
     assert!(q8 as f64 >= 1.7 * f16 as f64, "{q8} q8 blocks for {f16} f16 blocks");
 }
+
+#[test]
+fn the_runner_reports_the_q8_pool_bytes() {
+    let bytes = |kv: &str| load_path_kv(&fixture("tiny-llama"), 0, Weights::Native, kv).kv_pool_bytes().expect("bytes");
+    // The same 256 blocks; head_dim 16: (16 + 2) / (2 * 16) of the f16 bytes.
+    assert_eq!(bytes(Q8) * 32, bytes(F16) * 18);
+}

@@ -352,7 +352,10 @@ impl ModelRunner {
     /// Bytes the KV pool reserves (every block's K and V slabs), allocated once at load.
     pub fn kv_pool_bytes(&self) -> Result<usize, RunnerError> {
         let pool = self.lock()?;
-        let per_block = pool.geometry().block_bytes().ok_or_else(|| KvError::Overflow { what: "block size".into() })?;
+        let per_block = pool
+            .geometry()
+            .block_bytes_of(pool.elem())
+            .ok_or_else(|| KvError::Overflow { what: "block size".into() })?;
         Ok(per_block.saturating_mul(pool.n_blocks() as usize))
     }
 
