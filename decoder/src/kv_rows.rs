@@ -11,7 +11,7 @@
 //! which is never made: the cache is read in place.
 
 use tl_core::{quantize_q8, KvElem, KvSlabs, ModelError, Q8Slab, Q8SlabMut};
-use tl_quant::{f16_to_f32, f32_to_f16};
+use tl_quant::f32_to_f16;
 
 use crate::attention::{sized, Attn, Step};
 use crate::lanes::{ld_h_part, simd_entry, Isa, W};
@@ -68,7 +68,7 @@ impl Rows for Q8Slab<'_> {
     }
     #[inline(always)]
     unsafe fn row(&self, r: usize, d: usize) -> (*const i8, f32) {
-        (self.codes.as_ptr().add(r * d), f16_to_f32(*self.scales.get_unchecked(r)))
+        (self.codes.as_ptr().add(r * d), widen(*self.scales.get_unchecked(r)))
     }
     #[inline(always)]
     unsafe fn ld<L: Isa>((codes, scale): (*const i8, f32), at: usize) -> L::V {
@@ -80,6 +80,26 @@ impl Rows for Q8Slab<'_> {
         std::ptr::copy_nonoverlapping(codes.add(at), buf.as_mut_ptr(), len.min(W));
         L::mul(L::ld_i8(buf.as_ptr()), L::splat(scale))
     }
+}
+
+/// f16 bits to f32, exactly as [`tl_quant::f16_to_f32`] for every non-NaN pattern (a NaN stays a
+/// NaN), in a few inlined integer and float operations: once per row in the kernel's inner
+/// loop, where a library call per row cost as much as the row's arithmetic.
+///
+/// The exponent and mantissa shifted into f32's places read as `2^-112` times the value
+/// (subnormals included, as f32 subnormals), so one exact multiply by `2^112` rescales
+/// them; the all-ones exponent (infinity, NaN) is set directly.
+#[inline(always)]
+pub fn widen(h: u16) -> f32 {
+    let h = u32::from(h);
+    let sign = (h & 0x8000) << 16;
+    let rest = (h & 0x7fff) << 13;
+    let mag = if h & 0x7c00 == 0x7c00 {
+        f32::from_bits(0x7f80_0000 | rest)
+    } else {
+        f32::from_bits(rest) * f32::from_bits(0x7780_0000) // 2^112
+    };
+    f32::from_bits(mag.to_bits() | sign)
 }
 
 /// Quantize `src` `(n_kv_heads * d,)` (one token's keys or values) into `slot` of a q8

@@ -86,7 +86,7 @@ pub use weights::{dense_mlp, prenorm_stack, Loader};
 #[doc(hidden)]
 pub mod kernels {
     pub use crate::attention::{attend_one, attend_span, attend_span_sinks, Span, MAX_G};
-    pub use crate::kv_rows::narrow_f16;
+    pub use crate::kv_rows::{narrow_f16, widen};
     pub use crate::lanes::{exp16, Path};
     pub use crate::rowops::{clamped_swiglu_row, gelu_tanh_row, rms_norm_row, swiglu_row};
 }
