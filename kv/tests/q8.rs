@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{edited, refused};
+use common::{counts, edited, refused};
+use proptest::prelude::*;
 use tl_core::registry;
 use tl_kv::{KvElem, KvError, KvGeometry, KvPool, ENVELOPE_VERSION, ENVELOPE_VERSION_2};
 
@@ -158,4 +159,29 @@ fn the_fuzz_seed_of_version_2_is_a_valid_q8_envelope() {
     let k = p.q8_slab(ids[0], 0, false).unwrap();
     assert_eq!((k.codes, k.scales), (&[1i8, -127, 127, 0][..], &[0x2c00u16, 0x3c00][..]));
     assert!(KvPool::new(g, 4).unwrap().import(&data[1..]).is_err(), "an f16 pool refuses it");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// What the fuzz target does, in CI: a valid q8 envelope with random bytes changed and
+    /// its checksum sealed again either imports or is refused, never panics, and a refusal
+    /// takes no block.
+    #[test]
+    fn edited_q8_envelopes_import_or_are_refused(edits in prop::collection::vec((0usize..4096, any::<u8>()), 1..6)) {
+        let (src, ids) = patterned(8, 2);
+        let mut env = src.export(&ids).unwrap();
+        let body = env.len() - 8;
+        for (at, byte) in edits {
+            env[at % body] = byte;
+        }
+        let env = edited(&env, 0, &env[..1].to_vec());
+        let mut p = KvPool::q8(G, 4, true).unwrap();
+        match p.import(&env) {
+            Ok(got) => prop_assert_eq!(counts(&p).2, got.len()),
+            Err(KvError::BadEnvelope { .. } | KvError::OutOfBlocks { .. }) => prop_assert_eq!(counts(&p), (4, 0, 0)),
+            Err(e) => prop_assert!(false, "unexpected error {e}"),
+        }
+        prop_assert!(p.check_invariants().is_ok());
+    }
 }
