@@ -75,7 +75,8 @@ pub fn gguf(path: &Path) {
 }
 
 /// The KV export envelope into a 4-block pool. The first byte picks whether the trailer
-/// checksum is fixed up (so mutations get past it), the geometry and prefix caching.
+/// checksum is fixed up (so mutations get past it, bit 0), the geometry (bit 1), an f16 or
+/// a q8 pool (bit 2: envelope versions 1 and 2) and prefix caching (bit 3).
 /// After an error no block is taken; after a success exactly the returned ones are.
 pub fn kv_import(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else { return };
@@ -86,7 +87,11 @@ pub fn kv_import(data: &[u8]) {
         buf[n..].copy_from_slice(&sum.to_le_bytes());
     }
     let geometry = KvGeometry { n_layers: 1 + (sel >> 1 & 1) as u32, n_kv_heads: 1, head_dim: 2, block_tokens: 2 };
-    let mut pool = KvPool::with_prefix_cache(geometry, 4, sel & 8 == 0).expect("pool");
+    let mut pool = if sel & 4 == 0 {
+        KvPool::with_prefix_cache(geometry, 4, sel & 8 == 0).expect("pool")
+    } else {
+        KvPool::q8(geometry, 4, sel & 8 == 0).expect("q8 pool")
+    };
     match pool.import(&buf) {
         Ok(ids) => assert_eq!(pool.n_in_use(), ids.len()),
         Err(_) => assert_eq!(pool.n_free(), 4, "a failed import took a block"),

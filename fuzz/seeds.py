@@ -167,6 +167,13 @@ env = b"TLKVBLK\0" + struct.pack("<IiIIIIII", 1, 1, 1, 1, 2, 2, 1, 0)
 env += struct.pack("<IIQ", 2, 1, 0x1234) + struct.pack("<8H", *range(8))
 put("kv_import", "one-block", b"\x00" + env + struct.pack("<Q", fnv(env)))
 put("kv_import", "one-block-fixup", b"\x01" + env + bytes(8))
+# Version 2 (q8 pools, selector bit 2): per slab the 4 codes then the 2 row scales (f16).
+env2 = b"TLKVBLK\0" + struct.pack("<IiIIIIII", 2, 2, 1, 1, 2, 2, 1, 0)
+env2 += struct.pack("<IIQ", 2, 1, 0x1234) + struct.pack("<4b2H", 1, -127, 127, 0, 0x2C00, 0x3C00)
+env2 += struct.pack("<4b2H", -5, 6, 0, 64, 0x0001, 0x7BFF)
+put("kv_import", "q8-one-block", b"\x04" + env2 + struct.pack("<Q", fnv(env2)))
+put("kv_import", "q8-one-block-fixup", b"\x05" + env2 + bytes(8))
+put("kv_import", "q8-into-f16-pool", b"\x00" + env2 + struct.pack("<Q", fnv(env2)))
 
 # Chat templates: the real ones the tests render, with a message after a NUL.
 for name, src in json.loads(read(os.path.join(ROOT, "core/tests/data/chat_templates.json")))["templates"].items():

@@ -78,3 +78,11 @@ fn batches_chunks_and_threads_do_not_change_gemma3_logits() {
     // step, 1 and 2 threads and `--weights f32`: the same bits as each prompt alone.
     check_invariance(&fixture(NAME), &reference(NAME), &[vec![3, 2, 5], vec![WINDOW + 1, 1, WINDOW - 1]]);
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_gemma3() {
+    // The same checks over the q8 cache (`--kv q8-slab`), windowed layers included.
+    check_invariance_kv(&fixture(NAME), &reference(NAME), &[vec![3, 2, 5], vec![WINDOW + 1, 1, WINDOW - 1]], Q8);
+    let (worst, same, _) = q8_distance(&fixture(NAME), &reference(NAME), 16, NAME);
+    eprintln!("{NAME}: q8 vs f16 cache: max |logit diff| {worst:.3e}, {same} greedy runs equal");
+}

@@ -94,3 +94,11 @@ fn the_hubs_mxfp4_checkpoint_matches_hf_and_keeps_its_blocks() {
     check_greedy(&mut r, &refs, name);
     check_invariance(&fixture(name), &refs, &[vec![3, 2, 5], vec![WINDOW + 1, 1, WINDOW - 1]]);
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_gpt_oss() {
+    // Over `--kv q8-slab`: sinks, windows and experts, the same bits across splits.
+    let chunks = [vec![3, 2, 5], vec![WINDOW - 1, 2], vec![WINDOW + 1, 1, WINDOW - 1]];
+    check_invariance_kv(&fixture(NAME), &reference(NAME), &chunks, Q8);
+    q8_distance(&fixture(NAME), &reference(NAME), 16, NAME);
+}

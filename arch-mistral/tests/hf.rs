@@ -56,3 +56,11 @@ fn batches_chunks_threads_and_f32_weights_do_not_change_mistral_logits() {
         assert_eq!(bits(&run_in_steps(&mut blocks16, &p.ids, &[5])), bits(want), "blocks of 16: {:?}", p.text);
     }
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_mistral() {
+    let (refs, path) = (reference("tiny-mistral"), fixture("tiny-mistral"));
+    let chunks = [vec![3, 2, 5], vec![WINDOW - 1, 2], vec![WINDOW, 7], vec![WINDOW + 3, 1, 9]];
+    check_invariance_kv(&path, &refs, &chunks, Q8);
+    q8_distance(&path, &refs, 16, "tiny-mistral");
+}

@@ -72,3 +72,10 @@ fn the_gguf_of_the_same_weights_equals_the_safetensors_without_a_window() {
     assert!(!short.is_empty());
     check_hf(&mut g, &short, "tiny-mixtral GGUF");
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_mixtral() {
+    let chunks = [vec![3, 2, 5], vec![WINDOW - 1, 2], vec![WINDOW + 3, 1, 9]];
+    check_invariance_kv(&fixture(NAME), &reference(NAME), &chunks, Q8);
+    q8_distance(&fixture(NAME), &reference(NAME), 16, NAME);
+}

@@ -46,3 +46,9 @@ fn bad_olmoe_configs_are_refused_naming_the_field() {
     let more = load_error(with_config(&fixture(NAME), |c| c["num_experts"] = 16.into()).path());
     assert!(more.contains("mlp.gate.weight"), "{more}");
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_olmoe() {
+    check_invariance_kv(&fixture(NAME), &reference(NAME), &[vec![3, 2, 5], vec![7, 1]], Q8);
+    q8_distance(&fixture(NAME), &reference(NAME), 16, NAME);
+}

@@ -68,3 +68,10 @@ fn int4_at_load_matches_the_dequantized_twin() {
     let float = run_in_steps(&mut load("tiny-qwen2", 0, Weights::Native), ids, &[]);
     assert!(max_abs_diff(&float, &run_in_steps(&mut at_load, ids, &[])) > 1e-3, "int4 logits equal the float model's");
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_qwen2() {
+    check_invariance_kv(&fixture("tiny-qwen2"), &reference("tiny-qwen2"), &[vec![3, 2, 5]], Q8);
+    let (worst, same, _) = q8_distance(&fixture("tiny-qwen2"), &reference("tiny-qwen2"), 16, "tiny-qwen2");
+    eprintln!("tiny-qwen2: q8 vs f16 cache: max |logit diff| {worst:.3e}, {same} greedy runs equal");
+}

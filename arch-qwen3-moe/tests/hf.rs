@@ -156,3 +156,11 @@ fn q8_activations_keep_the_invariances_of_a_mixture_of_experts() {
     let exact = alone(&mut load_path(&path, 0, Weights::Native), &refs);
     assert_ne!(bits(&q8[0]), bits(&exact[0]), "the mode changed nothing");
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_qwen3_moe() {
+    for name in NAMES {
+        check_invariance_kv(&fixture(name), &reference(name), &[vec![3, 2, 5], vec![7, 1]], Q8);
+        q8_distance(&fixture(name), &reference(name), 16, name);
+    }
+}

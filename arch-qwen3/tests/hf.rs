@@ -73,3 +73,11 @@ fn tiny_qwen3_with_yarn_matches_hf() {
     let diff = max_abs_diff(&run_in_steps(&mut p, &long.ids, &[]), &long.last_logits);
     assert!(diff > 10.0 * tolerance(&long.last_logits), "the default RoPE is only {diff} away");
 }
+
+#[test]
+fn q8_cache_keeps_the_invariances_on_qwen3() {
+    for name in ["tiny-qwen3", "tiny-qwen3-yarn"] {
+        check_invariance_kv(&fixture(name), &reference(name), &[vec![3, 2, 5]], Q8);
+        q8_distance(&fixture(name), &reference(name), 16, name);
+    }
+}

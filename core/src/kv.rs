@@ -1,10 +1,13 @@
 //! The KV backend extension point: the block pool the forward writes K and V into.
 //!
 //! Layout (docs/spec/kv.md): fixed-size blocks of `block_tokens` (B) positions. Each
-//! block has, per layer, one K slab and one V slab of `n_kv_heads * B * head_dim` f16
-//! values stored as `u16`. Position `j` of a sequence lives in block `table[j / B]`, slot
-//! `j % B`; its K for KV head `h` starts at element `(h * B + slot) * head_dim` of that
-//! layer's K slab.
+//! block has, per layer, one K slab and one V slab of `n_kv_heads * B * head_dim` values.
+//! Position `j` of a sequence lives in block `table[j / B]`, slot `j % B`; its K for KV
+//! head `h` starts at element `(h * B + slot) * head_dim` of that layer's K slab.
+//!
+//! The values are f16 bit patterns ([`KvElem::F16`], `KvSlabs::slab`) or, for a q8
+//! backend ([`KvElem::Q8`], `KvSlabs::q8_slab`), signed 8-bit codes with one f16 scale
+//! per row (KV head and slot) at index `h * B + slot`: see [`quantize_q8`].
 
 use std::any::Any;
 use std::sync::{Arc, Mutex};
@@ -39,10 +42,108 @@ impl KvGeometry {
             .checked_mul(2) // f16
     }
 
+    /// Bytes one block takes when its values are `elem`, or `None` on overflow.
+    pub fn block_bytes_of(&self, elem: KvElem) -> Option<usize> {
+        let rows = (self.n_kv_heads as usize).checked_mul(self.block_tokens as usize)?;
+        rows.checked_mul(elem.row_bytes(self.head_dim as usize)?)?
+            .checked_mul(2)? // K and V
+            .checked_mul(self.n_layers as usize)
+    }
+
     /// Element offset of (kv head `h`, slot) inside one slab.
     pub fn offset(&self, head: usize, slot: usize) -> usize {
         (head * self.block_tokens as usize + slot) * self.head_dim as usize
     }
+}
+
+/// The element type a pool stores K and V in (docs/spec/kv.md, "Other element types").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvElem {
+    /// IEEE half values as `u16` bit patterns (`"f16-slab"`, the default).
+    F16,
+    /// Signed 8-bit codes with one f16 scale per (position, KV head) row (`"q8-slab"`).
+    Q8,
+}
+
+impl KvElem {
+    /// The envelope's dtype code (docs/formats/kv-block.md): 1 f16, 2 q8.
+    pub fn code(self) -> u32 {
+        match self {
+            KvElem::F16 => 1,
+            KvElem::Q8 => 2,
+        }
+    }
+
+    /// The element type of an envelope dtype code, if it names one.
+    pub fn from_code(code: u32) -> Option<KvElem> {
+        match code {
+            1 => Some(KvElem::F16),
+            2 => Some(KvElem::Q8),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one row of `head_dim` values: `2 * D` for f16, `D + 2` (the codes and
+    /// the f16 scale) for q8; `None` on overflow.
+    pub fn row_bytes(self, head_dim: usize) -> Option<usize> {
+        match self {
+            KvElem::F16 => head_dim.checked_mul(2),
+            KvElem::Q8 => head_dim.checked_add(2),
+        }
+    }
+}
+
+impl std::fmt::Display for KvElem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvElem::F16 => "f16",
+            KvElem::Q8 => "q8",
+        })
+    }
+}
+
+/// One q8 slab of a block and layer: `codes` `(n_kv_heads, B, D)` and `scales`
+/// `(n_kv_heads, B)` f16 bit patterns; the value of code `c` in row `r` is
+/// `c as f32 * f16_to_f32(scales[r])`, exact in f32 (at most 8 + 11 significant bits).
+#[derive(Clone, Copy, Debug)]
+pub struct Q8Slab<'a> {
+    /// The codes, each in `-127..=127`.
+    pub codes: &'a [i8],
+    /// One f16 scale per row.
+    pub scales: &'a [u16],
+}
+
+/// Mutable [`Q8Slab`], for the forward's writes.
+#[derive(Debug)]
+pub struct Q8SlabMut<'a> {
+    /// The codes.
+    pub codes: &'a mut [i8],
+    /// One f16 scale per row.
+    pub scales: &'a mut [u16],
+}
+
+/// Quantize one row `x` into `codes` (the first `x.len()` of them) and return its f16
+/// scale's bits: `scale = f16(max|x| / 127)` (the division in f32, then rounded to
+/// nearest-even f16), `q = clamp(rint(x / s), -127, 127)` with `s` the STORED scale
+/// widened to f32, the division in f32 and `rint` half to even.
+///
+/// Edge rules: a stored scale of zero (an all-zero row, or one so small the scale
+/// underflows f16) gives all-zero codes; a NaN `x / s` gives code 0. A row whose max
+/// overflows f16 stores an infinite scale, and its values read back as NaN, as an f16
+/// cache would hold infinities: such a row is outside any model's working range.
+pub fn quantize_q8(x: &[f32], codes: &mut [i8]) -> u16 {
+    let max = x.iter().fold(0.0f32, |m, &v| if v.abs() > m { v.abs() } else { m });
+    let bits = tl_quant::f32_to_f16(max / 127.0);
+    let s = tl_quant::f16_to_f32(bits);
+    for (c, &v) in codes.iter_mut().zip(x) {
+        *c = if s == 0.0 {
+            0
+        } else {
+            // `as` saturates and maps NaN to 0; the clamp keeps -128 out.
+            ((v / s).round_ties_even() as i8).clamp(-127, 127)
+        };
+    }
+    bits
 }
 
 /// What a backend is built from (the runner derives it from the model's geometry and
@@ -128,6 +229,14 @@ pub enum KvError {
         /// What is wrong: magic, version, geometry, checksum, truncation.
         reason: String,
     },
+    /// Slab access of one element type on a pool of another (`slab` on a q8 pool, say).
+    #[error("KV pool: asked for {asked} slabs of a pool that stores {stored}")]
+    WrongElem {
+        /// The element type asked for.
+        asked: KvElem,
+        /// The pool's.
+        stored: KvElem,
+    },
     /// A backend-specific failure.
     #[error("KV backend: {0}")]
     Backend(String),
@@ -147,6 +256,29 @@ pub trait KvSlabs: Send {
     fn slab(&self, id: u32, layer: u32, is_v: bool) -> Result<&[u16], KvError>;
     /// Mutable slab access, for the forward's writes.
     fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError>;
+    /// The element type: which of `slab` and `q8_slab` serves the values. Defaults to
+    /// f16, so a backend written before q8 existed keeps compiling and working.
+    fn elem(&self) -> KvElem {
+        KvElem::F16
+    }
+    /// One layer's K or V slab of a q8 pool ([`Q8Slab`]); an f16 pool has none.
+    fn q8_slab(&self, id: u32, layer: u32, is_v: bool) -> Result<Q8Slab<'_>, KvError> {
+        let _ = (id, layer, is_v);
+        Err(KvError::WrongElem { asked: KvElem::Q8, stored: self.elem() })
+    }
+    /// Mutable [`KvSlabs::q8_slab`], for the forward's writes.
+    fn q8_slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<Q8SlabMut<'_>, KvError> {
+        let _ = (id, layer, is_v);
+        Err(KvError::WrongElem { asked: KvElem::Q8, stored: self.elem() })
+    }
+    /// Check that `id` and `layer` are slabs this pool can serve, whatever its element
+    /// type (the forward's plan asks before it writes anything).
+    fn check_slab(&self, id: u32, layer: u32) -> Result<(), KvError> {
+        match self.elem() {
+            KvElem::F16 => self.slab(id, layer, false).map(|_| ()),
+            KvElem::Q8 => self.q8_slab(id, layer, false).map(|_| ()),
+        }
+    }
 }
 
 /// The block pool: the slabs plus their management (reference counts, fill, the prefix

@@ -41,7 +41,9 @@ pub use engine::{EngineConfig, KvConfig, PrefixCache, SchedPolicy, Weights};
 pub use error::RegistryError;
 pub use gguf::{Gguf, TensorMap};
 pub use gguf_arch::{GgufArch, GgufPreTokenizer, GgufRegistration, GgufVocab};
-pub use kv::{KvBackend, KvError, KvGeometry, KvRegistration, KvSlabs, KvSpec, SharedPool};
+pub use kv::{
+    quantize_q8, KvBackend, KvElem, KvError, KvGeometry, KvRegistration, KvSlabs, KvSpec, Q8Slab, Q8SlabMut, SharedPool,
+};
 pub use runner::{ModelRunner, RunnerError};
 pub use safetensors::SafeTensors;
 pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};

@@ -10,7 +10,7 @@ use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
 use crate::engine::{EngineConfig, PrefixCache};
 use crate::gguf::gguf_source;
-use crate::kv::{KvBackend, KvError, KvGeometry, KvSlabs, KvSpec, SharedPool};
+use crate::kv::{KvBackend, KvElem, KvError, KvGeometry, KvSlabs, KvSpec, SharedPool};
 use crate::load;
 use crate::registry::{self, RegistryError};
 use crate::safetensors::SafeTensors;
@@ -71,11 +71,17 @@ pub fn open_weights(dir: &Path) -> Result<Box<dyn WeightStore>, RunnerError> {
     Err(RunnerError::NoWeights(dir.to_path_buf()))
 }
 
-fn pool_blocks(geometry: &KvGeometry, cfg: &ModelConfig, engine: &EngineConfig) -> Result<u32, RunnerError> {
+fn pool_blocks(
+    geometry: &KvGeometry,
+    elem: KvElem,
+    cfg: &ModelConfig,
+    engine: &EngineConfig,
+) -> Result<u32, RunnerError> {
     if let Some(n) = engine.kv.n_blocks {
         return Ok(n);
     }
-    let per_block = geometry.block_bytes().ok_or_else(|| KvError::Overflow { what: "block size".into() })?.max(1);
+    let per_block =
+        geometry.block_bytes_of(elem).ok_or_else(|| KvError::Overflow { what: "block size".into() })?.max(1);
     let ctx = cfg.max_position_embeddings.unwrap_or(4096);
     let b = geometry.block_tokens.max(1) as usize;
     let wanted = engine.max_seqs.max(1).saturating_mul(ctx.div_ceil(b));
@@ -119,9 +125,17 @@ impl ModelRunner {
         cfg: &EngineConfig,
     ) -> Result<Self, RunnerError> {
         let geometry = arch.kv_geometry(&config, cfg.kv.block_tokens)?;
-        let n_blocks = pool_blocks(&geometry, &config, cfg)?;
-        let spec = KvSpec { geometry, n_blocks, prefix_cache: cfg.prefix_cache == PrefixCache::On };
-        let pool: Box<dyn KvBackend> = (registry::kv_backend(&cfg.kv.backend)?.make)(&spec)?;
+        let make = registry::kv_backend(&cfg.kv.backend)?.make;
+        let prefix_cache = cfg.prefix_cache == PrefixCache::On;
+        // A memory budget buys blocks by the backend's bytes per block (a q8 pool holds
+        // about twice the f16 positions); a one-block pool tells its element type.
+        let elem = match cfg.kv.n_blocks {
+            Some(_) => KvElem::F16, // unused: the block count is given
+            None => make(&KvSpec { geometry, n_blocks: 1, prefix_cache })?.elem(),
+        };
+        let n_blocks = pool_blocks(&geometry, elem, &config, cfg)?;
+        let spec = KvSpec { geometry, n_blocks, prefix_cache };
+        let pool: Box<dyn KvBackend> = make(&spec)?;
         if pool.geometry() != geometry {
             return Err(RunnerError::Other(format!(
                 "KV backend {:?} built geometry {:?}, the model needs {:?}",
@@ -338,7 +352,10 @@ impl ModelRunner {
     /// Bytes the KV pool reserves (every block's K and V slabs), allocated once at load.
     pub fn kv_pool_bytes(&self) -> Result<usize, RunnerError> {
         let pool = self.lock()?;
-        let per_block = pool.geometry().block_bytes().ok_or_else(|| KvError::Overflow { what: "block size".into() })?;
+        let per_block = pool
+            .geometry()
+            .block_bytes_of(pool.elem())
+            .ok_or_else(|| KvError::Overflow { what: "block size".into() })?;
         Ok(per_block.saturating_mul(pool.n_blocks() as usize))
     }
 

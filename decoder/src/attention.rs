@@ -1,9 +1,11 @@
-//! Attention over the paged f16 KV pool, and the K/V writes into it.
+//! Attention over the paged KV pool (f16 or q8 values), and the K/V writes into it.
 //!
 //! Layout (core/src/kv.rs): position `j` of a sequence lives in block `table[j / B]`, slot
-//! `j % B`; KV head `g`'s key is the `D` f16 values at `(g * B + slot) * D` of the layer's K
+//! `j % B`; KV head `g`'s key is the `D` values of row `g * B + slot` of the layer's K
 //! slab (V likewise). So within a block one head's keys are consecutive rows of `D`, and
-//! the kernel reads them in place, widening 16 at a time in registers (F16C).
+//! the kernel reads them in place, widening 16 at a time in registers (F16C for f16; for
+//! q8, codes widened and times the row's scale, [`crate::kv_rows`]): `k_j[i]` and `v_j[i]`
+//! below are the stored values, exact in f32 for either element type.
 //!
 //! One task per (token, KV head): the `G = H / H_kv` query heads sharing that KV head run
 //! together (up to [`MAX_G`] per pass, their accumulators in registers), so each key and
@@ -31,10 +33,12 @@
 use std::cell::RefCell;
 
 use rayon::prelude::*;
-use tl_core::{ForwardBatch, KvSlabs, ModelError};
-use tl_quant::f32_to_f16;
+use tl_core::{ForwardBatch, KvElem, KvSlabs, ModelError, Q8Slab};
 
-use crate::lanes::{exp, ld_h_part, simd_entry, st_part, Isa, Path, W};
+// The K/V write lives beside the row reads (kv_rows.rs); callers keep this path.
+pub use crate::kv_rows::write_kv;
+use crate::kv_rows::Rows;
+use crate::lanes::{exp, simd_entry, st_part, Isa, Path, W};
 use crate::plan::Plan;
 
 /// One layer's attention: the head counts, the score scale and the window.
@@ -76,7 +80,7 @@ impl Attn {
     }
 
     /// Whether this layer shape is valid and fits the pool's geometry `g`.
-    fn check(&self, g: &tl_core::KvGeometry) -> Result<(), ModelError> {
+    pub(crate) fn check(&self, g: &tl_core::KvGeometry) -> Result<(), ModelError> {
         let ok = g.n_kv_heads as usize == self.kv_heads
             && g.head_dim as usize == self.head_dim
             && self.heads > 0
@@ -109,37 +113,38 @@ pub struct Step<'a> {
 pub const MAX_G: usize = 4;
 
 /// Where one task's keys and values are: its sequence's K and V slabs of one layer, in
-/// block-table order, and the element where its KV head's rows start in each slab.
+/// block-table order, and the row where its KV head's rows start in each slab.
 #[derive(Clone, Copy)]
-pub struct KvView<'a> {
-    /// K slabs, `(H_kv, B, D)` f16 each.
-    pub k: &'a [&'a [u16]],
+pub struct KvView<'a, S = &'a [u16]> {
+    /// K slabs, `(H_kv, B, D)` values each (f16, or q8 [`Q8Slab`]s).
+    pub k: &'a [S],
     /// V slabs, likewise.
-    pub v: &'a [&'a [u16]],
-    /// `g * B * D`: this KV head's first row.
+    pub v: &'a [S],
+    /// `g * B`: this KV head's first row.
     pub base: usize,
     /// Positions per block (B).
     pub b: usize,
 }
 
-impl KvView<'_> {
+impl<S: Rows> KvView<'_, S> {
     /// Whether keys `0 .. n` of rows of `d` lie inside the slabs (checked once per task, so
     /// the kernel's raw reads are in bounds).
     fn holds(&self, n: usize, d: usize) -> bool {
         let blocks = n.div_ceil(self.b.max(1));
-        let end = self.base + self.b * d;
+        let end = self.base + self.b;
         self.b > 0
+            && d > 0
             && self.k.len() >= blocks
             && self.v.len() >= blocks
-            && self.k[..blocks].iter().chain(&self.v[..blocks]).all(|s| s.len() >= end)
+            && self.k[..blocks].iter().chain(&self.v[..blocks]).all(|s| s.rows(d) >= end)
     }
 }
 
 /// What a group of query heads attends over: keys `lo .. n` of `d` values in `kv`,
 /// scores scaled by `scale`.
 #[derive(Clone, Copy)]
-struct Keys<'a> {
-    kv: KvView<'a>,
+pub struct Keys<'a, S> {
+    kv: KvView<'a, S>,
     lo: usize,
     n: usize,
     d: usize,
@@ -152,8 +157,8 @@ struct Keys<'a> {
 /// rather than a callback: the kernels' vector code must be inlined into its
 /// `target_feature` function, and a closure cannot be marked `inline(always)` (one LLVM
 /// declines to inline is compiled without the features: a call per intrinsic).
-struct KeyRows<'a> {
-    kv: KvView<'a>,
+struct KeyRows<'a, S> {
+    kv: KvView<'a, S>,
     d: usize,
     lo: usize,
     n: usize,
@@ -163,30 +168,30 @@ struct KeyRows<'a> {
     slot: usize,
 }
 
-impl<'a> KeyRows<'a> {
+impl<'a, S: Rows> KeyRows<'a, S> {
     /// Caller: `kv.holds(n, d)` (checked once per task), so every row read is in bounds.
     #[inline(always)]
-    fn new(kv: &KvView<'a>, lo: usize, n: usize, d: usize) -> KeyRows<'a> {
+    fn new(kv: &KvView<'a, S>, lo: usize, n: usize, d: usize) -> KeyRows<'a, S> {
         KeyRows { kv: *kv, d, lo, n, pos: lo, blk: lo / kv.b, slot: lo % kv.b }
     }
 }
 
-impl Iterator for KeyRows<'_> {
-    type Item = (usize, *const u16, *const u16);
+impl<S: Rows> Iterator for KeyRows<'_, S> {
+    type Item = (usize, S::Row, S::Row);
 
     #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
         if self.pos >= self.n {
             return None;
         }
-        let at = self.kv.base + self.slot * self.d;
+        let r = self.kv.base + self.slot;
         // SAFETY: pos < n and `holds(n, d)`: block `pos / b` exists in both slab lists and
-        // holds `base + b * d` elements.
+        // holds `base + b` rows of `d`.
         let row = unsafe {
             (
                 self.pos - self.lo,
-                self.kv.k.get_unchecked(self.blk).as_ptr().add(at),
-                self.kv.v.get_unchecked(self.blk).as_ptr().add(at),
+                self.kv.k.get_unchecked(self.blk).row(r, self.d),
+                self.kv.v.get_unchecked(self.blk).row(r, self.d),
             )
         };
         self.pos += 1;
@@ -202,7 +207,12 @@ impl Iterator for KeyRows<'_> {
 /// `scratch` holds `(G, Dp)` zero-padded queries then `(G, Np)` scores (`Dp`, `Np`: `D`
 /// and `m = n - lo` rounded up to 16). Below, `j` counts keys from `lo`.
 #[inline(always)]
-unsafe fn heads<L: Isa, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+unsafe fn heads<L: Isa, S: Rows, const G: usize>(
+    q: &[f32],
+    keys: &Keys<'_, S>,
+    scratch: &mut Vec<f32>,
+    out: &mut [f32],
+) {
     let Keys { kv, lo, n, d, scale, sinks } = *keys;
     let kv = &kv;
     let m = n - lo;
@@ -226,13 +236,13 @@ unsafe fn heads<L: Isa, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &mu
     for (j, kr, _) in KeyRows::new(kv, lo, n, d) {
         let mut acc = [L::zero(); G];
         for c in 0..full {
-            let kx = L::ld_f16(kr.add(c * W));
+            let kx = S::ld::<L>(kr, c * W);
             for (h, a) in acc.iter_mut().enumerate() {
                 *a = L::fma(L::ld(qs.add(h * dp + c * W)), kx, *a);
             }
         }
         if tail > 0 {
-            let kx = ld_h_part::<L>(kr.add(full * W), tail);
+            let kx = S::ld_part::<L>(kr, full * W, tail);
             for (h, a) in acc.iter_mut().enumerate() {
                 *a = L::fma(L::ld(qs.add(h * dp + full * W)), kx, *a);
             }
@@ -283,7 +293,7 @@ unsafe fn heads<L: Isa, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &mu
         let len = W.min(d - c * W);
         let mut acc = [L::zero(); G];
         for (j, _, vr) in KeyRows::new(kv, lo, n, d) {
-            let vx = if len == W { L::ld_f16(vr.add(c * W)) } else { ld_h_part::<L>(vr.add(c * W), len) };
+            let vx = if len == W { S::ld::<L>(vr, c * W) } else { S::ld_part::<L>(vr, c * W, len) };
             for (h, a) in acc.iter_mut().enumerate() {
                 *a = L::fma(L::splat(*sc.add(h * np + j)), vx, *a);
             }
@@ -298,23 +308,55 @@ unsafe fn heads<L: Isa, const G: usize>(q: &[f32], keys: &Keys<'_>, scratch: &mu
 /// Every query head of one KV head: `q` and `out` are `(group, D)`; passes of up to
 /// [`MAX_G`] heads. Caller: `kv.holds(n, d)`, `lo < n`, `q` and `out` `group * d` long.
 #[inline(always)]
-unsafe fn group_impl<L: Isa>(q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+unsafe fn group_impl<L: Isa, S: Rows>(q: &[f32], keys: &Keys<'_, S>, scratch: &mut Vec<f32>, out: &mut [f32]) {
     let d = keys.d;
     for (pass, (q, o)) in q.chunks(MAX_G * d).zip(out.chunks_mut(MAX_G * d)).enumerate() {
         let sinks = keys.sinks.get(pass * MAX_G..(pass * MAX_G + q.len() / d)).unwrap_or(&[]);
         let keys = &Keys { sinks, ..*keys };
         match q.len() / d {
-            1 => heads::<L, 1>(q, keys, scratch, o),
-            2 => heads::<L, 2>(q, keys, scratch, o),
-            3 => heads::<L, 3>(q, keys, scratch, o),
-            _ => heads::<L, 4>(q, keys, scratch, o),
+            1 => heads::<L, S, 1>(q, keys, scratch, o),
+            2 => heads::<L, S, 2>(q, keys, scratch, o),
+            3 => heads::<L, S, 3>(q, keys, scratch, o),
+            _ => heads::<L, S, 4>(q, keys, scratch, o),
         }
     }
 }
 
-simd_entry!(fn attend_group_unchecked => group_impl(
-    q: &[f32], keys: &Keys<'_>, scratch: &mut Vec<f32>, out: &mut [f32]
+#[inline(always)]
+unsafe fn group_f16<L: Isa>(q: &[f32], keys: &Keys<'_, &[u16]>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+    group_impl::<L, &[u16]>(q, keys, scratch, out)
+}
+
+#[inline(always)]
+unsafe fn group_q8<L: Isa>(q: &[f32], keys: &Keys<'_, Q8Slab<'_>>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+    group_impl::<L, Q8Slab<'_>>(q, keys, scratch, out)
+}
+
+simd_entry!(fn attend_f16_unchecked => group_f16(
+    q: &[f32], keys: &Keys<'_, &[u16]>, scratch: &mut Vec<f32>, out: &mut [f32]
 ));
+
+simd_entry!(fn attend_q8_unchecked => group_q8(
+    q: &[f32], keys: &Keys<'_, Q8Slab<'_>>, scratch: &mut Vec<f32>, out: &mut [f32]
+));
+
+/// A slab type the kernel has an entry point for (one copy per instruction set each).
+pub trait Attend: Rows {
+    /// The kernel over `keys`; caller: `keys.kv.holds(n, d)` and the sizes of `attend_group`.
+    fn attend(path: Path, q: &[f32], keys: &Keys<'_, Self>, scratch: &mut Vec<f32>, out: &mut [f32]);
+}
+
+impl Attend for &[u16] {
+    fn attend(path: Path, q: &[f32], keys: &Keys<'_, Self>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+        attend_f16_unchecked(path, q, keys, scratch, out)
+    }
+}
+
+impl Attend for Q8Slab<'_> {
+    fn attend(path: Path, q: &[f32], keys: &Keys<'_, Self>, scratch: &mut Vec<f32>, out: &mut [f32]) {
+        attend_q8_unchecked(path, q, keys, scratch, out)
+    }
+}
 
 /// Keys `lo .. n` of `d` values, scores scaled by `scale`: one task's span, for the tests.
 #[doc(hidden)]
@@ -332,10 +374,10 @@ pub struct Span {
 
 /// Checks what the kernel's raw reads and writes rely on, then runs it.
 /// `sinks`: the group's query heads' sink logits (one each), or empty.
-fn attend_group(
+fn attend_group<S: Attend>(
     path: Path,
     q: &[f32],
-    (kv, sinks): (&KvView<'_>, &[f32]),
+    (kv, sinks): (&KvView<'_, S>, &[f32]),
     span: Span,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
@@ -348,7 +390,7 @@ fn attend_group(
         return Err(format!("attention: {} sinks for {} query heads", sinks.len(), q.len() / d));
     }
     let keys = Keys { kv: *kv, lo, n, d, scale, sinks };
-    attend_group_unchecked(path, q, &keys, scratch, out);
+    S::attend(path, q, &keys, scratch, out);
     Ok(())
 }
 
@@ -366,12 +408,14 @@ pub fn attend_span(
     attend_span_sinks(path, q, (k_blocks, v_blocks), block_tokens, (span, &[]), out)
 }
 
-/// [`attend_span`] with one sink logit per query head (`sinks` `(G,)`), for the tests.
+/// [`attend_span`] with one sink logit per query head (`sinks` `(G,)`), for the tests;
+/// the blocks are f16 slabs or q8 ones ([`Q8Slab`]: `(block_tokens, D)` codes and
+/// `(block_tokens,)` scales each), the kernel production runs on either pool.
 #[doc(hidden)]
-pub fn attend_span_sinks(
+pub fn attend_span_sinks<S: Attend>(
     path: Path,
     q: &[f32],
-    (k_blocks, v_blocks): (&[&[u16]], &[&[u16]]),
+    (k_blocks, v_blocks): (&[S], &[S]),
     block_tokens: usize,
     (span, sinks): (Span, &[f32]),
     out: &mut [f32],
@@ -400,7 +444,7 @@ pub fn attend_one(
 }
 
 /// One sequence's K slabs and V slabs of one layer, in block-table order.
-type SeqSlabs<'a> = (Vec<&'a [u16]>, Vec<&'a [u16]>);
+type SeqSlabs<S> = (Vec<S>, Vec<S>);
 
 thread_local! {
     /// Per-worker scratch (padded queries and scores), kept across tasks and steps: it
@@ -423,6 +467,29 @@ pub fn attention(
     attention_sinks(step, kv, (layer, attn, &[]), qkv, out)
 }
 
+/// A slab of the wrong size is the backend's bug; refuse it before the kernel reads it.
+pub(crate) fn sized(id: u32, len: usize, want: usize) -> Result<(), ModelError> {
+    if len == want {
+        Ok(())
+    } else {
+        Err(ModelError::Other(format!("KV block {id}: slab holds {len} values, not {want}")))
+    }
+}
+
+/// Per sequence of the step, its K and V slabs of one layer in table order, from `get`.
+fn seq_slabs<S>(
+    step: &Step<'_>,
+    get: impl Fn(u32, bool) -> Result<S, ModelError>,
+) -> Result<Vec<SeqSlabs<S>>, ModelError> {
+    let mut slabs = Vec::with_capacity(step.batch.seqs.len());
+    for (s, &nb) in step.batch.seqs.iter().zip(&step.plan.n_blocks) {
+        let ks = s.blocks[..nb].iter().map(|&id| get(id, false)).collect::<Result<Vec<_>, _>>()?;
+        let vs = s.blocks[..nb].iter().map(|&id| get(id, true)).collect::<Result<Vec<_>, _>>()?;
+        slabs.push((ks, vs));
+    }
+    Ok(slabs)
+}
+
 /// [`attention`] with a sink logit per query head (`sinks` `(H,)`, gpt-oss: one more
 /// logit in each softmax whose value is dropped), or none (`sinks` empty).
 pub fn attention_sinks(
@@ -436,31 +503,42 @@ pub fn attention_sinks(
     if !sinks.is_empty() && sinks.len() != attn.heads {
         return Err(ModelError::Other(format!("attention: {} sinks for {} heads", sinks.len(), attn.heads)));
     }
-    let Step { path, batch, plan } = *step;
+    let g = kv.geometry();
+    let (b, slab_len) = (g.block_tokens as usize, g.slab_elems().unwrap_or(0));
+    let rows = slab_len / g.head_dim.max(1) as usize;
+    // The backend is not Sync; its slabs are, so the workers share these slices.
+    match kv.elem() {
+        KvElem::F16 => {
+            let slabs = seq_slabs(step, |id, is_v| {
+                let s = kv.slab(id, layer, is_v)?;
+                sized(id, s.len(), slab_len).map(|_| s)
+            })?;
+            attend_all(step, &slabs, (attn, sinks, b), qkv, out)
+        }
+        KvElem::Q8 => {
+            let slabs = seq_slabs(step, |id, is_v| {
+                let s = kv.q8_slab(id, layer, is_v)?;
+                sized(id, s.codes.len(), slab_len)?;
+                sized(id, s.scales.len(), rows).map(|_| s)
+            })?;
+            attend_all(step, &slabs, (attn, sinks, b), qkv, out)
+        }
+    }
+}
+
+/// The step's attention over `slabs` (one entry per sequence, blocks of `b` positions),
+/// one task per (token, KV head).
+fn attend_all<S: Attend>(
+    step: &Step<'_>,
+    slabs: &[SeqSlabs<S>],
+    (attn, sinks, b): (&Attn, &[f32], usize),
+    qkv: &[f32],
+    out: &mut [f32],
+) -> Result<(), ModelError> {
+    let Step { path, plan, .. } = *step;
     let (heads, kv_heads, d) = (attn.heads, attn.kv_heads, attn.head_dim);
     let (q, q_stride) = (qkv, attn.qkv_width());
-    let g = kv.geometry();
-    let b = g.block_tokens as usize;
-    let slab_len = g.slab_elems().unwrap_or(0);
     let group = heads / kv_heads;
-    // Per sequence, its K and V slabs of this layer in table order. The backend is not
-    // Sync; its slabs are, so the workers share these slices.
-    let mut slabs: Vec<SeqSlabs> = Vec::with_capacity(batch.seqs.len());
-    for (s, &nb) in batch.seqs.iter().zip(&plan.n_blocks) {
-        let get = |id: u32, is_v: bool| -> Result<&[u16], ModelError> {
-            let slab = kv.slab(id, layer, is_v)?;
-            if slab.len() != slab_len {
-                return Err(ModelError::Other(format!(
-                    "KV block {id}: slab holds {} values, not {slab_len}",
-                    slab.len()
-                )));
-            }
-            Ok(slab)
-        };
-        let ks = s.blocks[..nb].iter().map(|&id| get(id, false)).collect::<Result<Vec<_>, _>>()?;
-        let vs = s.blocks[..nb].iter().map(|&id| get(id, true)).collect::<Result<Vec<_>, _>>()?;
-        slabs.push((ks, vs));
-    }
     let n_tok = plan.pos.len();
     if q.len() < n_tok * q_stride || q_stride < heads * d || out.len() != n_tok * heads * d {
         return Err(ModelError::Other("attention: q or out has the wrong size".into()));
@@ -469,7 +547,7 @@ pub fn attention_sinks(
     out.par_chunks_mut(group * d).enumerate().try_for_each(|(i, o)| {
         let (t, g) = (i / kv_heads, i % kv_heads);
         let (ks, vs) = &slabs[plan.seq_of[t]];
-        let kv = KvView { k: ks, v: vs, base: g * b * d, b };
+        let kv = KvView { k: ks, v: vs, base: g * b, b };
         let q0 = t * q_stride + g * group * d;
         let qh = &q[q0..q0 + group * d];
         let keys = attn.visible(plan.pos[t]);
@@ -482,60 +560,4 @@ pub fn attention_sinks(
             })
             .map_err(ModelError::Other)
     })
-}
-
-/// f32 to f16, nearest-even, 16 at a time, the tail one by one (the same rounding).
-#[inline(always)]
-unsafe fn narrow_impl<L: Isa>(src: &[f32], dst: &mut [u16]) {
-    let n = src.len().min(dst.len());
-    let full = n / W * W;
-    for c in (0..full).step_by(W) {
-        L::st_f16(dst.as_mut_ptr().add(c), L::ld(src.as_ptr().add(c)));
-    }
-    for (d, &x) in dst[full..n].iter_mut().zip(&src[full..n]) {
-        *d = f32_to_f16(x);
-    }
-}
-
-simd_entry!(
-    /// `dst[i] = f16(src[i])`, rounded to nearest, ties to even (`tl_quant::f32_to_f16`),
-    /// for `i < min(len)`: F16C's `cvtps2ph` on the SIMD paths.
-    #[doc(hidden)]
-    pub fn narrow_f16 => narrow_impl(src: &[f32], dst: &mut [u16])
-);
-
-/// Write each token's K and V of `layer` into its sequence's blocks as f16: position j
-/// goes to block `blocks[j / B]`, slot `j % B`, head g at `(g * B + slot) * D`. `qkv` is
-/// `(N, H*D + 2*H_kv*D)`: the keys at column `H*D`, the values at `H*D + H_kv*D`
-/// (after RoPE and any k norm).
-pub fn write_kv(step: &Step<'_>, kv: &mut dyn KvSlabs, layer: u32, attn: &Attn, qkv: &[f32]) -> Result<(), ModelError> {
-    attn.check(&kv.geometry())?;
-    let Step { path, batch, plan } = *step;
-    let (stride, k_col) = (attn.qkv_width(), attn.heads * attn.head_dim);
-    let v_col = k_col + attn.kv_heads * attn.head_dim;
-    let g = kv.geometry();
-    let (b, d) = (g.block_tokens as usize, g.head_dim as usize);
-    let width = g.n_kv_heads as usize * d;
-    let slab_len = g.slab_elems().unwrap_or(0);
-    if k_col.max(v_col) + width > stride || qkv.len() < plan.pos.len() * stride {
-        return Err(ModelError::Other("write_kv: keys or values outside the qkv rows".into()));
-    }
-    for (t, (&s, &p)) in plan.seq_of.iter().zip(&plan.pos).enumerate() {
-        let (id, slot) = (batch.seqs[s].blocks[p / b], p % b);
-        for (col, is_v) in [(k_col, false), (v_col, true)] {
-            let slab = kv.slab_mut(id, layer, is_v)?;
-            if slab.len() != slab_len {
-                return Err(ModelError::Other(format!(
-                    "KV block {id}: slab holds {} values, not {slab_len}",
-                    slab.len()
-                )));
-            }
-            let src = &qkv[t * stride + col..t * stride + col + width];
-            for (h, row) in src.chunks_exact(d).enumerate() {
-                let off = g.offset(h, slot);
-                narrow_f16(path, row, &mut slab[off..off + d]);
-            }
-        }
-    }
-    Ok(())
 }

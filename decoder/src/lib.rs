@@ -50,6 +50,7 @@ mod config;
 pub mod fields;
 pub mod gguf;
 mod head;
+mod kv_rows;
 mod lanes;
 mod moe;
 mod plan;
@@ -61,12 +62,13 @@ mod weights;
 
 use tl_core::{BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError};
 
-pub use attention::{attention, attention_sinks, write_kv, Attn, Step};
+pub use attention::{attention, attention_sinks, Attn, Step};
 pub use blocks::{
     Act, AttnBlock, AttnSpec, Ffn, Mlp, MlpNames, MlpScratch, NormReader, PreNorm, QkNorm, QkNormKind, MLP_NAMES,
 };
 pub use config::{global_layers, layer_types, sliding_window, DecoderConfig, LayerAttn, Variant};
 pub use head::{embed, LmHead};
+pub use kv_rows::write_kv;
 pub use lanes::Path;
 pub use moe::{Moe, MoeBuffers, MoeSpec, Routing};
 pub use plan::{Plan, StepShape};
@@ -83,7 +85,8 @@ pub use weights::{dense_mlp, prenorm_stack, Loader};
 /// with the portable reference; not an API.
 #[doc(hidden)]
 pub mod kernels {
-    pub use crate::attention::{attend_one, attend_span, attend_span_sinks, narrow_f16, Span, MAX_G};
+    pub use crate::attention::{attend_one, attend_span, attend_span_sinks, Span, MAX_G};
+    pub use crate::kv_rows::{narrow_f16, widen};
     pub use crate::lanes::{exp16, Path};
     pub use crate::rowops::{clamped_swiglu_row, gelu_tanh_row, rms_norm_row, swiglu_row};
 }

@@ -68,7 +68,7 @@ impl Plan {
                 return Err(bad(format!("sequence {i}: {} blocks cannot hold position {}", s.blocks.len(), end - 1)));
             }
             for &id in &s.blocks[..needed] {
-                kv.slab(id, 0, false)?; // an id the pool cannot serve is an Err here, before any write
+                kv.check_slab(id, 0)?; // an id the pool cannot serve is an Err here, before any write
             }
             plan.seq_of.extend(std::iter::repeat_n(i, s.tokens.len()));
             plan.pos.extend(s.start..end);

@@ -3,139 +3,14 @@
 //! follows the documented arithmetic (a reference written here from attention.rs's
 //! definition), and the comparison is sharp enough to catch a reordered sum.
 
+mod common;
+
+use common::*;
 use tl_decoder::kernels::{
     attend_one, attend_span, attend_span_sinks, clamped_swiglu_row, exp16, gelu_tanh_row, narrow_f16, rms_norm_row,
     swiglu_row, Path, Span,
 };
 use tl_quant::{f16_to_f32, f32_to_f16};
-
-/// xorshift64*: deterministic inputs without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in [-a, a).
-    fn f32(&mut self, a: f32) -> f32 {
-        ((self.u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-    }
-    fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32(a)).collect()
-    }
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-fn simd_paths() -> Vec<Path> {
-    let paths: Vec<Path> = Path::all_available().into_iter().filter(|&p| p != Path::Portable).collect();
-    eprintln!("SIMD paths on this CPU: {paths:?}");
-    paths
-}
-
-/// One case: `group` query heads of `d` over `n` keys in blocks of `b` positions.
-struct Case {
-    q: Vec<f32>,
-    k: Vec<Vec<u16>>, // blocks of (b, d) f16
-    v: Vec<Vec<u16>>,
-    b: usize,
-    n: usize,
-    d: usize,
-}
-
-impl Case {
-    fn new(rng: &mut Rng, group: usize, n: usize, d: usize, b: usize) -> Case {
-        let blocks = n.div_ceil(b);
-        // Garbage past position n in the last block must never be read.
-        let mut slab = |scale: f32| -> Vec<Vec<u16>> {
-            (0..blocks).map(|_| (0..b * d).map(|_| f32_to_f16(rng.f32(scale))).collect()).collect()
-        };
-        let (k, v) = (slab(3.0), slab(2.0));
-        Case { q: rng.vec(group * d, 1.5), k, v, b, n, d }
-    }
-
-    fn run(&self, path: Path) -> Vec<f32> {
-        let k: Vec<&[u16]> = self.k.iter().map(Vec::as_slice).collect();
-        let v: Vec<&[u16]> = self.v.iter().map(Vec::as_slice).collect();
-        let mut out = vec![f32::NAN; self.q.len()];
-        attend_one(path, &self.q, &k, &v, self.b, self.n, self.d, &mut out).expect("attention runs");
-        out
-    }
-
-    /// Row `j` of K or V, widened.
-    fn row(&self, slabs: &[Vec<u16>], j: usize) -> Vec<f32> {
-        let at = (j % self.b) * self.d;
-        slabs[j / self.b][at..at + self.d].iter().map(|&h| f16_to_f32(h)).collect()
-    }
-
-    /// attention.rs's arithmetic, one value at a time; `reversed` sums the weighted values
-    /// over the keys in descending order instead (the negative control).
-    fn reference(&self, reversed: bool) -> Vec<f32> {
-        self.reference_span(0, 1.0 / (self.d as f32).sqrt(), reversed)
-    }
-
-    /// The same over keys `lo .. n` only, scores scaled by `scale`.
-    fn reference_span(&self, lo: usize, scale: f32, reversed: bool) -> Vec<f32> {
-        let d = self.d;
-        let exp = |x: f32| exp16(Path::Portable, &[x; 16])[0];
-        let mut out = Vec::new();
-        for q in self.q.chunks_exact(d) {
-            let s: Vec<f32> = (lo..self.n)
-                .map(|j| {
-                    let k = self.row(&self.k, j);
-                    let mut lanes = [0.0f32; 16];
-                    for i in 0..d {
-                        lanes[i % 16] = q[i].mul_add(k[i], lanes[i % 16]);
-                    }
-                    tree(lanes) * scale
-                })
-                .collect();
-            let m = s.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-            let e: Vec<f32> = s.iter().map(|&x| exp(x - m)).collect();
-            let mut lanes = [0.0f32; 16];
-            for (j, &e) in e.iter().enumerate() {
-                lanes[j % 16] += e;
-            }
-            let sum = tree(lanes);
-            let mut acc = vec![0.0f32; d];
-            let m = e.len();
-            let order: Vec<usize> = if reversed { (0..m).rev().collect() } else { (0..m).collect() };
-            for j in order {
-                for (a, v) in acc.iter_mut().zip(self.row(&self.v, lo + j)) {
-                    *a = e[j].mul_add(v, *a);
-                }
-            }
-            out.extend(acc.iter().map(|a| a / sum));
-        }
-        out
-    }
-}
-
-/// The fixed pairwise tree of `Isa::hsum` (`tl_quant::simd`).
-fn tree(v: [f32; 16]) -> f32 {
-    let s8: Vec<f32> = (0..8).map(|l| v[l] + v[l + 8]).collect();
-    let s4: Vec<f32> = (0..4).map(|l| s8[l] + s8[l + 4]).collect();
-    (s4[0] + s4[2]) + (s4[1] + s4[3])
-}
-
-impl Case {
-    /// The kernel over keys `lo .. n` with score scale `scale`.
-    fn run_span(&self, path: Path, lo: usize, scale: f32) -> Vec<f32> {
-        let k: Vec<&[u16]> = self.k.iter().map(Vec::as_slice).collect();
-        let v: Vec<&[u16]> = self.v.iter().map(Vec::as_slice).collect();
-        let mut out = vec![f32::NAN; self.q.len()];
-        let span = Span { lo, n: self.n, d: self.d, scale };
-        attend_span(path, &self.q, (&k, &v), self.b, span, &mut out).expect("attention runs");
-        out
-    }
-}
-
-const KEYS: [usize; 7] = [1, 2, 3, 16, 17, 33, 70];
 
 #[test]
 fn attention_paths_equal_portable_bit_for_bit() {

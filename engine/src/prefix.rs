@@ -12,7 +12,7 @@
 //! 0..=j only, and the forward gives it the same bits in any chunking and batch
 //! (docs/forward.md), so copied slots hold exactly what a prefill would have written.
 
-use tl_core::{KvBackend, KvError};
+use tl_core::{KvBackend, KvElem, KvError, KvGeometry};
 
 /// What was registered in one block: its parent's chained hash (`None` for a first
 /// block), its own hash, and its tokens, `(block_tokens,)`.
@@ -58,24 +58,47 @@ impl PartialIndex {
 }
 
 /// Copy slots `0..n` of every layer's K and V, every KV head, from block `src` to `dst`,
-/// and mark `dst` as holding `n` slots.
+/// and mark `dst` as holding `n` slots. On a q8 pool the codes and the row scales move
+/// (the values are copied, never requantized).
 pub(crate) fn copy_slots(pool: &mut dyn KvBackend, src: u32, dst: u32, n: usize) -> Result<(), KvError> {
     let g = pool.geometry();
-    let span = n * g.head_dim as usize; // (n, head_dim) per head, contiguous in a slab
-    let mut buf = vec![0u16; span * g.n_kv_heads as usize]; // (n_kv_heads, n, head_dim)
+    let d = g.head_dim as usize;
     for layer in 0..g.n_layers {
         for is_v in [false, true] {
-            let from = pool.slab(src, layer, is_v)?;
-            for h in 0..g.n_kv_heads as usize {
-                let o = g.offset(h, 0);
-                buf[h * span..(h + 1) * span].copy_from_slice(&from[o..o + span]);
-            }
-            let to = pool.slab_mut(dst, layer, is_v)?;
-            for h in 0..g.n_kv_heads as usize {
-                let o = g.offset(h, 0);
-                to[o..o + span].copy_from_slice(&buf[h * span..(h + 1) * span]);
+            match pool.elem() {
+                KvElem::F16 => {
+                    let buf = gather(pool.slab(src, layer, is_v)?, &g, n * d, d);
+                    scatter(pool.slab_mut(dst, layer, is_v)?, &g, &buf, d);
+                }
+                KvElem::Q8 => {
+                    let from = pool.q8_slab(src, layer, is_v)?;
+                    let (codes, scales) = (gather(from.codes, &g, n * d, d), gather(from.scales, &g, n, 1));
+                    let to = pool.q8_slab_mut(dst, layer, is_v)?;
+                    scatter(to.codes, &g, &codes, d);
+                    scatter(to.scales, &g, &scales, 1);
+                }
             }
         }
     }
     pool.set_fill(dst, n as u32)
+}
+
+/// The first `span` items of every KV head's run in a slab of `per` items per row:
+/// `(n_kv_heads, span)` (a head's rows are contiguous in a slab).
+fn gather<T: Copy>(from: &[T], g: &KvGeometry, span: usize, per: usize) -> Vec<T> {
+    let mut buf = Vec::with_capacity(span * g.n_kv_heads as usize);
+    for h in 0..g.n_kv_heads as usize {
+        let o = h * g.block_tokens as usize * per;
+        buf.extend_from_slice(&from[o..o + span]);
+    }
+    buf
+}
+
+/// [`gather`]'s inverse: each head's run of `buf` back to the start of its rows in `to`.
+fn scatter<T: Copy>(to: &mut [T], g: &KvGeometry, buf: &[T], per: usize) {
+    let span = buf.len() / g.n_kv_heads.max(1) as usize;
+    for (h, run) in buf.chunks_exact(span.max(1)).enumerate() {
+        let o = h * g.block_tokens as usize * per;
+        to[o..o + span].copy_from_slice(run);
+    }
 }

@@ -14,12 +14,23 @@ mod support;
 use support::{smollm2, tiny};
 
 fn engine(model: &Path, block_tokens: u32, n_blocks: u32, max_seqs: usize, max_queue: usize) -> Engine {
+    engine_kv(model, "f16-slab", (block_tokens, n_blocks), max_seqs, max_queue)
+}
+
+/// [`engine`] over the KV backend named `kv`, blocks of `block_tokens`, `n_blocks` of them.
+fn engine_kv(
+    model: &Path,
+    kv: &str,
+    (block_tokens, n_blocks): (u32, u32),
+    max_seqs: usize,
+    max_queue: usize,
+) -> Engine {
     let cfg = EngineConfig {
         max_batch_tokens: 96,
         max_seqs,
         prefill_chunk: 24,
         threads: 2,
-        kv: KvConfig { block_tokens, n_blocks: Some(n_blocks), ..KvConfig::default() },
+        kv: KvConfig { backend: kv.into(), block_tokens, n_blocks: Some(n_blocks), ..KvConfig::default() },
         ..EngineConfig::default()
     };
     let runner = ModelRunner::load(model, &cfg).expect("load");
@@ -94,6 +105,18 @@ fn neighbours(system: &[u32], k: usize, max_tokens: usize) -> Vec<Request> {
 /// Alone, among 15 concurrent neighbours, after a prefix hit, and under a pool small
 /// enough to force preemption: the same bits every time.
 fn promise(model: PathBuf, prompt: Vec<u32>, system_len: usize, vocab_for_noise: usize, max_tokens: usize) {
+    promise_kv(model, "f16-slab", prompt, (system_len, vocab_for_noise), max_tokens)
+}
+
+/// [`promise`] over the KV backend named `kv`.
+fn promise_kv(
+    model: PathBuf,
+    kv: &str,
+    prompt: Vec<u32>,
+    (system_len, vocab_for_noise): (usize, usize),
+    max_tokens: usize,
+) {
+    let engine = |model: &Path, b: u32, n: u32, seqs: usize, queue: usize| engine_kv(model, kv, (b, n), seqs, queue);
     let target = req(prompt.clone(), 7, max_tokens, 0.9);
     let e = engine(&model, 4, 1024, 16, 64);
     let alone = collect(e.submit(target.clone()).expect("submit"));
@@ -149,6 +172,16 @@ fn tiny_answers_do_not_depend_on_traffic() {
     let mut prompt: Vec<u32> = system.iter().map(|&b| b as u32).collect();
     prompt.extend(b"What is a KV cache?".iter().map(|&b| b as u32));
     promise(tiny(), prompt, system.len(), 256, 40);
+}
+
+/// The same promise over the q8 cache: prefix hits, neighbours and preemption with
+/// recompute keep every bit.
+#[test]
+fn tiny_answers_do_not_depend_on_traffic_with_a_q8_cache() {
+    let system = b"You are a careful assistant. Answer briefly. ".to_vec();
+    let mut prompt: Vec<u32> = system.iter().map(|&b| b as u32).collect();
+    prompt.extend(b"What is a KV cache?".iter().map(|&b| b as u32));
+    promise_kv(tiny(), "q8-slab", prompt, (system.len(), 256), 40);
 }
 
 #[test]
@@ -240,6 +273,17 @@ fn shutdown_finishes_running_then_refuses() {
 /// third; the first run's third block fills with output and registers.
 #[test]
 fn partial_block_prefix_hits_change_nothing() {
+    partial_block_prefix_hits("f16-slab");
+}
+
+/// On the q8 cache the partial-block copy moves codes and scales (never requantizes).
+#[test]
+fn partial_block_prefix_hits_change_nothing_with_a_q8_cache() {
+    partial_block_prefix_hits("q8-slab");
+}
+
+fn partial_block_prefix_hits(kv: &str) {
+    let engine = |model: &Path, b: u32, n: u32, seqs: usize, queue: usize| engine_kv(model, kv, (b, n), seqs, queue);
     let prompt: Vec<u32> = b"You are a careful assistant. What is a KV cache".iter().map(|&b| b as u32).collect();
     assert_eq!(prompt.len(), 47);
     let target = req(prompt.clone(), 7, 24, 0.9);

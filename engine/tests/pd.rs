@@ -16,12 +16,17 @@ mod support;
 use support::tiny;
 
 fn engine(model: &Path) -> Engine {
+    engine_kv(model, "f16-slab")
+}
+
+/// [`engine`] over the KV backend named `kv`.
+fn engine_kv(model: &Path, kv: &str) -> Engine {
     let cfg = EngineConfig {
         max_batch_tokens: 96,
         max_seqs: 4,
         prefill_chunk: 24,
         threads: 1,
-        kv: KvConfig { block_tokens: 16, n_blocks: Some(64), ..KvConfig::default() },
+        kv: KvConfig { backend: kv.into(), block_tokens: 16, n_blocks: Some(64), ..KvConfig::default() },
         ..EngineConfig::default()
     };
     let runner = ModelRunner::load(model, &cfg).expect("load");
@@ -87,6 +92,35 @@ fn wait_idle(e: &Engine) {
 
 #[test]
 fn imported_kv_gives_the_single_engine_answer_bit_for_bit() {
+    imported_kv_gives_the_single_engine_answer("f16-slab");
+}
+
+/// The same over q8 caches on both sides: the envelope is version 2 and carries codes
+/// and scales, so the decode engine holds exactly what the prefill engine computed.
+#[test]
+fn imported_q8_kv_gives_the_single_engine_answer_bit_for_bit() {
+    imported_kv_gives_the_single_engine_answer("q8-slab");
+}
+
+/// A q8 prefill's KV offered to an f16 decode engine is refused (and the reverse),
+/// taking no block.
+#[test]
+fn kv_of_another_element_type_is_refused() {
+    for (from, to) in [("q8-slab", "f16-slab"), ("f16-slab", "q8-slab")] {
+        let (p, d) = (engine_kv(&tiny(), from), engine_kv(&tiny(), to));
+        let a: Vec<u32> = (0..40).map(|i| 5 + i).collect();
+        tokens(p.submit_held(req(&a, 1), "a".into(), Duration::from_secs(30)).expect("prefill"));
+        let env = p.take_lease("a", 0, Some(3)).expect("fetch");
+        let mut pre = d.hold_prefix(&a).expect("hold");
+        let err = d.import_into(&mut pre, &a, &env).expect_err("another element type");
+        assert!(err.to_string().contains("element types differ"), "{from} -> {to}: {err}");
+        drop(pre);
+        assert_eq!(d.stats().kv_blocks_in_use, 0, "{from} -> {to}: nothing imported");
+    }
+}
+
+fn imported_kv_gives_the_single_engine_answer(kv: &str) {
+    let engine = |m: &Path| engine_kv(m, kv);
     let (p, d, one) = (engine(&tiny()), engine(&tiny()), engine(&tiny()));
     let mut local_seen = 0;
     // Shorter than a block, block aligned (len - 1 = 32), and a partial last block.

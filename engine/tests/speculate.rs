@@ -190,6 +190,25 @@ fn tiny_speculation_changes_nothing_alone() {
     }
 }
 
+/// Over a q8 cache: a verify step writes rows that a rejection later overwrites, and
+/// each row is quantized on its own, so speculation still changes no bit.
+#[test]
+fn tiny_speculation_changes_nothing_with_a_q8_cache() {
+    let reqs: Vec<Request> = prompts().iter().enumerate().flat_map(|(i, p)| variants(p, i)).collect();
+    let mut cfg = config(512, 96);
+    cfg.kv.backend = "q8-slab".into();
+    let opts = |speculate| EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX };
+    let off = run_alone(&start(&tiny(), None, cfg.clone(), opts(None)).expect("start"), &reqs);
+    let e = start(&tiny(), None, cfg, opts(Some(NGRAM))).expect("start");
+    let on = run_alone(&e, &reqs);
+    assert_same(&off, &on, &reqs, "ngram over q8-slab");
+    let (proposed, accepted) = counters(&e);
+    assert!(
+        accepted > 0 && proposed > accepted,
+        "drafts must both hit and miss: {proposed} proposed, {accepted} accepted"
+    );
+}
+
 #[test]
 fn tiny_speculation_changes_nothing_among_concurrent_requests_and_under_preemption() {
     let reqs: Vec<Request> = prompts().iter().enumerate().flat_map(|(i, p)| variants(p, i)).collect();

@@ -104,7 +104,8 @@ pub struct EngineArgs {
     /// group 32) or "int4:G".
     #[arg(long, default_value = "native")]
     pub weights: String,
-    /// The registered KV backend.
+    /// The registered KV backend: "f16-slab" (the default) or "q8-slab" (8-bit values
+    /// with an f16 scale per position and KV head, about half the memory).
     #[arg(long, default_value = "f16-slab")]
     pub kv: String,
     /// How projections treat their input rows: "exact" (f32, the default) or "q8" (rows

@@ -173,3 +173,34 @@ fn chat_runs_with_the_model_template_and_convert_round_trips_the_gguf() {
     ok("convert on the Gemma 3 GGUF", &out);
     assert_eq!(generate(&out_dir), generate(&gguf), "Gemma 3: the converted directory generates different text");
 }
+
+/// `--kv q8-slab` works in every binary that runs a model (the same flag as `--kv
+/// f16-slab`, the default), and an unknown backend is refused by name.
+#[test]
+fn every_binary_takes_the_q8_kv_backend() {
+    let model = repo().join("arch-llama/tests/fixtures/tiny-llama");
+    let m = model.to_str().expect("utf-8 path");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = dir.path().join("text.txt");
+    std::fs::write(&text, "The quick brown fox jumps over the lazy dog. ".repeat(4)).expect("write");
+    let base = ["--model", m, "--threads", "2", "--kv", "q8-slab"];
+    let runs: [(&str, Vec<&str>); 3] = [
+        (env!("CARGO_BIN_EXE_generate"), vec!["--prompt", "Hello", "--temperature", "0", "--max-tokens", "8"]),
+        (env!("CARGO_BIN_EXE_perplexity"), vec!["--file", text.to_str().expect("path"), "--window", "32"]),
+        (
+            env!("CARGO_BIN_EXE_bench"),
+            vec!["--prompt-tokens", "8", "--decode-tokens", "4", "--batch", "2", "--repeats", "1", "--json-only"],
+        ),
+    ];
+    for (exe, args) in &runs {
+        let all: Vec<&str> = base.iter().copied().chain(args.iter().copied()).collect();
+        ok(&format!("{exe} --kv q8-slab"), &run(exe, &all, None));
+    }
+    let bad = run(env!("CARGO_BIN_EXE_generate"), &["--model", m, "--prompt", "Hi", "--kv", "q4-slab"], None);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("q4-slab") && err.contains("q8-slab"),
+        "the error names the backend and the known ones: {err}"
+    );
+}

@@ -11,6 +11,6 @@ use tl_sampling as _;
 #[test]
 fn the_registry_lists_every_linked_plugin() {
     assert_eq!(registry::architecture_names().unwrap(), vec!["bigram", "llama"]);
-    assert_eq!(registry::kv_backend_names().unwrap(), vec!["f16-slab"]);
+    assert_eq!(registry::kv_backend_names().unwrap(), vec!["f16-slab", "q8-slab"]);
     assert_eq!(registry::sampler_names().unwrap(), vec!["spec"]);
 }

@@ -1,6 +1,6 @@
 //! `KvPool` as tl-core's `KvBackend`, registered as `"f16-slab"`.
 
-use tl_core::{KvBackend, KvError, KvGeometry, KvSlabs, KvSpec};
+use tl_core::{KvBackend, KvElem, KvError, KvGeometry, KvSlabs, KvSpec, Q8Slab, Q8SlabMut};
 
 use crate::pool::KvPool;
 
@@ -15,6 +15,15 @@ impl KvSlabs for KvPool {
     }
     fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError> {
         KvPool::slab_mut(self, id, layer, is_v)
+    }
+    fn elem(&self) -> KvElem {
+        KvPool::elem(self)
+    }
+    fn q8_slab(&self, id: u32, layer: u32, is_v: bool) -> Result<Q8Slab<'_>, KvError> {
+        KvPool::q8_slab(self, id, layer, is_v)
+    }
+    fn q8_slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<Q8SlabMut<'_>, KvError> {
+        KvPool::q8_slab_mut(self, id, layer, is_v)
     }
 }
 

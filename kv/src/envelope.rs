@@ -1,20 +1,26 @@
-//! Export/import envelope, version 1 (byte layout: docs/formats/kv-block.md).
+//! Export/import envelope, versions 1 and 2 (byte layout: docs/formats/kv-block.md).
 //!
 //! All integers little-endian:
 //! header `[magic 8][version u32][dtype i32][n_layers u32][n_kv_heads u32][head_dim u32]
 //! [block_tokens u32][n_blocks u32][reserved u32 = 0]`, then `n_blocks` records
-//! `[fill u32][flags u32][hash u64][layer 0 K][layer 0 V]...[layer L-1 V]` (slabs as
-//! u16), then the FNV-1a 64 of every preceding byte as a u64 trailer.
+//! `[fill u32][flags u32][hash u64][layer 0 K][layer 0 V]...[layer L-1 V]`, then the
+//! FNV-1a 64 of every preceding byte as a u64 trailer. A slab is its values as u16 (f16,
+//! dtype 1), or its codes as bytes then its row scales as u16 (q8, dtype 2).
+//!
+//! Version 1 holds f16 values; version 2 holds q8 ones. f16 pools still write and read
+//! version 1 only, so their envelopes are byte for byte those of a tl without q8.
 
-use tl_core::KvError;
+use tl_core::{KvElem, KvError};
 
 use crate::hash::Fnv;
-use crate::pool::{KvPool, DTYPE_F16, FORMAT_F16_SLAB};
+use crate::pool::{KvPool, FORMAT_F16_SLAB};
 
 /// The first 8 bytes of every envelope.
 pub const ENVELOPE_MAGIC: [u8; 8] = *b"TLKVBLK\0";
-/// The envelope version this crate writes and reads (equals [`FORMAT_F16_SLAB`]).
+/// The envelope version f16 pools write (equals [`FORMAT_F16_SLAB`]).
 pub const ENVELOPE_VERSION: u32 = FORMAT_F16_SLAB;
+/// The envelope version that carries other element types (q8 pools write it).
+pub const ENVELOPE_VERSION_2: u32 = 2;
 /// Bytes before the first block record.
 pub const HEADER_BYTES: usize = 40;
 /// Bytes of a record before its slabs: fill, flags, hash.
@@ -48,17 +54,52 @@ struct Record {
     hash: Option<u64>,
 }
 
+/// `src`'s little-endian u16s into `dst`.
+fn u16s_in(dst: &mut [u16], src: &[u8]) {
+    for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *d = u16::from_le_bytes([s[0], s[1]]);
+    }
+}
+
+/// The version this pool writes: 1 keeps f16 exports readable by pools built before v2.
+fn version_of(elem: KvElem) -> u32 {
+    match elem {
+        KvElem::F16 => ENVELOPE_VERSION,
+        KvElem::Q8 => ENVELOPE_VERSION_2,
+    }
+}
+
 impl KvPool {
+    /// Rows (KV head, slot) in one slab.
+    fn slab_rows(&self) -> usize {
+        self.slab_elems / self.geometry.head_dim as usize
+    }
+
+    /// Bytes of one slab in the envelope: the values as u16, or the q8 codes then scales.
+    fn slab_bytes(&self) -> usize {
+        match self.elem {
+            KvElem::F16 => self.slab_elems * 2,
+            KvElem::Q8 => self.slab_elems + self.slab_rows() * 2,
+        }
+    }
+
     /// Copy each record's slabs (layer-major, K before V) into the block `ids` gives it.
     fn copy_in(&mut self, buf: &[u8], records: &[Record], ids: &[u32]) -> Result<(), KvError> {
-        let per = self.slab_elems * 2; // bytes of one slab
+        let (per, elems) = (self.slab_bytes(), self.slab_elems);
         for (rec, &id) in records.iter().zip(ids) {
             let mut at = rec.slabs_at;
             for layer in 0..self.geometry.n_layers {
                 for is_v in [false, true] {
-                    let dst = self.slabs.slab_mut(id, layer, is_v)?;
-                    for (d, s) in dst.iter_mut().zip(buf[at..at + per].chunks_exact(2)) {
-                        *d = u16::from_le_bytes([s[0], s[1]]);
+                    let src = &buf[at..at + per];
+                    match self.elem {
+                        KvElem::F16 => u16s_in(self.slabs.slab_mut(id, layer, is_v)?, src),
+                        KvElem::Q8 => {
+                            let dst = self.slabs.q8_slab_mut(id, layer, is_v)?;
+                            for (d, &s) in dst.codes.iter_mut().zip(&src[..elems]) {
+                                *d = s as i8;
+                            }
+                            u16s_in(dst.scales, &src[elems..]);
+                        }
                     }
                     at += per;
                 }
@@ -69,7 +110,26 @@ impl KvPool {
 
     /// Bytes of one record in this pool's geometry (checked when the pool was built).
     fn record_bytes(&self) -> usize {
-        RECORD_HEADER_BYTES + self.slab_elems * 2 * self.geometry.n_layers as usize * 2
+        RECORD_HEADER_BYTES + self.slab_bytes() * self.geometry.n_layers as usize * 2
+    }
+
+    /// Append one slab of block `id` to `out` in the envelope's form.
+    fn slab_out(&self, out: &mut Vec<u8>, id: u32, layer: u32, is_v: bool) -> Result<(), KvError> {
+        match self.elem {
+            KvElem::F16 => {
+                for v in self.slabs.slab(id, layer, is_v)? {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            KvElem::Q8 => {
+                let s = self.slabs.q8_slab(id, layer, is_v)?;
+                out.extend(s.codes.iter().map(|&c| c as u8));
+                for v in s.scales {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Serialize blocks in use (fill, hash if registered, K and V of every layer) into a
@@ -87,10 +147,10 @@ impl KvPool {
             .ok_or_else(|| KvError::Overflow { what: format!("export of {n} blocks") })?;
         let mut out = Vec::new();
         out.try_reserve_exact(len)
-            .map_err(|_| KvError::Backend(format!("f16-slab: cannot allocate a {len}-byte export")))?;
+            .map_err(|_| KvError::Backend(format!("KV pool: cannot allocate a {len}-byte export")))?;
         let g = self.geometry;
         out.extend_from_slice(&ENVELOPE_MAGIC);
-        for v in [ENVELOPE_VERSION, DTYPE_F16 as u32, g.n_layers, g.n_kv_heads, g.head_dim, g.block_tokens, n, 0] {
+        for v in [version_of(self.elem), self.elem.code(), g.n_layers, g.n_kv_heads, g.head_dim, g.block_tokens, n, 0] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         for &id in ids {
@@ -101,9 +161,7 @@ impl KvPool {
             out.extend_from_slice(&b.hash.unwrap_or(0).to_le_bytes());
             for layer in 0..g.n_layers {
                 for is_v in [false, true] {
-                    for v in self.slabs.slab(id, layer, is_v)? {
-                        out.extend_from_slice(&v.to_le_bytes());
-                    }
+                    self.slab_out(&mut out, id, layer, is_v)?;
                 }
             }
         }
@@ -125,12 +183,27 @@ impl KvPool {
             return Err(bad(format!("bad magic {:02x?}, expected {:02x?}", &buf[..8], ENVELOPE_MAGIC)));
         }
         let version = u32_at(buf, 8);
-        if version != ENVELOPE_VERSION {
-            return Err(bad(format!("unsupported version {version}, this pool reads {ENVELOPE_VERSION}")));
+        let dtype = u32_at(buf, 12);
+        if version != ENVELOPE_VERSION && version != ENVELOPE_VERSION_2 {
+            return Err(bad(format!(
+                "unsupported version {version}, this crate reads {ENVELOPE_VERSION} and {ENVELOPE_VERSION_2}"
+            )));
         }
-        let dtype = u32_at(buf, 12) as i32;
-        if dtype != DTYPE_F16 {
-            return Err(bad(format!("dtype {dtype} does not match this pool's {DTYPE_F16} (f16)")));
+        let ours = self.elem.code();
+        if dtype != ours {
+            return Err(bad(format!(
+                "dtype {dtype} ({}) does not match this pool's {ours} ({}): the element types differ",
+                KvElem::from_code(dtype).map_or("unknown".into(), |e| e.to_string()),
+                self.elem
+            )));
+        }
+        // One version per element type, so a reader never guesses a layout.
+        if version != version_of(self.elem) {
+            return Err(bad(format!(
+                "version {version} does not carry {} values (version {} does)",
+                self.elem,
+                version_of(self.elem)
+            )));
         }
         let g = self.geometry;
         let theirs = [u32_at(buf, 16), u32_at(buf, 20), u32_at(buf, 24), u32_at(buf, 28)];
@@ -185,7 +258,18 @@ impl KvPool {
                 }
                 None
             };
-            out.push(Record { slabs_at: at + RECORD_HEADER_BYTES, fill, hash });
+            let slabs_at = at + RECORD_HEADER_BYTES;
+            if self.elem == KvElem::Q8 {
+                // -128 is a byte no quantizer writes (codes are clamped to -127..=127).
+                let (per, elems) = (self.slab_bytes(), self.slab_elems);
+                for k in 0..self.geometry.n_layers as usize * 2 {
+                    let codes = &buf[slabs_at + k * per..][..elems];
+                    if codes.contains(&0x80) {
+                        return Err(bad(format!("block {i}: slab {k} holds the code -128, outside -127..=127")));
+                    }
+                }
+            }
+            out.push(Record { slabs_at, fill, hash });
         }
         Ok(out)
     }

@@ -1,4 +1,5 @@
-//! tl-kv: the bounded, Rust-owned f16 KV block pool, registered as `"f16-slab"`.
+//! tl-kv: the bounded, Rust-owned KV block pool, registered as `"f16-slab"` (f16 values)
+//! and `"q8-slab"` (8-bit codes with an f16 scale per row, [`Q8Slabs`]).
 //!
 //! Contract: `docs/spec/kv.md`. A [`KvPool`] keeps the block bookkeeping over slab
 //! storage: by default [`F16Slabs`], every K and V slab of every block in one
@@ -8,7 +9,8 @@
 //! through the envelope documented in `docs/formats/kv-block.md`.
 //!
 //! Inventory linking pitfall: a binary or test that wants the `"f16-slab"` registration
-//! without naming any item of this crate must write `use tl_kv as _;`.
+//! without naming any item of this crate must write `use tl_kv as _;` (the same for
+//! `"q8-slab"`).
 #![deny(missing_docs)]
 
 mod backend;
@@ -16,11 +18,15 @@ mod check;
 mod envelope;
 mod hash;
 mod pool;
+mod q8;
 
-pub use envelope::{ENVELOPE_MAGIC, ENVELOPE_VERSION, HEADER_BYTES, RECORD_HEADER_BYTES, TRAILER_BYTES};
+pub use envelope::{
+    ENVELOPE_MAGIC, ENVELOPE_VERSION, ENVELOPE_VERSION_2, HEADER_BYTES, RECORD_HEADER_BYTES, TRAILER_BYTES,
+};
 pub use hash::{block_hash, fnv1a64};
-pub use pool::{n_blocks_for_budget, BlockState, F16Slabs, KvPool, DTYPE_F16, FORMAT_F16_SLAB};
-pub use tl_core::{KvError, KvGeometry, KvSlabs, KvSpec};
+pub use pool::{n_blocks_for_budget, BlockState, F16Slabs, KvPool, DTYPE_F16, DTYPE_Q8, FORMAT_F16_SLAB};
+pub use q8::{Q8Slabs, Q8_BACKEND_NAME};
+pub use tl_core::{KvElem, KvError, KvGeometry, KvSlabs, KvSpec};
 
 /// The name this backend registers under in tl-core's registry.
 pub const BACKEND_NAME: &str = "f16-slab";

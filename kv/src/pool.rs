@@ -3,11 +3,13 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use tl_core::{KvError, KvGeometry, KvSlabs};
+use tl_core::{KvElem, KvError, KvGeometry, KvSlabs, Q8Slab, Q8SlabMut};
 
-/// The envelope's dtype code for IEEE half values stored as `u16` (the only one).
+/// The envelope's dtype code for IEEE half values stored as `u16`.
 pub const DTYPE_F16: i32 = 1;
-/// The slab layout and export envelope version this crate writes and reads.
+/// The envelope's dtype code for q8 codes with an f16 scale per row (`"q8-slab"`).
+pub const DTYPE_Q8: i32 = 2;
+/// The export envelope version f16 pools write (q8 pools write 2, which adds the q8 dtype).
 pub const FORMAT_F16_SLAB: u32 = 1;
 
 /// "No block" in the intrusive LRU links; never a valid id, since ids are `< n_blocks`.
@@ -52,11 +54,7 @@ impl F16Slabs {
         if n_blocks == 0 {
             return Err(KvError::ZeroCapacity { field: "n_blocks" });
         }
-        let (slab_elems, block_bytes) = sizes(&geometry)?;
-        let total_bytes = block_bytes
-            .checked_mul(n_blocks as usize)
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or_else(|| KvError::Overflow { what: format!("pool of {n_blocks} blocks") })?;
+        let (slab_elems, total_bytes) = checked_sizes(&geometry, KvElem::F16, n_blocks)?;
         let elems = total_bytes / 2;
         let mut data = Vec::new();
         // try_reserve: an impossible budget is an Err for the caller, not an abort.
@@ -104,6 +102,7 @@ impl KvSlabs for F16Slabs {
 /// first): the forward writes a slot before `fill` covers it, so clearing would only cost.
 pub struct KvPool {
     pub(crate) n_blocks: u32,
+    pub(crate) elem: KvElem,
     pub(crate) geometry: KvGeometry,
     pub(crate) prefix_cache: bool,
     pub(crate) slab_elems: usize,
@@ -132,8 +131,8 @@ impl fmt::Debug for KvPool {
     }
 }
 
-/// Checked sizes of a geometry: (elements per slab, bytes per block).
-fn sizes(g: &KvGeometry) -> Result<(usize, usize), KvError> {
+/// Checked sizes of a geometry holding `elem` values: (elements per slab, bytes per block).
+fn sizes(g: &KvGeometry, elem: KvElem) -> Result<(usize, usize), KvError> {
     for (field, v) in [
         ("block_tokens", g.block_tokens),
         ("n_layers", g.n_layers),
@@ -145,8 +144,19 @@ fn sizes(g: &KvGeometry) -> Result<(usize, usize), KvError> {
         }
     }
     let slab = g.slab_elems().ok_or_else(|| KvError::Overflow { what: "slab elements".into() })?;
-    let block = g.block_bytes().ok_or_else(|| KvError::Overflow { what: "block bytes".into() })?;
+    let block = g.block_bytes_of(elem).ok_or_else(|| KvError::Overflow { what: "block bytes".into() })?;
     Ok((slab, block))
+}
+
+/// [`sizes`] and the bytes of a pool of `n_blocks`: (elements per slab, pool bytes), an
+/// `Err` when the pool would not fit the address space.
+pub(crate) fn checked_sizes(g: &KvGeometry, elem: KvElem, n_blocks: u32) -> Result<(usize, usize), KvError> {
+    let (slab, block) = sizes(g, elem)?;
+    let total = block
+        .checked_mul(n_blocks as usize)
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| KvError::Overflow { what: format!("pool of {n_blocks} blocks") })?;
+    Ok((slab, total))
 }
 
 /// How many blocks of `geometry` fit in `bytes` of slab memory (capped at `u32::MAX`).
@@ -154,7 +164,7 @@ fn sizes(g: &KvGeometry) -> Result<(usize, usize), KvError> {
 /// Errors on a geometry [`KvPool::new`] would refuse, and when the budget is below one
 /// block (a zero-block pool is refused anyway, so better to say why here).
 pub fn n_blocks_for_budget(bytes: usize, geometry: &KvGeometry) -> Result<u32, KvError> {
-    let (_, block) = sizes(geometry)?;
+    let (_, block) = sizes(geometry, KvElem::F16)?;
     let n = bytes / block;
     if n == 0 {
         return Err(KvError::ZeroCapacity { field: "memory budget (smaller than one block)" });
@@ -180,8 +190,8 @@ impl KvPool {
         if n_blocks == 0 {
             return Err(KvError::ZeroCapacity { field: "n_blocks" });
         }
-        let geometry = slabs.geometry();
-        let (slab_elems, _) = sizes(&geometry)?;
+        let (geometry, elem) = (slabs.geometry(), slabs.elem());
+        let (slab_elems, _) = sizes(&geometry, elem)?;
         let n = n_blocks as usize;
         let oom = |what: &str| KvError::Backend(format!("KV pool: cannot allocate {what}"));
         let mut blocks = Vec::new();
@@ -193,6 +203,7 @@ impl KvPool {
         free.extend((0..n_blocks).rev());
         Ok(KvPool {
             n_blocks,
+            elem,
             geometry,
             prefix_cache,
             slab_elems,
@@ -224,11 +235,16 @@ impl KvPool {
 
     /// Bytes of K/V slab memory, allocated once in `new` (bookkeeping adds ~32 per block).
     pub fn size_bytes(&self) -> usize {
-        // `sizes` checked the block size and `F16Slabs::new` the product when built.
-        self.geometry.block_bytes().unwrap_or(0).saturating_mul(self.n_blocks as usize)
+        // `sizes` checked the block size and the storage's `new` the product when built.
+        self.geometry.block_bytes_of(self.elem).unwrap_or(0).saturating_mul(self.n_blocks as usize)
     }
 
-    /// f16 elements in one slab: `n_kv_heads * block_tokens * head_dim`.
+    /// The element type the slabs store.
+    pub fn elem(&self) -> KvElem {
+        self.elem
+    }
+
+    /// Values in one slab: `n_kv_heads * block_tokens * head_dim`.
     pub fn slab_elems(&self) -> usize {
         self.slab_elems
     }
@@ -351,7 +367,7 @@ impl KvPool {
         b.refs = b
             .refs
             .checked_add(1)
-            .ok_or_else(|| KvError::Backend(format!("f16-slab: reference count of block {id} overflows")))?;
+            .ok_or_else(|| KvError::Backend(format!("KV pool: reference count of block {id} overflows")))?;
         Ok(())
     }
 
@@ -389,7 +405,7 @@ impl KvPool {
         }
         if b.hash.is_some() && n != bt {
             return Err(KvError::Backend(format!(
-                "f16-slab: block {id} is registered; its fill stays {bt}, cannot set {n}"
+                "KV pool: block {id} is registered; its fill stays {bt}, cannot set {n}"
             )));
         }
         self.blocks[id as usize].fill = n;
@@ -412,7 +428,7 @@ impl KvPool {
             Some(h) if h == hash => return Ok(()),
             Some(h) => {
                 return Err(KvError::Backend(format!(
-                    "f16-slab: block {id} is already registered under hash {h:#018x}, not {hash:#018x}"
+                    "KV pool: block {id} is already registered under hash {h:#018x}, not {hash:#018x}"
                 )))
             }
             None => {}
@@ -460,5 +476,17 @@ impl KvPool {
     pub fn slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<&mut [u16], KvError> {
         self.used(id)?;
         self.slabs.slab_mut(id, layer, is_v)
+    }
+
+    /// One layer's K or V slab of a block in use in a q8 pool ([`Q8Slab`]).
+    pub fn q8_slab(&self, id: u32, layer: u32, is_v: bool) -> Result<Q8Slab<'_>, KvError> {
+        self.used(id)?;
+        self.slabs.q8_slab(id, layer, is_v)
+    }
+
+    /// Mutable [`KvPool::q8_slab`], for the forward's writes.
+    pub fn q8_slab_mut(&mut self, id: u32, layer: u32, is_v: bool) -> Result<Q8SlabMut<'_>, KvError> {
+        self.used(id)?;
+        self.slabs.q8_slab_mut(id, layer, is_v)
     }
 }

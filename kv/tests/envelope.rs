@@ -1,7 +1,10 @@
 //! The export/import envelope (docs/formats/kv-block.md): bit-exact round trips, a golden
 //! envelope from an independent Python encoder, and refusals that take no block.
 
-use tl_kv::{block_hash, fnv1a64, BlockState, KvError, KvGeometry, KvPool};
+mod common;
+
+use common::{counts, edited, refused};
+use tl_kv::{block_hash, BlockState, KvError, KvGeometry, KvPool};
 
 /// Slab 2 heads * 16 slots * 16 dims = 512 elements; 2 layers * K,V = 2048 per block,
 /// so 32 blocks hold all 65536 f16 bit patterns once.
@@ -45,27 +48,6 @@ fn slabs(p: &KvPool, id: u32) -> Vec<u16> {
         }
     }
     out
-}
-
-fn counts(p: &KvPool) -> (usize, usize, usize) {
-    (p.n_free(), p.n_cached(), p.n_in_use())
-}
-
-/// Re-seal an edited envelope so that only the edit, not the checksum, is wrong.
-fn reseal(env: &mut [u8]) {
-    let body = env.len() - 8;
-    let sum = fnv1a64(&env[..body]);
-    env[body..].copy_from_slice(&sum.to_le_bytes());
-}
-
-fn refused(p: &mut KvPool, buf: &[u8], why: &str) {
-    let before = counts(p);
-    match p.import(buf) {
-        Err(KvError::BadEnvelope { reason }) => assert!(reason.contains(why), "{why}: got {reason:?}"),
-        other => panic!("{why}: expected BadEnvelope, got {other:?}"),
-    }
-    assert_eq!(counts(p), before, "{why}: a refused import takes no block");
-    p.check_invariants().unwrap();
 }
 
 #[test]
@@ -126,19 +108,10 @@ fn kv_pool_exports_and_imports_rust_owned_blocks() {
     let mut e = env.clone();
     e[0] ^= 1;
     refused(&mut p, &e, "magic");
-    let mut e = env.clone();
-    e[8..12].copy_from_slice(&2u32.to_le_bytes());
-    reseal(&mut e);
-    refused(&mut p, &e, "version");
-    let mut e = env.clone();
-    e[12..16].copy_from_slice(&2u32.to_le_bytes());
-    reseal(&mut e);
-    refused(&mut p, &e, "dtype");
+    refused(&mut p, &edited(&env, 8, &2u32.to_le_bytes()), "version");
+    refused(&mut p, &edited(&env, 12, &2u32.to_le_bytes()), "dtype");
     for field in [16usize, 20, 24, 28] {
-        let mut e = env.clone();
-        e[field] ^= 2;
-        reseal(&mut e);
-        refused(&mut p, &e, "geometry");
+        refused(&mut p, &edited(&env, field, &[env[field] ^ 2]), "geometry");
     }
     let mut other = KvPool::new(KvGeometry { head_dim: 8, ..G }, 64).unwrap();
     refused(&mut other, &env, "geometry");
@@ -155,18 +128,9 @@ fn kv_pool_exports_and_imports_rust_owned_blocks() {
     refused(&mut p, &e, "trailing");
     // Malformed records, correctly sealed.
     let rec1 = 40 + (16 + 4096);
-    let mut e = env.clone();
-    e[rec1..rec1 + 4].copy_from_slice(&17u32.to_le_bytes());
-    reseal(&mut e);
-    refused(&mut p, &e, "fill 17");
-    let mut e = env.clone();
-    e[rec1 + 4..rec1 + 8].copy_from_slice(&2u32.to_le_bytes());
-    reseal(&mut e);
-    refused(&mut p, &e, "flags");
-    let mut e = env.clone();
-    e[rec1 + 4..rec1 + 8].copy_from_slice(&1u32.to_le_bytes()); // block 1 has fill 1
-    reseal(&mut e);
-    refused(&mut p, &e, "has a hash but fill");
+    refused(&mut p, &edited(&env, rec1, &17u32.to_le_bytes()), "fill 17");
+    refused(&mut p, &edited(&env, rec1 + 4, &2u32.to_le_bytes()), "flags");
+    refused(&mut p, &edited(&env, rec1 + 4, &1u32.to_le_bytes()), "has a hash but fill");
     assert_eq!(counts(&p), (40, 0, 0));
 
     // Too few free + cached blocks: OutOfBlocks, and the cached prefix is not evicted.

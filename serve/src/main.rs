@@ -1,7 +1,7 @@
 //! serve: an OpenAI-compatible server for a tl model.
 //!
-//! `serve --model PATH [--host 127.0.0.1] [--port 8080] [--threads N] [--kv-blocks N |
-//! --kv-memory MIB] [--max-batch-tokens N] [--max-seqs N] [--max-queue N] [--api-key KEY]
+//! `serve --model PATH [--host 127.0.0.1] [--port 8080] [--threads N] [--kv f16-slab|q8-slab]
+//! [--kv-blocks N | --kv-memory MIB] [--max-batch-tokens N] [--max-seqs N] [--max-queue N] [--api-key KEY]
 //! [--advertise-host HOST] [--pd-lease SECS] [--pd-fetch-failure fail|recompute]`
 //! The API key may come from the environment variable `TL_API_KEY` instead (kept out of
 //! the process list).
@@ -45,6 +45,10 @@ struct Cli {
     /// Token positions per KV block.
     #[arg(long, default_value_t = 16)]
     block_tokens: u32,
+    /// The registered KV backend: "f16-slab" (the default) or "q8-slab" (8-bit values
+    /// with an f16 scale per position and head, about half the memory).
+    #[arg(long, default_value = "f16-slab")]
+    kv: String,
     /// Most tokens in one step.
     #[arg(long, default_value_t = 512)]
     max_batch_tokens: usize,
@@ -174,7 +178,7 @@ fn run(cli: Cli) -> Result<(), String> {
             block_tokens: cli.block_tokens,
             n_blocks: cli.kv_blocks,
             memory_bytes: cli.kv_memory << 20,
-            ..KvConfig::default()
+            backend: cli.kv.clone(),
         },
         ..EngineConfig::default()
     };

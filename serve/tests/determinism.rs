@@ -77,6 +77,16 @@ fn crowded(s: &Server, model: &str, max_tokens: u32) -> String {
 }
 
 fn promise(model: PathBuf, name: &str, max_tokens: u32, small_pool: u32) {
+    promise_kv(model, name, (max_tokens, small_pool), "f16-slab");
+}
+
+/// [`promise`] over the KV backend named `kv`.
+fn promise_kv(model: PathBuf, name: &str, (max_tokens, small_pool): (u32, u32), kv: &str) {
+    let options = |model: PathBuf, n_blocks: u32, b: u32, seqs: usize, queue: usize| {
+        let mut o = options(model, n_blocks, b, seqs, queue);
+        o.engine.kv.backend = kv.into();
+        o
+    };
     let alone = {
         let s = Server::start(options(model.clone(), 2048, 4, 16, 64));
         let (a, usage) = answer(&s, &target(name, max_tokens));
@@ -103,6 +113,21 @@ fn promise(model: PathBuf, name: &str, max_tokens: u32, small_pool: u32) {
 fn tiny_http_answers_do_not_depend_on_traffic() {
     // Prompts are ~90 byte tokens plus up to 40 generated: ~33 blocks of 4 each at most.
     promise(tiny(), "tiny-llama", 40, 90);
+}
+
+/// The same over a q8 cache (`--kv q8-slab`): prefix hits and preemption keep every byte.
+#[test]
+fn tiny_http_answers_do_not_depend_on_traffic_with_a_q8_cache() {
+    promise_kv(tiny(), "tiny-llama", (40, 90), "q8-slab");
+}
+
+/// The binary's `--kv q8-slab` flag builds a q8 pool that serves.
+#[test]
+fn the_binary_serves_from_a_q8_cache() {
+    let p = Proc::spawn(&["--kv", "q8-slab", "--kv-memory", "1"], &[]);
+    let r = p.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 4, "temperature": 0}), &[]);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    p.assert_pool_clean();
 }
 
 #[test]

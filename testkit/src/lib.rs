@@ -10,7 +10,9 @@
 //! - [`check_invariance`]: chunked prefill, a batch of every prompt, other thread counts
 //!   and `--weights f32`, each the same bits as the prompt alone;
 //! - [`check_same_bits`]: two loads of one model (a GGUF and its safetensors) give the
-//!   same logits bit for bit.
+//!   same logits bit for bit;
+//! - [`check_invariance_kv`], [`q8_distance`]: the same invariances on another KV backend
+//!   (`"q8-slab"`), and how far the q8 cache moves the logits from the f16 one.
 //!
 //! Golden data always comes from the fixture's generator script (transformers), never
 //! from the code under test.
@@ -21,7 +23,7 @@ use std::path::Path;
 use serde_json::Value;
 use tl_core::{Activations, EngineConfig, ForwardBatch, ForwardSeq, KvConfig, ModelRunner, Weights};
 
-// Name the KV plugin crate so its registration ("f16-slab") is linked.
+// Name the KV plugin crate so its registrations ("f16-slab", "q8-slab") are linked.
 use tl_kv as _;
 
 /// `fixture(name)`, `load(name, threads, weights)` and `reference(name)` over the calling
@@ -55,8 +57,18 @@ pub const B: u32 = 4;
 /// Runner settings for the fixtures: blocks of [`B`] positions, 256 of them, `threads`
 /// (0: every core) and the weight mode.
 pub fn engine(threads: usize, weights: Weights) -> EngineConfig {
+    engine_kv(threads, weights, F16)
+}
+
+/// The f16 KV backend's name (the default).
+pub const F16: &str = "f16-slab";
+/// The q8 KV backend's name.
+pub const Q8: &str = "q8-slab";
+
+/// [`engine`] with the KV backend named `kv` (`"f16-slab"`, `"q8-slab"`).
+pub fn engine_kv(threads: usize, weights: Weights, kv: &str) -> EngineConfig {
     EngineConfig {
-        kv: KvConfig { block_tokens: B, n_blocks: Some(256), ..KvConfig::default() },
+        kv: KvConfig { backend: kv.into(), block_tokens: B, n_blocks: Some(256), ..KvConfig::default() },
         threads,
         weights,
         ..EngineConfig::default()
@@ -65,7 +77,13 @@ pub fn engine(threads: usize, weights: Weights) -> EngineConfig {
 
 /// Load the model at `path` (a directory or a GGUF file) with [`engine`]'s settings.
 pub fn load_path(path: &Path, threads: usize, weights: Weights) -> ModelRunner {
-    ModelRunner::load(path, &engine(threads, weights)).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+    load_path_kv(path, threads, weights, F16)
+}
+
+/// [`load_path`] with the KV backend named `kv`.
+pub fn load_path_kv(path: &Path, threads: usize, weights: Weights, kv: &str) -> ModelRunner {
+    ModelRunner::load(path, &engine_kv(threads, weights, kv))
+        .unwrap_or_else(|e| panic!("loading {} with {kv}: {e}", path.display()))
 }
 
 /// One prompt of a reference.json.
@@ -310,8 +328,26 @@ pub fn check_same_bits(other: &mut ModelRunner, refs: &[RefPrompt], want: &[Vec<
 /// `path`, then 1 and 2 threads and `--weights f32`, each equal to the prompts alone bit
 /// for bit.
 pub fn check_invariance(path: &Path, refs: &[RefPrompt], chunkings: &[Vec<usize>]) {
-    let want = check_invariance_with(path, refs, chunkings, Activations::Exact);
-    check_same_bits(&mut load_path(path, 0, Weights::F32), refs, &want, "--weights f32");
+    check_invariance_kv(path, refs, chunkings, F16);
+}
+
+/// The splits every invariance check runs on models from `load(threads)`: chunks and a
+/// batch ([`check_chunks_and_batch`]), 12 steps of [`check_batched_decode`], 1 and 2
+/// threads, each equal to the prompts alone bit for bit; returns those logits.
+fn check_splits(load: impl Fn(usize) -> ModelRunner, refs: &[RefPrompt], chunkings: &[Vec<usize>]) -> Vec<Vec<f32>> {
+    let mut r = load(0);
+    let want = alone(&mut r, refs);
+    check_chunks_and_batch(&mut r, refs, &want, chunkings);
+    check_batched_decode(&mut r, refs, 12);
+    check_same_bits(&mut load(1), refs, &want, "1 thread");
+    check_same_bits(&mut load(2), refs, &want, "2 threads");
+    want
+}
+
+/// [`check_invariance`] with the KV backend named `kv` (every load of the check uses it).
+pub fn check_invariance_kv(path: &Path, refs: &[RefPrompt], chunkings: &[Vec<usize>], kv: &str) {
+    let want = check_splits(|t| load_path_kv(path, t, Weights::Native, kv), refs, chunkings);
+    check_same_bits(&mut load_path_kv(path, 0, Weights::F32, kv), refs, &want, "--weights f32");
 }
 
 /// Load the model at `path` with [`engine`]'s settings and `activations`.
@@ -320,21 +356,67 @@ pub fn load_with(path: &Path, threads: usize, activations: Activations) -> Model
     ModelRunner::load(path, &cfg).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
 
-/// [`check_invariance`]'s chunk, batch, batched-decode and thread checks under
-/// `activations` (the int8 mode keeps them all); returns the prompts' logits alone.
+/// [`check_invariance`]'s splits under `activations` (the int8 mode keeps them all; its
+/// numbers are not `--weights f32`'s); returns the prompts' logits alone.
 pub fn check_invariance_with(
     path: &Path,
     refs: &[RefPrompt],
     chunkings: &[Vec<usize>],
     activations: Activations,
 ) -> Vec<Vec<f32>> {
-    let mut r = load_with(path, 0, activations);
-    let want = alone(&mut r, refs);
-    check_chunks_and_batch(&mut r, refs, &want, chunkings);
-    check_batched_decode(&mut r, refs, 12);
-    check_same_bits(&mut load_with(path, 1, activations), refs, &want, "1 thread");
-    check_same_bits(&mut load_with(path, 2, activations), refs, &want, "2 threads");
-    want
+    check_splits(|t| load_with(path, t, activations), refs, chunkings)
+}
+
+/// How far the q8 cache moves a model from the f16 cache, per prompt of `refs` (only its
+/// text and ids are read): the f16 cache's greedy run of `steps` tokens, the q8 cache fed
+/// the same tokens, and max |logit diff| over every step's logits; and the q8 cache's own
+/// greedy run, compared token by token. Printed with `label` (docs/kv.md quotes these
+/// lines). Returns (largest diff, prompts whose greedy runs agree fully, the shortest
+/// common greedy prefix).
+pub fn q8_distance(path: &Path, refs: &[RefPrompt], steps: usize, label: &str) -> (f32, usize, usize) {
+    let mut f16 = load_path_kv(path, 0, Weights::Native, F16);
+    let mut q8 = load_path_kv(path, 0, Weights::Native, Q8);
+    let (mut worst, mut same, mut common) = (0.0f32, 0, usize::MAX);
+    for p in refs {
+        let (a, la) = greedy_logits(&mut f16, &p.ids, steps, None);
+        let (_, lb) = greedy_logits(&mut q8, &p.ids, steps, Some(&a));
+        let diff = la.iter().zip(&lb).fold(0.0f32, |m, (x, y)| m.max(max_abs_diff(x, y)));
+        let top = la.iter().fold(0.0f32, |m, x| m.max(max_abs(x)));
+        let b = greedy(&mut q8, &p.ids, steps);
+        let agree = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        eprintln!(
+            "q8-vs-f16 {label} {:?} ({} tokens): max |logit diff| {diff:.3e} over {steps} steps (max |logit| {top:.2}); \
+             greedy {agree}/{steps} equal",
+            p.text,
+            p.ids.len()
+        );
+        worst = worst.max(diff);
+        same += usize::from(agree == steps);
+        common = common.min(agree);
+    }
+    (worst, same, common)
+}
+
+/// `prompt` then `steps` decode steps: the greedy choice at each, or the given `forced`
+/// tokens; returns the tokens and every step's logits.
+fn greedy_logits(
+    r: &mut ModelRunner,
+    prompt: &[u32],
+    steps: usize,
+    forced: Option<&[u32]>,
+) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let blocks = alloc(r, prompt.len() + steps);
+    let mut logits = vec![r.forward(&ForwardBatch::single(prompt, 0, &blocks)).expect("prefill").data];
+    let mut out = Vec::with_capacity(steps);
+    for k in 0..steps {
+        let t = forced.map_or_else(|| argmax(&logits[k]), |f| f[k]);
+        out.push(t);
+        if k + 1 < steps {
+            logits.push(r.forward(&ForwardBatch::single(&[t], prompt.len() + k, &blocks)).expect("decode").data);
+        }
+    }
+    release(r, &blocks);
+    (out, logits)
 }
 
 /// A temporary copy of the model directory `dir` (config.json and model.safetensors) with
