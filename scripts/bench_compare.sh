@@ -50,6 +50,7 @@
 #             another commit's target/release): used as they are, nothing is built;
 #             TL_COMMIT names their commit in the table
 #   TL_CACHE  cache directory (default ~/.cache/tl)
+#   ACTIVATIONS  tl's --activations: exact (default) or q8 (int8 rows; docs/spec/numbers.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -281,7 +282,7 @@ def llama(row, rnd, threads, model):
 def tl(row, rnd, threads, model, weights):
     cmd = [f"{tl_bin}/bench", "--model", model, "--weights", weights, "--threads", str(threads),
            "--prompt-tokens", str(prompt), "--decode-tokens", str(gen), "--repeats", str(repeats),
-           "--batch", env["BATCH"], "--json-only"]
+           "--batch", env["BATCH"], "--activations", env.get("ACTIVATIONS") or "exact", "--json-only"]
     rc, out, err, rss, load, steal = spawn(cmd)
     tag = {"config": row, "round": rnd, "commit": env.get("TL_COMMIT"), "load_before": load,
            "steal_pct": steal}
