@@ -490,7 +490,7 @@ impl ChatTemplate {
     }
 
     /// [`ChatTemplate::render_with_tools`] with extra template variables, as
-    /// `apply_chat_template(..., **kwargs)` passes them (Qwen3's `enable_thinking`, say).
+    /// `apply_chat_template(..., **kwargs)` passes them (a thinking switch such as `enable_thinking`).
     /// They cannot replace `messages`, `tools`, `add_generation_prompt` or the template's
     /// special tokens.
     pub fn render_with_kwargs(

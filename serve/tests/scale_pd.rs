@@ -93,7 +93,7 @@ fn wait_metric(r: &Replica, name: &str, want: f64, within: Duration) {
 
 #[test]
 fn an_unfetched_lease_expires_and_frees_its_blocks_then_the_fetch_policy_decides() {
-    let p = Replica::tiny(&["--pd-lease", "1"]);
+    let p = Replica::tiny(&["--pd-lease", "2"]);
     let fail = Replica::logged(&common::tiny(), &[]);
     let recompute = Replica::logged(&common::tiny(), &["--pd-fetch-failure", "recompute"]);
     let one = Replica::tiny(&[]);
@@ -105,6 +105,12 @@ fn an_unfetched_lease_expires_and_frees_its_blocks_then_the_fetch_policy_decides
         Some(kv["tl_tokens"].as_u64().unwrap().div_ceil(16) as usize)
     );
     assert_eq!(p.metric("tl_pd_leases"), 1.0);
+    // The gauge is published after the step that answered, which a loaded machine can run
+    // after the response reached us: poll it, well inside the 2 s lease.
+    let t0 = Instant::now();
+    while p.metric("tl_kv_blocks{state=\"in_use\"}") < 1.0 && t0.elapsed() < Duration::from_millis(1500) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(p.metric("tl_kv_blocks{state=\"in_use\"}") >= 1.0, "the lease holds blocks");
     wait_metric(&p, "tl_pd_leases", 0.0, Duration::from_secs(5));
     assert_eq!(p.metric("tl_pd_leases_expired_total"), 1.0);
