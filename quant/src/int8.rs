@@ -168,28 +168,42 @@ pub(crate) struct IntJob<'a> {
 /// panel's columns are computed whole by one thread).
 pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], simd: bool) {
     let panels = j.out.div_ceil(NR);
-    let cols: Vec<Vec<f32>> = (0..panels)
+    // Pairs of panels: the AVX-512 tile reads each row's codes once for both.
+    let cols: Vec<Vec<f32>> = (0..panels.div_ceil(2))
         .into_par_iter()
-        .with_min_len(4)
-        .map(|p| {
-            let mut t = vec![0.0f32; m * NR]; // (m, 16): this panel's columns
-            let panel = &j.data[p * j.panel_bytes..(p + 1) * j.panel_bytes];
+        .with_min_len(2)
+        .map(|q| {
+            let np = 2.min(panels - 2 * q);
+            let mut t = vec![0.0f32; m * np * NR]; // (m, np * 16): these panels' columns
+            let at = |p: usize| &j.data[p * j.panel_bytes..(p + 1) * j.panel_bytes];
             #[cfg(target_arch = "x86_64")]
             if simd {
                 // SAFETY: `simd` is set only when the CPU has AVX-512 F/BW/VNNI/VBMI.
-                unsafe { x86::panel(j, panel, m, &mut t) };
+                unsafe {
+                    match np {
+                        2 => x86::panels::<2>(j, [at(2 * q), at(2 * q + 1)], m, &mut t),
+                        _ => x86::panels::<1>(j, [at(2 * q)], m, &mut t),
+                    }
+                }
                 return t;
             }
             let _ = simd;
-            panel_portable(j, panel, m, &mut t);
+            for p in 0..np {
+                let mut one = vec![0.0f32; m * NR];
+                panel_portable(j, at(2 * q + p), m, &mut one);
+                for r in 0..m {
+                    t[(r * np + p) * NR..(r * np + p + 1) * NR].copy_from_slice(&one[r * NR..(r + 1) * NR]);
+                }
+            }
             t
         })
         .collect();
-    for (p, t) in cols.iter().enumerate() {
-        let c0 = p * NR;
-        let w = NR.min(j.out - c0);
+    for (q, t) in cols.iter().enumerate() {
+        let c0 = 2 * q * NR;
+        let np = t.len() / (m * NR).max(1);
+        let w = (np * NR).min(j.out - c0);
         for r in 0..m {
-            y[r * j.out + c0..r * j.out + c0 + w].copy_from_slice(&t[r * NR..r * NR + w]);
+            y[r * j.out + c0..r * j.out + c0 + w].copy_from_slice(&t[r * np * NR..r * np * NR + w]);
         }
     }
 }
@@ -299,14 +313,15 @@ mod x86 {
 
     /// One panel, every row: the portable formulas, 16 lanes at a time.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,f16c,fma")]
-    pub(super) unsafe fn panel(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32]) {
+    pub(super) unsafe fn panels<const NP: usize>(j: &IntJob<'_>, panels: [&[u8]; NP], m: usize, t: &mut [f32]) {
+        let ptrs = panels.map(|p| p.as_ptr());
         let mut r = 0;
         while r < m {
             match m - r {
-                1 => rows::<1>(j, panel, r, t),
-                2 => rows::<2>(j, panel, r, t),
-                3 => rows::<3>(j, panel, r, t),
-                _ => rows::<MR>(j, panel, r, t),
+                1 => rows::<1, NP>(j, ptrs, r, t),
+                2 => rows::<2, NP>(j, ptrs, r, t),
+                3 => rows::<3, NP>(j, ptrs, r, t),
+                _ => rows::<MR, NP>(j, ptrs, r, t),
             }
             r += MR.min(m - r);
         }
@@ -328,20 +343,33 @@ mod x86 {
         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i)))
     }
 
-    /// The 4-bit codes of 4 words from `q` (8 a lane each) against 32 codes of each of
-    /// `R` rows (`x`, rows `inp` apart): bytes 0..4 of a lane hold codes 8c + 0, 2, 4, 6
-    /// (low nibbles), then 8c + 1, 3, 5, 7 (high nibbles), QRows' nibble order.
+    /// The 4-bit codes of 4 words from each of `NP` panels' `q` (8 a lane each) against
+    /// 32 codes of each of `R` rows (`x`, rows `inp` apart): bytes 0..4 of a lane hold
+    /// codes 8c + 0, 2, 4, 6 (low nibbles), then 8c + 1, 3, 5, 7 (high nibbles), QRows'
+    /// nibble order. Each row's 4-code broadcast serves every panel.
     #[inline(always)]
-    unsafe fn nibbles<const R: usize>(q: *const u8, x: *const i8, inp: usize, dot: &mut [__m512i; R]) {
+    unsafe fn nibbles<const R: usize, const NP: usize>(
+        q: [*const u8; NP],
+        x: *const i8,
+        inp: usize,
+        dot: &mut [[__m512i; NP]; R],
+    ) {
         let lo_mask = _mm512_set1_epi8(15);
         for c in 0..QK / 8 {
-            let word = _mm512_loadu_si512(q.add(c * NR * 4) as *const _);
-            let lo = _mm512_and_si512(word, lo_mask);
-            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(word), lo_mask);
+            let mut lo = [_mm512_setzero_si512(); NP];
+            let mut hi = [_mm512_setzero_si512(); NP];
+            for p in 0..NP {
+                let word = _mm512_loadu_si512(q[p].add(c * NR * 4) as *const _);
+                lo[p] = _mm512_and_si512(word, lo_mask);
+                hi[p] = _mm512_and_si512(_mm512_srli_epi16::<4>(word), lo_mask);
+            }
             for (r, dot) in dot.iter_mut().enumerate() {
                 let xr = x.add(r * inp + 8 * c) as *const i32;
-                *dot = _mm512_dpbusd_epi32(*dot, lo, _mm512_set1_epi32(xr.read_unaligned()));
-                *dot = _mm512_dpbusd_epi32(*dot, hi, _mm512_set1_epi32(xr.add(1).read_unaligned()));
+                let (xl, xh) = (_mm512_set1_epi32(xr.read_unaligned()), _mm512_set1_epi32(xr.add(1).read_unaligned()));
+                for p in 0..NP {
+                    dot[p] = _mm512_dpbusd_epi32(dot[p], lo[p], xl);
+                    dot[p] = _mm512_dpbusd_epi32(dot[p], hi[p], xh);
+                }
             }
         }
     }
@@ -363,63 +391,81 @@ mod x86 {
         idx
     }
 
-    #[allow(clippy::needless_range_loop)] // rows index the accumulators and the activations
+    #[allow(clippy::needless_range_loop)] // rows and panels index the accumulators
     #[inline(always)]
-    unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: &[u8], r0: usize, t: &mut [f32]) {
+    unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const u8; NP], r0: usize, t: &mut [f32]) {
         let nb = j.inp / QK;
         let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK);
         let idx = _mm512_loadu_si512(q8_transpose().as_ptr() as *const _);
         let lay = blocks::layout(Blk::Q4K);
-        let mut acc = [_mm512_setzero_ps(); R];
+        let mut acc = [[_mm512_setzero_ps(); NP]; R];
         for ab in 0..nb {
             let (b, sub) = (ab / per, ab % per);
-            let blk = panel.as_ptr().add(b * bb);
-            let d = f16s(blk);
-            let mut dot = [_mm512_setzero_si512(); R];
-            // Each row's codes of this activation block (in the kind's order).
-            let qx = |r: usize| j.rows.q.as_ptr().add((r0 + r) * j.inp + ab * QK); // (pointer math only)
+            let blk = panels.map(|p| p.add(b * bb));
+            let mut dot = [[_mm512_setzero_si512(); NP]; R];
+            // Row 0's codes of this activation block (in the kind's order); row r's are
+            // `r * inp` further.
+            let x0 = j.rows.q.as_ptr().add(r0 * j.inp + ab * QK);
             match j.kind {
                 Kind::Q8 => {
-                    let q = blk.add(NR * 2);
                     for g in 0..QK / 4 {
-                        let w = _mm512_permutexvar_epi8(idx, _mm512_loadu_si512(q.add(g * 64) as *const _));
-                        let u = _mm512_xor_si512(w, _mm512_set1_epi8(-128)); // q + 128, unsigned
+                        let mut u = [_mm512_setzero_si512(); NP];
+                        for p in 0..NP {
+                            let raw = _mm512_loadu_si512(blk[p].add(NR * 2 + g * 64) as *const _);
+                            // q + 128: unsigned codes for vpdpbusd.
+                            u[p] = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, raw), _mm512_set1_epi8(-128));
+                        }
                         for r in 0..R {
-                            let x = _mm512_set1_epi32((qx(r).add(4 * g) as *const i32).read_unaligned());
-                            dot[r] = _mm512_dpbusd_epi32(dot[r], u, x);
+                            let x = _mm512_set1_epi32((x0.add(r * j.inp + 4 * g) as *const i32).read_unaligned());
+                            for p in 0..NP {
+                                dot[r][p] = _mm512_dpbusd_epi32(dot[r][p], u[p], x);
+                            }
                         }
                     }
                 }
-                Kind::Q4 { min } => nibbles::<R>(blk.add(NR * 2 * (1 + min as usize)), qx(0), j.inp, &mut dot),
+                Kind::Q4 { min } => {
+                    nibbles::<R, NP>(blk.map(|b| b.add(NR * 2 * (1 + min as usize))), x0, j.inp, &mut dot)
+                }
                 // Sub-block `sub`'s 32 codes: low words 4 sub .. 4 sub + 4.
-                _ => nibbles::<R>(blk.add(lay.lo + sub * 4 * NR * 4), qx(0), j.inp, &mut dot),
+                _ => nibbles::<R, NP>(blk.map(|b| b.add(lay.lo + sub * 4 * NR * 4)), x0, j.inp, &mut dot),
             }
             // What multiplies each row's scale: d (Q8_0, Q4_0, Q4_1), d * sc (Q4_K), and
             // the offset's factor: m (Q4_1), -dmin * mn (Q4_K).
-            let (a, off) = match j.kind {
-                Kind::Blk(_) => (
-                    _mm512_mul_ps(d, u8s(blk.add(lay.sc + sub * NR))),
-                    Some(_mm512_mul_ps(f16s(blk.add(NR * 2)), u8s(blk.add(lay.sc + (per + sub) * NR)))),
-                ),
-                Kind::Q4 { min: true } => (d, Some(f16s(blk.add(NR * 2)))),
-                _ => (d, None),
-            };
+            let mut a = [_mm512_setzero_ps(); NP];
+            let mut off = [_mm512_setzero_ps(); NP];
+            for p in 0..NP {
+                let d = f16s(blk[p]);
+                (a[p], off[p]) = match j.kind {
+                    Kind::Blk(_) => (
+                        _mm512_mul_ps(d, u8s(blk[p].add(lay.sc + sub * NR))),
+                        _mm512_mul_ps(f16s(blk[p].add(NR * 2)), u8s(blk[p].add(lay.sc + (per + sub) * NR))),
+                    ),
+                    Kind::Q4 { min: true } => (d, f16s(blk[p].add(NR * 2))),
+                    _ => (d, _mm512_setzero_ps()),
+                };
+            }
+            let has_off = matches!(j.kind, Kind::Blk(_) | Kind::Q4 { min: true });
             for r in 0..R {
                 let (dx, sx) = (j.rows.d[(r0 + r) * nb + ab], j.rows.s[(r0 + r) * nb + ab]);
-                let dxv = _mm512_set1_ps(dx);
-                let i = match j.kind {
-                    Kind::Q8 => _mm512_sub_epi32(dot[r], _mm512_set1_epi32(128 * sx)),
-                    Kind::Q4 { min: false } => _mm512_sub_epi32(dot[r], _mm512_set1_epi32(8 * sx)),
-                    _ => dot[r],
+                let (dxv, sxv) = (_mm512_set1_ps(dx), _mm512_set1_ps(sx as f32));
+                let corr = match j.kind {
+                    Kind::Q8 => _mm512_set1_epi32(128 * sx),
+                    Kind::Q4 { min: false } => _mm512_set1_epi32(8 * sx),
+                    _ => _mm512_setzero_si512(),
                 };
-                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(a, dxv), _mm512_cvtepi32_ps(i), acc[r]);
-                if let Some(off) = off {
-                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(off, dxv), _mm512_set1_ps(sx as f32), acc[r]);
+                for p in 0..NP {
+                    let i = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][p], corr));
+                    acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(a[p], dxv), i, acc[r][p]);
+                    if has_off {
+                        acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(off[p], dxv), sxv, acc[r][p]);
+                    }
                 }
             }
         }
         for r in 0..R {
-            _mm512_storeu_ps(t.as_mut_ptr().add((r0 + r) * NR), acc[r]);
+            for p in 0..NP {
+                _mm512_storeu_ps(t.as_mut_ptr().add(((r0 + r) * NP + p) * NR), acc[r][p]);
+            }
         }
     }
 }
