@@ -9,6 +9,10 @@
 //! - short data, non-finite scales, widths that do not split into blocks and overflowing
 //!   shapes are errors, never panics.
 
+#[path = "common/rows.rs"]
+mod rows;
+
+use rows::{bits, check_threads_and_rows, Lcg};
 use tl_quant::{dequantize, f32_to_f16, Format, Linear, Path, QuantError};
 
 const BLOCK_FORMATS: [Format; 9] = [
@@ -42,18 +46,6 @@ fn block(format: Format) -> (usize, usize, &'static [usize]) {
     }
 }
 
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-    fn f(&mut self) -> f32 {
-        self.next() as f32 / (1u64 << 31) as f32 - 1.0
-    }
-}
-
 /// Random blocks for `[out, inp]`: random bytes, finite random f16 scales.
 fn random_blocks(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u8> {
     let (bb, k, at) = block(format);
@@ -68,10 +60,6 @@ fn random_blocks(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u
         }
     }
     bytes
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// One FMA chain over k ascending from +0.0 per output (the crate's contract).
@@ -197,24 +185,7 @@ fn block_rows_do_not_depend_on_the_batch_nor_the_thread_count() {
         let (out, inp) = (70, block(format).1 * 2);
         let l = Linear::from_stored(format, &random_blocks(format, out, inp, &mut rng), out, inp).unwrap();
         let x: Vec<f32> = (0..m * inp).map(|_| rng.f()).collect();
-        let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
-        let all: Vec<Vec<u32>> = [1, 2, 3]
-            .iter()
-            .map(|&t| {
-                pool(t).install(|| {
-                    let mut y = vec![0.0; m * out];
-                    l.forward(&x, m, &mut y).unwrap();
-                    bits(&y)
-                })
-            })
-            .collect();
-        assert_eq!(all[0], all[1], "{format}: 1 vs 2 threads");
-        assert_eq!(all[0], all[2], "{format}: 1 vs 3 threads");
-        for i in [0, 9, 20] {
-            let mut y = vec![0.0; out];
-            l.forward(&x[i * inp..(i + 1) * inp], 1, &mut y).unwrap();
-            assert_eq!(bits(&y), all[0][i * out..(i + 1) * out], "{format}: row {i} alone");
-        }
+        check_threads_and_rows(&l, &x, m, &[0, 9, 20], &format.to_string());
     }
 }
 

@@ -6,6 +6,10 @@
 //! formats without an integer kernel are unchanged by the mode; the distance from the
 //! exact path is printed.
 
+#[path = "common/rows.rs"]
+mod rows;
+
+use rows::{bits, check_threads_and_rows, Lcg};
 use serde_json::Value;
 use tl_quant::{f32_to_f16, quantize_q8_row, Activations, Format, Linear, Path};
 
@@ -19,10 +23,6 @@ fn f32s(v: &Value) -> Vec<f32> {
 
 fn u32s(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u32).collect()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 fn format(name: &str) -> Format {
@@ -73,18 +73,6 @@ fn q8_layers_equal_the_reference_on_every_path() {
     }
 }
 
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-    fn f(&mut self) -> f32 {
-        self.next() as f32 / (1u64 << 31) as f32 - 1.0
-    }
-}
-
 /// Random stored blocks of `format` (Q8_0, Q4_0, Q4_1, Q4_K) with finite f16 scales.
 fn random(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u8> {
     let (size, scales, k) = match format {
@@ -110,29 +98,12 @@ fn q8_rows_do_not_depend_on_the_batch_nor_the_threads_and_stay_near_the_exact_pa
         let bytes = random(format, out, inp, &mut rng);
         let q8 = Linear::from_stored(format, &bytes, out, inp).unwrap().with_activations(Activations::Q8);
         let x: Vec<f32> = (0..m * inp).map(|_| rng.f()).collect();
-        let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
-        let runs: Vec<Vec<u32>> = [1, 2, 3]
-            .iter()
-            .map(|&t| {
-                pool(t).install(|| {
-                    let mut y = vec![0.0; m * out];
-                    q8.forward(&x, m, &mut y).unwrap();
-                    bits(&y)
-                })
-            })
-            .collect();
-        assert_eq!(runs[0], runs[1], "{format}: 1 vs 2 threads");
-        assert_eq!(runs[0], runs[2], "{format}: 1 vs 3 threads");
-        for i in [0, 7, 18] {
-            let mut y = vec![0.0; out];
-            q8.forward(&x[i * inp..(i + 1) * inp], 1, &mut y).unwrap();
-            assert_eq!(bits(&y), runs[0][i * out..(i + 1) * out], "{format}: row {i} alone");
-        }
+        let batch = check_threads_and_rows(&q8, &x, m, &[0, 7, 18], &format.to_string());
         // The distance from the exact path (f32 activations over the same weights).
         let exact = Linear::from_stored(format, &bytes, out, inp).unwrap();
         let mut e = vec![0.0; m * out];
         exact.forward(&x, m, &mut e).unwrap();
-        let q: Vec<f32> = runs[0].iter().map(|&b| f32::from_bits(b)).collect();
+        let q: Vec<f32> = batch.iter().map(|&b| f32::from_bits(b)).collect();
         let (diff, scale) =
             e.iter().zip(&q).fold((0.0f32, 0.0f32), |(d, s), (a, b)| (d.max((a - b).abs()), s.max(a.abs())));
         eprintln!("{format}: q8 vs exact, max |diff| {diff:.2e} of outputs up to {scale:.2e}");
