@@ -175,7 +175,7 @@ proptest! {
         for (at, byte) in edits {
             env[at % body] = byte;
         }
-        let env = edited(&env, 0, &env[..1].to_vec());
+        let env = edited(&env, 0, &env[..1]);
         let mut p = KvPool::q8(G, 4, true).unwrap();
         match p.import(&env) {
             Ok(got) => prop_assert_eq!(counts(&p).2, got.len()),
