@@ -14,7 +14,7 @@
 //!
 //! where `dx` is the activation block's scale and `d * dx`, `m * dx` one f32 rounding each.
 //! The integer sums are exact whatever order adds them, so every instruction set gives
-//! the same bits: the portable code here, and AVX-512 with VNNI and VBMI (`vpdpbusd` on
+//! the same bits: the portable code here, AVX2 ([`crate::int8_avx2`]), and AVX-512 with VNNI and VBMI (`vpdpbusd` on
 //! codes made unsigned: Q8_0's `q + 128`, the correction `128 Σ qx` subtracted exactly).
 //! A row's result depends only on that row: batch, chunk and thread invariance hold as
 //! on the exact path.
@@ -166,7 +166,7 @@ pub(crate) struct IntJob<'a> {
 
 /// `y` `(m, out)` for the quantized rows, panels split over the current rayon pool (each
 /// panel's columns are computed whole by one thread).
-pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], simd: bool) {
+pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], path: IntPath) {
     let panels = j.out.div_ceil(NR);
     // Pairs of panels: the AVX-512 tile reads each row's codes once for both.
     let cols: Vec<Vec<f32>> = (0..panels.div_ceil(2))
@@ -177,17 +177,23 @@ pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], simd: bool) {
             let mut t = vec![0.0f32; m * np * NR]; // (m, np * 16): these panels' columns
             let at = |p: usize| &j.data[p * j.panel_bytes..(p + 1) * j.panel_bytes];
             #[cfg(target_arch = "x86_64")]
-            if simd {
-                // SAFETY: `simd` is set only when the CPU has AVX-512 F/BW/VNNI/VBMI.
-                unsafe {
+            match path {
+                // SAFETY: `IntPath::best` picks a path only where the CPU has it.
+                IntPath::Avx512 => unsafe {
                     match np {
                         2 => x86::panels::<2>(j, [at(2 * q), at(2 * q + 1)], m, &mut t),
                         _ => x86::panels::<1>(j, [at(2 * q)], m, &mut t),
                     }
-                }
-                return t;
+                    return t;
+                },
+                IntPath::Avx2 => unsafe {
+                    for p in 0..np {
+                        crate::int8_avx2::panel(j, at(2 * q + p), m, &mut t, np, p);
+                    }
+                    return t;
+                },
+                IntPath::Portable => {}
             }
-            let _ = simd;
             for p in 0..np {
                 let mut one = vec![0.0f32; m * NR];
                 panel_portable(j, at(2 * q + p), m, &mut one);
@@ -267,7 +273,7 @@ fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32]) {
 }
 
 /// Bytes of one panel block of an integer kind.
-fn block_bytes(kind: Kind) -> usize {
+pub(crate) fn block_bytes(kind: Kind) -> usize {
     match kind {
         Kind::Q8 => Q8_BLOCK,
         Kind::Q4 { min } => q4_block(min),
@@ -277,24 +283,40 @@ fn block_bytes(kind: Kind) -> usize {
 }
 
 /// Weights per panel block of an integer kind.
-fn weights_per_block(kind: Kind) -> usize {
+pub(crate) fn weights_per_block(kind: Kind) -> usize {
     match kind {
         Kind::Blk(f) => f.k(),
         _ => QK,
     }
 }
 
-/// Whether this CPU runs the AVX-512 integer kernel.
-pub(crate) fn simd_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vnni")
-            && is_x86_feature_detected!("avx512vbmi")
+/// Which integer kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IntPath {
+    Portable,
+    /// AVX2 + FMA + F16C ([`crate::int8_avx2`]).
+    Avx2,
+    /// AVX-512 F/BW with VNNI and VBMI.
+    Avx512,
+}
+
+impl IntPath {
+    /// The integer kernel for the float path `path` chose: AVX-512 where the CPU also has
+    /// VNNI and VBMI, else AVX2 on the AVX2 and AVX-512 paths, else portable. All give
+    /// the same bits.
+    pub(crate) fn of(path: crate::Path) -> IntPath {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi");
+            match path {
+                crate::Path::Avx512 if vnni => return IntPath::Avx512,
+                crate::Path::Avx512 | crate::Path::Avx2 => return IntPath::Avx2,
+                crate::Path::Portable => {}
+            }
+        }
+        let _ = path;
+        IntPath::Portable
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -213,7 +213,7 @@ impl Linear {
                 panel_bytes: self.kind.panel_bytes(self.inp),
                 rows: &rows,
             };
-            int8::matmul(&job, m, y, path == Path::Avx512 && int8::simd_available());
+            int8::matmul(&job, m, y, int8::IntPath::of(path));
             return Ok(());
         }
         let job = Job {
