@@ -9,25 +9,14 @@
 
 use tl_quant::{bf16_to_f32, f16_to_f32, f32_to_f16, Format, Linear, Path, QLinear};
 
-/// Deterministic pseudo-random u32s (an LCG; only variety matters).
-struct Lcg(u64);
+#[path = "common/rows.rs"]
+mod rows;
 
-impl Lcg {
-    fn next(&mut self) -> u32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-    /// Uniform in [-1, 1).
-    fn f(&mut self) -> f32 {
-        self.next() as f32 / (1u64 << 31) as f32 - 1.0
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-    /// A finite f16 scale of either sign, magnitude around 2^-6 .. 2^-2.
-    fn scale(&mut self) -> [u8; 2] {
-        f32_to_f16(self.f() * 0.2).to_le_bytes()
-    }
+use rows::{bits, check_threads_and_rows, Lcg};
+
+/// A finite f16 scale of either sign, magnitude around 2^-6 .. 2^-2.
+fn scale(rng: &mut Lcg) -> [u8; 2] {
+    f32_to_f16(rng.f() * 0.2).to_le_bytes()
 }
 
 /// Random stored bytes of `format` for an `[out, inp]` matrix, and their values widened
@@ -50,7 +39,7 @@ fn stored(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> (Vec<u8>, Ve
             let mut bytes = Vec::new();
             let mut w = Vec::with_capacity(n);
             for _ in 0..out * inp / 32 {
-                let d = rng.scale();
+                let d = scale(rng);
                 let df = f16_to_f32(u16::from_le_bytes(d));
                 bytes.extend(d);
                 match format {
@@ -60,7 +49,7 @@ fn stored(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> (Vec<u8>, Ve
                         bytes.extend(q);
                     }
                     _ => {
-                        let m = if format == Format::Q4_1 { Some(rng.scale()) } else { None };
+                        let m = if format == Format::Q4_1 { Some(scale(rng)) } else { None };
                         let q = rng.bytes(16);
                         let mut vals = [0.0f32; 32];
                         for j in 0..16 {
@@ -100,10 +89,6 @@ fn reference(x: &[f32], m: usize, w: &[f32], out: usize, inp: usize) -> Vec<f32>
         }
     }
     y
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 fn run(l: &Linear, path: Path, x: &[f32], m: usize) -> Vec<f32> {
@@ -194,28 +179,11 @@ fn rows_do_not_depend_on_the_batch_nor_the_thread_count() {
     for format in [Format::F32, Format::BF16, Format::Q4_1, Format::Q8_0] {
         let (l, _) = layer(format, out, inp, &mut rng);
         let x: Vec<f32> = (0..m * inp).map(|_| rng.f()).collect();
-        let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
-        let all: Vec<Vec<u32>> = [1, 2, 3]
-            .iter()
-            .map(|&t| {
-                pool(t).install(|| {
-                    let mut y = vec![0.0; m * out];
-                    l.forward(&x, m, &mut y).unwrap();
-                    bits(&y)
-                })
-            })
-            .collect();
-        assert_eq!(all[0], all[1], "{format}: 1 vs 2 threads");
-        assert_eq!(all[0], all[2], "{format}: 1 vs 3 threads");
         // Each row alone, and rows 7..20 as their own batch, give the same bits.
-        for i in [0, 7, 19, 39] {
-            let mut y = vec![0.0; out];
-            l.forward(&x[i * inp..(i + 1) * inp], 1, &mut y).unwrap();
-            assert_eq!(bits(&y), all[0][i * out..(i + 1) * out], "{format}: row {i} alone");
-        }
+        let all = check_threads_and_rows(&l, &x, m, &[0, 7, 19, 39], &format.to_string());
         let mut y = vec![0.0; 13 * out];
         l.forward(&x[7 * inp..20 * inp], 13, &mut y).unwrap();
-        assert_eq!(bits(&y), all[0][7 * out..20 * out], "{format}: rows 7..20");
+        assert_eq!(bits(&y), all[7 * out..20 * out], "{format}: rows 7..20");
     }
 }
 
