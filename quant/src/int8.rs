@@ -195,18 +195,13 @@ pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], path: IntPath) {
                 IntPath::Portable => {}
             }
             for p in 0..np {
-                let mut one = vec![0.0f32; m * NR];
-                panel_portable(j, at(2 * q + p), m, &mut one);
-                for r in 0..m {
-                    t[(r * np + p) * NR..(r * np + p + 1) * NR].copy_from_slice(&one[r * NR..(r + 1) * NR]);
-                }
+                panel_portable(j, at(2 * q + p), m, &mut t, np, p);
             }
             t
         })
         .collect();
     for (q, t) in cols.iter().enumerate() {
-        let c0 = 2 * q * NR;
-        let np = t.len() / (m * NR).max(1);
+        let (c0, np) = (2 * q * NR, 2.min(panels - 2 * q));
         let w = (np * NR).min(j.out - c0);
         for r in 0..m {
             y[r * j.out + c0..r * j.out + c0 + w].copy_from_slice(&t[r * np * NR..r * np * NR + w]);
@@ -235,9 +230,9 @@ fn code(kind: Kind, blk: &[u8], l: usize, k: usize) -> i32 {
     }
 }
 
-/// The reference: one panel, every row, by the module's formulas, one activation block
-/// (32 values) at a time.
-fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32]) {
+/// The reference: panel `p` of `np` (its columns at `p * 16` in each `np * 16`-wide row of
+/// `t`), every row, by the module's formulas, one activation block (32 values) at a time.
+fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32], np: usize, p: usize) {
     let nb = j.inp / QK;
     let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK); // activation blocks per weight block
     for r in 0..m {
@@ -267,7 +262,7 @@ fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32]) {
                     }
                 }
             }
-            t[r * NR + l] = y;
+            t[(r * np + p) * NR + l] = y;
         }
     }
 }
