@@ -199,10 +199,17 @@ impl<'a> Loader<'a> {
                 bytes.extend_from_slice(&raw[at..at + size]);
             }
         }
+        self.rebuilt(name, format, &bytes, cols.len(), a)
+    }
+
+    /// A `[out, inp]` layer over bytes the loader rebuilt from tensor `name` (a slice or
+    /// re-layout of its stored values), kept in `format` unless everything is widened to
+    /// f32, with the engine's activation mode.
+    fn rebuilt(&self, name: &str, format: Format, bytes: &[u8], out: usize, inp: usize) -> Result<Linear, ModelError> {
         let lin = if self.native {
-            Linear::from_stored(format, &bytes, cols.len(), a)
+            Linear::from_stored(format, bytes, out, inp)
         } else {
-            tl_quant::dequantize(format, &bytes, cols.len(), a).and_then(|w| Linear::new_f32(w, cols.len(), a))
+            tl_quant::dequantize(format, bytes, out, inp).and_then(|w| Linear::new_f32(w, out, inp))
         };
         lin.map(|l| l.with_activations(self.act)).map_err(|err| quant_err(self.store, name, err))
     }
@@ -245,12 +252,7 @@ impl<'a> Loader<'a> {
                 bytes.extend((0..16).map(|j| code(j) | code(j + 16) << 4));
             }
         }
-        let lin = if self.native {
-            Linear::from_stored(Format::MXFP4, &bytes, rows.len(), c)
-        } else {
-            tl_quant::dequantize(Format::MXFP4, &bytes, rows.len(), c).and_then(|w| Linear::new_f32(w, rows.len(), c))
-        };
-        lin.map(|l| l.with_activations(self.act)).map_err(|err| quant_err(self.store, &bn, err))
+        self.rebuilt(&bn, Format::MXFP4, &bytes, rows.len(), c)
     }
 
     /// The `(len,)` vector `name` (a norm weight, a bias), widened to f32.
