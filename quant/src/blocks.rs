@@ -189,8 +189,7 @@ fn hi_at(l: Layout, c: usize, j: usize) -> u32 {
 pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
     let (l, facts) = (layout(f), f.facts());
     let u16_at = |at: usize| u16::from_le_bytes([panel[at], panel[at + 1]]);
-    let u32_at = |at: usize| u32::from_le_bytes([panel[at], panel[at + 1], panel[at + 2], panel[at + 3]]);
-    let (per_lo, nsub) = (32 / l.lb as usize, f.k() / f.sub());
+    let nsub = f.k() / f.sub();
     for (b, blk) in dst.chunks_exact_mut(f.k()).enumerate() {
         let base = b * l.bytes;
         let d = match facts.scale {
@@ -208,27 +207,35 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
                 Scales::I8 => (byte() as i8, 0),
                 Scales::None => (0, 0),
             };
-            let word = |c: usize| u32_at(base + l.lo + (c * NR + lane) * 4);
-            let lo = if whole6(l) {
-                let (s, i) = (k / 16, k % 16);
-                if i < 15 {
-                    word(s * 3 + i / 5) >> (6 * (i % 5)) & 63
-                } else {
-                    (0..3).fold(0, |u, t| u | (word(s * 3 + t) >> 30) << (2 * t))
-                }
-            } else {
-                (word(k / per_lo) >> (l.lb as usize * (k % per_lo))) & ((1 << l.lb) - 1)
-            };
-            let hi = if l.hb > 0 {
-                let (c, j) = (k / per_lo, k % per_lo);
-                let word = u32_at(base + l.hi + (c / l.groups * NR + lane) * 4);
-                word.rotate_right(hi_at(l, c, j)) & ((1 << l.hb) - 1)
-            } else {
-                0
-            };
-            *v = value(&facts, d, dm, sc, mn, (lo | hi << l.lb) as u8);
+            *v = value(&facts, d, dm, sc, mn, code(l, &panel[base..base + l.bytes], lane, k) as u8);
         }
     }
+}
+
+/// The unsigned code (low | high << lb) of weight `k` of row `lane` in one panel block
+/// (`blk`: its bytes), as the module comment places it. The widening and the int8
+/// reference read codes through this one function.
+pub(crate) fn code(l: Layout, blk: &[u8], lane: usize, k: usize) -> u32 {
+    let word = |at: usize| u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+    let per_lo = 32 / l.lb as usize;
+    let lo_word = |c: usize| word(l.lo + (c * NR + lane) * 4);
+    let lo = if whole6(l) {
+        let (s, i) = (k / 16, k % 16);
+        if i < 15 {
+            lo_word(s * 3 + i / 5) >> (6 * (i % 5)) & 63
+        } else {
+            (0..3).fold(0, |u, t| u | (lo_word(s * 3 + t) >> 30) << (2 * t))
+        }
+    } else {
+        (lo_word(k / per_lo) >> (l.lb as usize * (k % per_lo))) & ((1 << l.lb) - 1)
+    };
+    let hi = if l.hb > 0 {
+        let (c, j) = (k / per_lo, k % per_lo);
+        word(l.hi + (c / l.groups * NR + lane) * 4).rotate_right(hi_at(l, c, j)) & ((1 << l.hb) - 1)
+    } else {
+        0
+    };
+    lo | hi << l.lb
 }
 
 /// `(a, b)` of sub-block `s` for the 16 rows of the panel block at `blk`.

@@ -4,18 +4,22 @@
 //! ([`crate::Linear::with_activations`]); the exact f32 path stays the default.
 //!
 //! Kinds with an integer kernel: Q8_0 and Q4_0 / Q4_1 / int4 (their own panels,
-//! [`crate::pack`]) and Q4_K (the generic panels, [`crate::blocks`]).
-//! Per output `y[i][n]`, blocks `b` ascending, from +0.0:
+//! [`crate::pack`]) and Q4_K, Q5_K, Q6_K (the generic panels, [`crate::blocks`]).
+//! Per output `y[i][n]`, activation blocks `b` ascending, from +0.0:
 //! - Q8_0 (`w = q d`), Q4_0 (`w = (c - 8) d`): `y = fma(d * dx, I, y)` with `I` the exact
 //!   integer `Σ q qx` (Q4_0: `Σ c qx - 8 Σ qx`), as f32 (exact: `|I| < 2^24`);
 //! - Q4_1 (`w = c d + m`): `y = fma(d * dx, Σ c qx, y)` then `y = fma(m * dx, Σ qx, y)`;
-//! - Q4_K, per sub-block of 32: `y = fma((d sc) dx, Σ c qx, y)` then
+//! - Q4_K and Q5_K, per sub-block of 32: `y = fma((d sc) dx, Σ c qx, y)` then
 //!   `y = fma((-dmin mn) dx, Σ qx, y)`;
+//! - Q6_K (`w = d sc (u - 32)`, sub-blocks of 16): `y = fma(d * dx, T, y)` with `T = sc_a
+//!   I_a + sc_b I_b` over the block's two sub-blocks, `I = Σ (u - 32) qx`; exact as an
+//!   f32 too (`|T| <= 2 * 128 * 16 * 32 * 127 < 2^24`);
 //!
 //! where `dx` is the activation block's scale and `d * dx`, `m * dx` one f32 rounding each.
 //! The integer sums are exact whatever order adds them, so every instruction set gives
-//! the same bits: the portable code here, AVX2 ([`crate::int8_avx2`]), and AVX-512 with VNNI and VBMI (`vpdpbusd` on
-//! codes made unsigned: Q8_0's `q + 128`, the correction `128 Σ qx` subtracted exactly).
+//! the same bits: the portable code here, AVX2 ([`crate::int8_avx2`]), and AVX-512 with
+//! VNNI and VBMI ([`crate::int8_avx512`]: `vpdpbusd` on codes made unsigned, Q8_0's
+//! `q + 128`, the correction `128 Σ qx` subtracted exactly).
 //! A row's result depends only on that row: batch, chunk and thread invariance hold as
 //! on the exact path.
 
@@ -60,23 +64,66 @@ impl std::fmt::Display for Activations {
 }
 
 /// Rows quantized by numbers.md's rule: `q` `(m, inp)` i8, and per block of 32 its scale
-/// `d` and the sum of its codes `s`, `(m, inp / 32)` each. For the 4-bit panels the codes
-/// of each 8 values are kept in the order the panel's nibbles come out of a 32-bit lane
-/// (`0 2 4 6 1 3 5 7`: low nibbles, then high ones), so the kernel broadcasts 4 of them
-/// with one load; [`QRows::at`] reads them in natural order.
+/// `d` and the sum of its codes `s`, `(m, inp / 32)` each; for Q6_K also the sum of each
+/// half-block `s16` `(m, inp / 16)`. The codes are kept in the order the kind's panel
+/// gives up its codes ([`Order`]), so the kernels broadcast 4 of them with one load;
+/// [`QRows::at`] reads them in natural order.
 pub(crate) struct QRows {
     pub q: Vec<i8>,
     pub d: Vec<f32>,
     pub s: Vec<i32>,
-    /// Whether `q` is in the 4-bit panels' order.
-    pub nibble_order: bool,
+    pub s16: Vec<i32>,
+    pub order: Order,
+}
+
+/// How a block's 32 codes are ordered in [`QRows::q`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// As the row holds them (Q8_0).
+    Natural,
+    /// The 4-bit panels' (Q4_0, Q4_1, Q4_K, Q5_K): each 8 values as `0 2 4 6 1 3 5 7`,
+    /// the order the low nibbles, then the high ones, come out of a 32-bit lane.
+    Nibbles,
+    /// Q6_K's whole 6-bit words (three per 16 codes, five codes each plus two bits of the
+    /// 16th, [`crate::blocks`]): each 16 values as [`SIX`], the four groups of four the
+    /// kernels cut out of a lane's words 0, 1, 2 and their fifth codes.
+    Six,
+}
+
+/// The natural index (within 16) of the value at each position of [`Order::Six`].
+pub(crate) const SIX: [usize; 16] = [0, 1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13, 4, 9, 14, 15];
+
+impl Order {
+    fn of(kind: Kind) -> Order {
+        match kind {
+            Kind::Q4 { .. } | Kind::Blk(Blk::Q4K | Blk::Q5K) => Order::Nibbles,
+            Kind::Blk(Blk::Q6K) => Order::Six,
+            _ => Order::Natural,
+        }
+    }
+
+    /// The natural index of the value at position `i` of a block.
+    fn source(self, i: usize) -> usize {
+        match self {
+            Order::Natural => i,
+            Order::Nibbles => {
+                let (g, j) = (i / 8, i % 8);
+                8 * g + if j < 4 { 2 * j } else { 2 * (j - 4) + 1 }
+            }
+            Order::Six => i / 16 * 16 + SIX[i % 16],
+        }
+    }
 }
 
 impl QRows {
     /// The code of value `k` of row `r` (`inp` values a row).
     pub(crate) fn at(&self, r: usize, inp: usize, k: usize) -> i8 {
-        let k = if self.nibble_order { k / 8 * 8 + (k % 2) * 4 + (k % 8) / 2 } else { k };
-        self.q[r * inp + k]
+        let i = match self.order {
+            Order::Natural => k,
+            Order::Nibbles => k / 8 * 8 + (k % 2) * 4 + (k % 8) / 2,
+            Order::Six => k / 16 * 16 + SIX.iter().position(|&n| n == k % 16).expect("a permutation"),
+        };
+        self.q[r * inp + i]
     }
 }
 
@@ -130,20 +177,19 @@ pub struct Q8Row {
 /// Quantize `m` rows of `inp` (a multiple of 32) values, for panels of `kind`.
 pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRows {
     let nb = inp / QK;
-    let nibble_order = matches!(kind, Kind::Q4 { .. } | Kind::Blk(Blk::Q4K));
-    let mut r = QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb], nibble_order };
+    let order = Order::of(kind);
+    let halves = if order == Order::Six { 2 * m * nb } else { 0 };
+    let mut r = QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb], s16: vec![0; halves], order };
     let mut tmp = [0i8; QK];
-    for ((xb, qb), (d, s)) in x.chunks_exact(QK).zip(r.q.chunks_exact_mut(QK)).zip(r.d.iter_mut().zip(r.s.iter_mut())) {
-        (*d, *s) = quantize_block(xb, &mut tmp);
-        if nibble_order {
-            for (g, out) in qb.chunks_exact_mut(8).enumerate() {
-                for i in 0..4 {
-                    out[i] = tmp[8 * g + 2 * i];
-                    out[4 + i] = tmp[8 * g + 2 * i + 1];
-                }
+    for (b, (xb, qb)) in x.chunks_exact(QK).zip(r.q.chunks_exact_mut(QK)).enumerate() {
+        (r.d[b], r.s[b]) = quantize_block(xb, &mut tmp);
+        for (i, q) in qb.iter_mut().enumerate() {
+            *q = tmp[order.source(i)];
+        }
+        if order == Order::Six {
+            for h in 0..2 {
+                r.s16[2 * b + h] = tmp[16 * h..16 * h + 16].iter().map(|&q| q as i32).sum();
             }
-        } else {
-            qb.copy_from_slice(&tmp);
         }
     }
     r
@@ -151,7 +197,7 @@ pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRow
 
 /// Whether `kind` has an integer kernel.
 pub(crate) fn supported(kind: Kind) -> bool {
-    matches!(kind, Kind::Q8 | Kind::Q4 { .. } | Kind::Blk(Blk::Q4K))
+    matches!(kind, Kind::Q8 | Kind::Q4 { .. } | Kind::Blk(Blk::Q4K | Blk::Q5K | Blk::Q6K))
 }
 
 /// The panels of one layer and the rows against them.
@@ -181,8 +227,8 @@ pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], path: IntPath) {
                 // SAFETY: `IntPath::best` picks a path only where the CPU has it.
                 IntPath::Avx512 => unsafe {
                     match np {
-                        2 => x86::panels::<2>(j, [at(2 * q), at(2 * q + 1)], m, &mut t),
-                        _ => x86::panels::<1>(j, [at(2 * q)], m, &mut t),
+                        2 => crate::int8_avx512::panels::<2>(j, [at(2 * q), at(2 * q + 1)], m, &mut t),
+                        _ => crate::int8_avx512::panels::<1>(j, [at(2 * q)], m, &mut t),
                     }
                     return t;
                 },
@@ -222,10 +268,7 @@ fn code(kind: Kind, blk: &[u8], l: usize, k: usize) -> i32 {
             let at = NR * 2 * (1 + min as usize) + ((k / 8) * NR + l) * 4;
             ((word(at) >> (4 * (k % 8))) & 15) as i32
         }
-        Kind::Blk(Blk::Q4K) => {
-            let at = blocks::layout(Blk::Q4K).lo + ((k / 8) * NR + l) * 4;
-            ((word(at) >> (4 * (k % 8))) & 15) as i32
-        }
+        Kind::Blk(f) => blocks::code(blocks::layout(f), blk, l, k) as i32,
         _ => unreachable!("no integer kernel for {kind:?}"),
     }
 }
@@ -242,22 +285,35 @@ fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32], np: usi
                 let (b, sub) = (ab / per, ab % per);
                 let blk = &panel[b * bb..(b + 1) * bb];
                 let (dx, sx) = (j.rows.d[r * nb + ab], j.rows.s[r * nb + ab]);
-                let dot: i32 =
-                    (0..QK).map(|k| code(j.kind, blk, l, sub * QK + k) * j.rows.at(r, j.inp, ab * QK + k) as i32).sum();
+                let x = |k: usize| j.rows.at(r, j.inp, ab * QK + k) as i32;
+                // Σ u x over this block's values `k0 .. k0 + n`.
+                let dot = |k0: usize, n: usize| (k0..k0 + n).map(|k| code(j.kind, blk, l, sub * QK + k) * x(k)).sum::<i32>();
                 let d = f16_at(blk, 2 * l);
                 match j.kind {
                     Kind::Q4 { min: true } => {
-                        y = (d * dx).mul_add(dot as f32, y);
+                        y = (d * dx).mul_add(dot(0, QK) as f32, y);
                         y = (f16_at(blk, NR * 2 + 2 * l) * dx).mul_add(sx as f32, y);
                     }
-                    Kind::Q4 { min: false } => y = (d * dx).mul_add((dot - 8 * sx) as f32, y),
-                    Kind::Q8 => y = (d * dx).mul_add(dot as f32, y),
+                    Kind::Q4 { min: false } => y = (d * dx).mul_add((dot(0, QK) - 8 * sx) as f32, y),
+                    Kind::Q8 => y = (d * dx).mul_add(dot(0, QK) as f32, y),
+                    Kind::Blk(Blk::Q6K) => {
+                        // Two sub-blocks of 16, each `sc (u - 32)`: one exact integer.
+                        let lay = blocks::layout(Blk::Q6K);
+                        let t: i32 = (0..2)
+                            .map(|h| {
+                                let sc = blk[lay.sc + (2 * sub + h) * NR + l] as i8 as i32;
+                                sc * (dot(16 * h, 16) - 32 * (16 * h..16 * h + 16).map(x).sum::<i32>())
+                            })
+                            .sum();
+                        y = (d * dx).mul_add(t as f32, y);
+                    }
                     _ => {
-                        // Q4_K: `(d sc) q - dmin mn`; the panel keeps -dmin, and both
+                        // Q4_K, Q5_K: `(d sc) u - dmin mn`; the panel keeps -dmin, and both
                         // products with a 6-bit integer are exact.
-                        let lay = blocks::layout(Blk::Q4K);
+                        let Kind::Blk(f) = j.kind else { unreachable!() };
+                        let lay = blocks::layout(f);
                         let (sc, mn) = (blk[lay.sc + sub * NR + l] as f32, blk[lay.sc + (per + sub) * NR + l] as f32);
-                        y = ((d * sc) * dx).mul_add(dot as f32, y);
+                        y = ((d * sc) * dx).mul_add(dot(0, QK) as f32, y);
                         y = ((f16_at(blk, NR * 2 + 2 * l) * mn) * dx).mul_add(sx as f32, y);
                     }
                 }
@@ -311,178 +367,5 @@ impl IntPath {
         }
         let _ = path;
         IntPath::Portable
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::*;
-
-    use super::{block_bytes, weights_per_block, IntJob};
-    use crate::blocks;
-    use crate::format::Blk;
-    use crate::pack::{Kind, QK};
-    use crate::simd::NR;
-
-    /// Rows per pass over a panel's blocks (their integer and float accumulators stay
-    /// in registers).
-    const MR: usize = 4;
-
-    /// One panel, every row: the portable formulas, 16 lanes at a time.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,f16c,fma")]
-    pub(super) unsafe fn panels<const NP: usize>(j: &IntJob<'_>, panels: [&[u8]; NP], m: usize, t: &mut [f32]) {
-        let ptrs = panels.map(|p| p.as_ptr());
-        let mut r = 0;
-        while r < m {
-            match m - r {
-                1 => rows::<1, NP>(j, ptrs, r, t),
-                2 => rows::<2, NP>(j, ptrs, r, t),
-                3 => rows::<3, NP>(j, ptrs, r, t),
-                _ => rows::<MR, NP>(j, ptrs, r, t),
-            }
-            r += MR.min(m - r);
-        }
-    }
-
-    // The pieces below are functions, never closures: a closure cannot be
-    // `inline(always)`, and one LLVM leaves out of line is compiled without the
-    // instruction set, each intrinsic in it a call (issue 36; tests/codegen.rs).
-
-    /// 16 f16 at `p`, widened.
-    #[inline(always)]
-    unsafe fn f16s(p: *const u8) -> __m512 {
-        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
-    }
-
-    /// 16 u8 at `p`, as f32.
-    #[inline(always)]
-    unsafe fn u8s(p: *const u8) -> __m512 {
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i)))
-    }
-
-    /// The 4-bit codes of 4 words from each of `NP` panels' `q` (8 a lane each) against
-    /// 32 codes of each of `R` rows (`x`, rows `inp` apart): bytes 0..4 of a lane hold
-    /// codes 8c + 0, 2, 4, 6 (low nibbles), then 8c + 1, 3, 5, 7 (high nibbles), QRows'
-    /// nibble order. Each row's 4-code broadcast serves every panel.
-    #[inline(always)]
-    unsafe fn nibbles<const R: usize, const NP: usize>(
-        q: [*const u8; NP],
-        x: *const i8,
-        inp: usize,
-        dot: &mut [[__m512i; NP]; R],
-    ) {
-        let lo_mask = _mm512_set1_epi8(15);
-        for c in 0..QK / 8 {
-            let mut lo = [_mm512_setzero_si512(); NP];
-            let mut hi = [_mm512_setzero_si512(); NP];
-            for p in 0..NP {
-                let word = _mm512_loadu_si512(q[p].add(c * NR * 4) as *const _);
-                lo[p] = _mm512_and_si512(word, lo_mask);
-                hi[p] = _mm512_and_si512(_mm512_srli_epi16::<4>(word), lo_mask);
-            }
-            for (r, dot) in dot.iter_mut().enumerate() {
-                let xr = x.add(r * inp + 8 * c) as *const i32;
-                let (xl, xh) = (_mm512_set1_epi32(xr.read_unaligned()), _mm512_set1_epi32(xr.add(1).read_unaligned()));
-                for p in 0..NP {
-                    dot[p] = _mm512_dpbusd_epi32(dot[p], lo[p], xl);
-                    dot[p] = _mm512_dpbusd_epi32(dot[p], hi[p], xh);
-                }
-            }
-        }
-    }
-
-    /// Q8 panels keep code k of the 16 lanes as 16 bytes; `vpdpbusd` wants each lane's
-    /// 4 consecutive codes in one 32-bit lane: byte `4 l + i` of the result is byte
-    /// `16 i + l` of the 64 loaded (codes k .. k + 4).
-    const fn q8_transpose() -> [u8; 64] {
-        let mut idx = [0u8; 64];
-        let mut l = 0;
-        while l < 16 {
-            let mut i = 0;
-            while i < 4 {
-                idx[4 * l + i] = (16 * i + l) as u8;
-                i += 1;
-            }
-            l += 1;
-        }
-        idx
-    }
-
-    #[allow(clippy::needless_range_loop)] // rows and panels index the accumulators
-    #[inline(always)]
-    unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const u8; NP], r0: usize, t: &mut [f32]) {
-        let nb = j.inp / QK;
-        let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK);
-        let idx = _mm512_loadu_si512(q8_transpose().as_ptr() as *const _);
-        let lay = blocks::layout(Blk::Q4K);
-        let mut acc = [[_mm512_setzero_ps(); NP]; R];
-        for ab in 0..nb {
-            let (b, sub) = (ab / per, ab % per);
-            let blk = panels.map(|p| p.add(b * bb));
-            let mut dot = [[_mm512_setzero_si512(); NP]; R];
-            // Row 0's codes of this activation block (in the kind's order); row r's are
-            // `r * inp` further.
-            let x0 = j.rows.q.as_ptr().add(r0 * j.inp + ab * QK);
-            match j.kind {
-                Kind::Q8 => {
-                    for g in 0..QK / 4 {
-                        let mut u = [_mm512_setzero_si512(); NP];
-                        for p in 0..NP {
-                            let raw = _mm512_loadu_si512(blk[p].add(NR * 2 + g * 64) as *const _);
-                            // q + 128: unsigned codes for vpdpbusd.
-                            u[p] = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, raw), _mm512_set1_epi8(-128));
-                        }
-                        for r in 0..R {
-                            let x = _mm512_set1_epi32((x0.add(r * j.inp + 4 * g) as *const i32).read_unaligned());
-                            for p in 0..NP {
-                                dot[r][p] = _mm512_dpbusd_epi32(dot[r][p], u[p], x);
-                            }
-                        }
-                    }
-                }
-                Kind::Q4 { min } => {
-                    nibbles::<R, NP>(blk.map(|b| b.add(NR * 2 * (1 + min as usize))), x0, j.inp, &mut dot)
-                }
-                // Sub-block `sub`'s 32 codes: low words 4 sub .. 4 sub + 4.
-                _ => nibbles::<R, NP>(blk.map(|b| b.add(lay.lo + sub * 4 * NR * 4)), x0, j.inp, &mut dot),
-            }
-            // What multiplies each row's scale: d (Q8_0, Q4_0, Q4_1), d * sc (Q4_K), and
-            // the offset's factor: m (Q4_1), -dmin * mn (Q4_K).
-            let mut a = [_mm512_setzero_ps(); NP];
-            let mut off = [_mm512_setzero_ps(); NP];
-            for p in 0..NP {
-                let d = f16s(blk[p]);
-                (a[p], off[p]) = match j.kind {
-                    Kind::Blk(_) => (
-                        _mm512_mul_ps(d, u8s(blk[p].add(lay.sc + sub * NR))),
-                        _mm512_mul_ps(f16s(blk[p].add(NR * 2)), u8s(blk[p].add(lay.sc + (per + sub) * NR))),
-                    ),
-                    Kind::Q4 { min: true } => (d, f16s(blk[p].add(NR * 2))),
-                    _ => (d, _mm512_setzero_ps()),
-                };
-            }
-            let has_off = matches!(j.kind, Kind::Blk(_) | Kind::Q4 { min: true });
-            for r in 0..R {
-                let (dx, sx) = (j.rows.d[(r0 + r) * nb + ab], j.rows.s[(r0 + r) * nb + ab]);
-                let (dxv, sxv) = (_mm512_set1_ps(dx), _mm512_set1_ps(sx as f32));
-                let corr = match j.kind {
-                    Kind::Q8 => _mm512_set1_epi32(128 * sx),
-                    Kind::Q4 { min: false } => _mm512_set1_epi32(8 * sx),
-                    _ => _mm512_setzero_si512(),
-                };
-                for p in 0..NP {
-                    let i = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][p], corr));
-                    acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(a[p], dxv), i, acc[r][p]);
-                    if has_off {
-                        acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(off[p], dxv), sxv, acc[r][p]);
-                    }
-                }
-            }
-        }
-        for r in 0..R {
-            for p in 0..NP {
-                _mm512_storeu_ps(t.as_mut_ptr().add(((r0 + r) * NP + p) * NR), acc[r][p]);
-            }
-        }
     }
 }

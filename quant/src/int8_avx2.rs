@@ -2,13 +2,14 @@
 //! same integer sums and the same float operations in the same order as
 //! [`crate::int8`]'s portable reference, so the same bits. Each 16-row panel is two
 //! 8-lane halves. The 4-value dot products are `vpmaddubsw` then `vpmaddwd` with ones:
-//! 4-bit codes (at most 15) times int8 values cannot saturate the 16-bit pair sums, and
-//! Q8_0's signed codes go through the sign trick (`|q|` times `x` with `q`'s sign, pairs at
-//! most 2 * 128 * 127 = 32512), which gives `Σ q x` itself.
+//! 4-, 5- and 6-bit codes (at most 63) times int8 values cannot saturate the 16-bit pair
+//! sums (2 * 63 * 127 = 16002), and Q8_0's signed codes go through the sign trick (`|q|`
+//! times `x` with `q`'s sign, pairs at most 2 * 128 * 127 = 32512), which gives `Σ q x`
+//! itself.
 
 use std::arch::x86_64::*;
 
-use crate::blocks;
+use crate::blocks::{self, Layout};
 use crate::format::Blk;
 use crate::int8::{block_bytes, weights_per_block, IntJob};
 use crate::pack::{Kind, QK};
@@ -66,19 +67,114 @@ unsafe fn q8_group(q: *const u8) -> [__m256i; 2] {
     ]
 }
 
+/// Lanes' words at `p`, rotated right by `n` bits (0 < n < 32).
+#[inline(always)]
+unsafe fn rotr(w: __m256i, n: i32) -> __m256i {
+    let (r, l) = (_mm_cvtsi32_si128(n), _mm_cvtsi32_si128(32 - n));
+    _mm256_or_si256(_mm256_srl_epi32(w, r), _mm256_sll_epi32(w, l))
+}
+
+/// `(w >> s) & mask` per 32-bit lane, `s` a constant.
+#[inline(always)]
+unsafe fn field<const S: i32>(w: __m256i, mask: i32) -> __m256i {
+    _mm256_and_si256(_mm256_srli_epi32::<S>(w), _mm256_set1_epi32(mask))
+}
+
+/// `(w << s) & mask` per 32-bit lane.
+#[inline(always)]
+unsafe fn field_up<const S: i32>(w: __m256i, mask: i32) -> __m256i {
+    _mm256_and_si256(_mm256_slli_epi32::<S>(w), _mm256_set1_epi32(mask))
+}
+
+/// Q6_K: one sub-block's 16 codes of 8 lanes (three words at `q`, 16 lanes' words
+/// apart) as four vectors of 4 codes a lane in [`crate::int8::SIX`]'s order (the
+/// AVX-512 kernel's `six`, by shifts and masks).
+#[inline(always)]
+unsafe fn six(q: *const u8) -> [__m256i; 4] {
+    let ld = |t: usize| q.add(t * NR * 4) as *const __m256i; // (pointer math)
+    let w = [_mm256_loadu_si256(ld(0)), _mm256_loadu_si256(ld(1)), _mm256_loadu_si256(ld(2))];
+    let fifth = _mm256_or_si256(
+        _mm256_or_si256(field::<24>(w[0], 0x3F), field::<16>(w[1], 0x3F00)),
+        field::<8>(w[2], 0x3F_0000),
+    );
+    let top = _mm256_or_si256(
+        _mm256_or_si256(field::<6>(w[0], 0x0300_0000), field::<4>(w[1], 0x0C00_0000)),
+        field::<2>(w[2], 0x3000_0000),
+    );
+    [first4(w[0]), first4(w[1]), first4(w[2]), _mm256_or_si256(fifth, top)]
+}
+
+/// A lane's first four 6-bit codes (bits `6 i`) to its four bytes.
+#[inline(always)]
+unsafe fn first4(w: __m256i) -> __m256i {
+    let a = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi32(0x3F)), field_up::<2>(w, 0x3F00));
+    _mm256_or_si256(a, _mm256_or_si256(field_up::<4>(w, 0x3F_0000), field_up::<6>(w, 0x3F00_0000)))
+}
+
+/// Q6_K's `T = sc_a I_a + sc_b I_b` (as f32, exact) for half `h` of the panel block
+/// `blk`, rows `r0 ..`: the AVX-512 kernel's order.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn q6k<const R: usize>(
+    j: &IntJob<'_>,
+    lay: Layout,
+    blk: *const u8,
+    x0: *const i8,
+    halves: *const i32,
+    sub: usize,
+) -> [[__m256; 2]; R] {
+    let mut tsum = [[_mm256_setzero_ps(); 2]; R];
+    for s2 in 0..2 {
+        let s = 2 * sub + s2;
+        let mut dot = [[_mm256_setzero_si256(); 2]; R];
+        for h in 0..2 {
+            let codes = six(blk.add(lay.lo + s * 3 * NR * 4 + h * 32));
+            for r in 0..R {
+                for (g, c) in codes.iter().enumerate() {
+                    let x = _mm256_set1_epi32((x0.add(r * j.inp + 16 * s2 + 4 * g) as *const i32).read_unaligned());
+                    dot[r][h] = _mm256_add_epi32(dot[r][h], dot4(*c, x));
+                }
+            }
+        }
+        for h in 0..2 {
+            let sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(lay.sc + s * NR + h * 8) as *const __m128i)));
+            for r in 0..R {
+                let corr = _mm256_set1_epi32(32 * *halves.add(r * j.inp / 16 + s2));
+                let i = _mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r][h], corr));
+                tsum[r][h] = _mm256_fmadd_ps(sc, i, tsum[r][h]);
+            }
+        }
+    }
+    tsum
+}
+
 #[allow(clippy::needless_range_loop)] // rows and halves index the accumulators
 #[inline(always)]
 unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, t: &mut [f32], np: usize, p: usize) {
     let nb = j.inp / QK;
     let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK);
-    let lay = blocks::layout(Blk::Q4K);
+    let lay = match j.kind {
+        Kind::Blk(f) => blocks::layout(f),
+        _ => blocks::layout(Blk::Q4K), // unused
+    };
     let lo_mask = _mm256_set1_epi8(15);
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for ab in 0..nb {
         let (b, sub) = (ab / per, ab % per);
         let blk = panel.add(b * bb);
-        let mut dot = [[_mm256_setzero_si256(); 2]; R];
         let x0 = j.rows.q.as_ptr().add(r0 * j.inp + ab * QK);
+        if j.kind == Kind::Blk(Blk::Q6K) {
+            let tsum = q6k::<R>(j, lay, blk, x0, j.rows.s16.as_ptr().add(2 * (r0 * nb + ab)), sub);
+            for h in 0..2 {
+                let d = f16s(blk.add(h * 16));
+                for r in 0..R {
+                    let dx = _mm256_set1_ps(j.rows.d[(r0 + r) * nb + ab]);
+                    acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), tsum[r][h], acc[r][h]);
+                }
+            }
+            continue;
+        }
+        let mut dot = [[_mm256_setzero_si256(); 2]; R];
         let xw = |r: usize, at: usize| (x0.add(r * j.inp + at) as *const i32).read_unaligned(); // (pointer math)
         match j.kind {
             Kind::Q8 => {
@@ -96,8 +192,12 @@ unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, t: &
             _ => {
                 let q = match j.kind {
                     Kind::Q4 { min } => blk.add(NR * 2 * (1 + min as usize)),
-                    _ => blk.add(lay.lo + sub * 4 * NR * 4), // Q4_K sub-block `sub`
+                    _ => blk.add(lay.lo + sub * 4 * NR * 4), // Q4_K / Q5_K sub-block `sub`
                 };
+                // Q5_K's fifth bits: high word `sub`, rotated right by `c` for low word
+                // `c` (the AVX-512 kernel's `nibbles` says where each bit sits).
+                let fifth = (lay.hb > 0 && matches!(j.kind, Kind::Blk(_))).then(|| blk.add(lay.hi + sub * NR * 4));
+                let bit4 = _mm256_set1_epi8(16);
                 for c in 0..QK / 8 {
                     let mut lo = [_mm256_setzero_si256(); 2];
                     let mut hi = [_mm256_setzero_si256(); 2];
@@ -105,6 +205,12 @@ unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, t: &
                         let word = _mm256_loadu_si256(q.add(c * NR * 4 + h * 32) as *const __m256i);
                         lo[h] = _mm256_and_si256(word, lo_mask);
                         hi[h] = _mm256_and_si256(_mm256_srli_epi16::<4>(word), lo_mask);
+                        if let Some(f) = fifth {
+                            let hw = _mm256_loadu_si256(f.add(h * 32) as *const __m256i);
+                            let (e, o) = (if c == 0 { hw } else { rotr(hw, c as i32) }, rotr(hw, c as i32 + 4));
+                            lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(e, bit4));
+                            hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(o, bit4));
+                        }
                     }
                     for r in 0..R {
                         // QRows' nibble order: codes 8c + 0, 2, 4, 6 then 8c + 1, 3, 5, 7.

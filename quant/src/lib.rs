@@ -27,6 +27,8 @@ mod half_conv;
 mod int4;
 mod int8;
 #[cfg(target_arch = "x86_64")]
+mod int8_avx512;
+#[cfg(target_arch = "x86_64")]
 mod int8_avx2;
 mod kernel;
 mod linear;

@@ -31,6 +31,8 @@ fn format(name: &str) -> Format {
         "Q4_0" => Format::Q4_0,
         "Q4_1" => Format::Q4_1,
         "Q4_K" => Format::Q4_K,
+        "Q5_K" => Format::Q5_K,
+        "Q6_K" => Format::Q6_K,
         other => panic!("{other}"),
     }
 }
@@ -73,18 +75,22 @@ fn q8_layers_equal_the_reference_on_every_path() {
     }
 }
 
-/// Random stored blocks of `format` (Q8_0, Q4_0, Q4_1, Q4_K) with finite f16 scales.
+/// Random stored blocks of `format` (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) with finite f16
+/// scales.
 fn random(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u8> {
-    let (size, scales, k) = match format {
-        Format::Q8_0 => (34, 1, 32),
-        Format::Q4_0 => (18, 1, 32),
-        Format::Q4_1 => (20, 2, 32),
-        _ => (144, 2, 256), // Q4_K: d, dmin first
+    // Bytes per block, where its f16 scales start and how many, weights per block.
+    let (size, at, scales, k) = match format {
+        Format::Q8_0 => (34, 0, 1, 32),
+        Format::Q4_0 => (18, 0, 1, 32),
+        Format::Q4_1 => (20, 0, 2, 32),
+        Format::Q4_K => (144, 0, 2, 256), // d, dmin first
+        Format::Q5_K => (176, 0, 2, 256),
+        _ => (210, 208, 1, 256), // Q6_K: d last
     };
     let mut b: Vec<u8> = (0..out * inp / k * size).map(|_| rng.next() as u8).collect();
     for blk in b.chunks_exact_mut(size) {
         for s in 0..scales {
-            blk[2 * s..2 * s + 2].copy_from_slice(&f32_to_f16(rng.f() * 0.05).to_le_bytes());
+            blk[at + 2 * s..at + 2 * s + 2].copy_from_slice(&f32_to_f16(rng.f() * 0.05).to_le_bytes());
         }
     }
     b
@@ -94,7 +100,7 @@ fn random(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u8> {
 fn q8_rows_do_not_depend_on_the_batch_nor_the_threads_and_stay_near_the_exact_path() {
     let mut rng = Lcg(5);
     let (out, inp, m) = (70, 256, 19);
-    for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q4_K] {
+    for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q4_K, Format::Q5_K, Format::Q6_K] {
         let bytes = random(format, out, inp, &mut rng);
         let q8 = Linear::from_stored(format, &bytes, out, inp).unwrap().with_activations(Activations::Q8);
         let x: Vec<f32> = (0..m * inp).map(|_| rng.f()).collect();
