@@ -210,49 +210,70 @@ pub(crate) struct IntJob<'a> {
     pub rows: &'a QRows,
 }
 
-/// `y` `(m, out)` for the quantized rows, panels split over the current rayon pool (each
-/// panel's columns are computed whole by one thread).
-pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], path: IntPath) {
-    let panels = j.out.div_ceil(NR);
-    // Pairs of panels: the AVX-512 tile reads each row's codes once for both.
-    let cols: Vec<Vec<f32>> = (0..panels.div_ceil(2))
-        .into_par_iter()
-        .with_min_len(2)
-        .map(|q| {
-            let np = 2.min(panels - 2 * q);
-            let mut t = vec![0.0f32; m * np * NR]; // (m, np * 16): these panels' columns
-            let at = |p: usize| &j.data[p * j.panel_bytes..(p + 1) * j.panel_bytes];
-            #[cfg(target_arch = "x86_64")]
-            match path {
-                // SAFETY: `IntPath::best` picks a path only where the CPU has it.
-                IntPath::Avx512 => unsafe {
-                    match np {
-                        2 => crate::int8_avx512::panels::<2>(j, [at(2 * q), at(2 * q + 1)], m, &mut t),
-                        _ => crate::int8_avx512::panels::<1>(j, [at(2 * q)], m, &mut t),
-                    }
-                    return t;
-                },
-                IntPath::Avx2 => unsafe {
-                    for p in 0..np {
-                        crate::int8_avx2::panel(j, at(2 * q + p), m, &mut t, np, p);
-                    }
-                    return t;
-                },
-                IntPath::Portable => {}
-            }
-            for p in 0..np {
-                panel_portable(j, at(2 * q + p), m, &mut t, np, p);
-            }
-            t
-        })
-        .collect();
-    for (q, t) in cols.iter().enumerate() {
-        let (c0, np) = (2 * q * NR, 2.min(panels - 2 * q));
-        let w = (np * NR).min(j.out - c0);
-        for r in 0..m {
-            y[r * j.out + c0..r * j.out + c0 + w].copy_from_slice(&t[r * np * NR..r * np * NR + w]);
-        }
+/// Where one task writes its panels' results: `y` `(m, out)`, the columns of panels
+/// `c0 / 16 ..` (tasks own disjoint columns, so they share `y` without a copy).
+#[derive(Clone, Copy)]
+pub(crate) struct Cols {
+    y: *mut f32,
+    out: usize,
+    c0: usize,
+}
+
+// SAFETY: each task writes only its own columns of `y` (`matmul`).
+unsafe impl Send for Cols {}
+unsafe impl Sync for Cols {}
+
+impl Cols {
+    /// The same `y`, a task's columns starting at `c0`. (A method: a closure naming
+    /// `y.y` would capture the bare pointer, which is not `Sync`.)
+    fn from(self, c0: usize) -> Cols {
+        Cols { c0, ..self }
     }
+
+    /// Row `r`'s first column of the task's panel `p`, and how many of the panel's 16
+    /// columns exist (the last panel of a layer may be partial).
+    #[inline(always)]
+    pub(crate) fn at(self, r: usize, p: usize) -> (*mut f32, usize) {
+        let col = self.c0 + p * NR;
+        // SAFETY: in bounds of `y` for every column that exists.
+        (unsafe { self.y.add(r * self.out + col) }, (self.out - col).min(NR))
+    }
+}
+
+/// `y` `(m, out)` for the quantized rows, panels split over the current rayon pool (each
+/// panel's columns are computed whole by one thread and written in place).
+pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], path: IntPath) {
+    assert!(y.len() >= m * j.out);
+    let panels = j.out.div_ceil(NR);
+    let y = Cols { y: y.as_mut_ptr(), out: j.out, c0: 0 };
+    // Pairs of panels: the AVX-512 tile reads each row's codes once for both.
+    (0..panels.div_ceil(2)).into_par_iter().with_min_len(2).for_each(|q| {
+        let np = 2.min(panels - 2 * q);
+        let cols = y.from(2 * q * NR);
+        let at = |p: usize| &j.data[p * j.panel_bytes..(p + 1) * j.panel_bytes];
+        #[cfg(target_arch = "x86_64")]
+        match path {
+            // SAFETY: `IntPath::of` picks a path only where the CPU has it; `cols` holds
+            // `m` rows.
+            IntPath::Avx512 => unsafe {
+                match np {
+                    2 => crate::int8_avx512::panels::<2>(j, [at(2 * q), at(2 * q + 1)], m, cols),
+                    _ => crate::int8_avx512::panels::<1>(j, [at(2 * q)], m, cols),
+                }
+                return;
+            },
+            IntPath::Avx2 => unsafe {
+                for p in 0..np {
+                    crate::int8_avx2::panel(j, at(2 * q + p), m, cols, p);
+                }
+                return;
+            },
+            IntPath::Portable => {}
+        }
+        for p in 0..np {
+            panel_portable(j, at(2 * q + p), m, cols, p);
+        }
+    });
 }
 
 fn f16_at(b: &[u8], at: usize) -> f32 {
@@ -273,13 +294,14 @@ fn code(kind: Kind, blk: &[u8], l: usize, k: usize) -> i32 {
     }
 }
 
-/// The reference: panel `p` of `np` (its columns at `p * 16` in each `np * 16`-wide row of
-/// `t`), every row, by the module's formulas, one activation block (32 values) at a time.
-fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32], np: usize, p: usize) {
+/// The reference: the task's panel `p` (its columns in `cols`), every row, by the
+/// module's formulas, one activation block (32 values) at a time.
+fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, cols: Cols, p: usize) {
     let nb = j.inp / QK;
     let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK); // activation blocks per weight block
     for r in 0..m {
-        for l in 0..NR {
+        let (dst, n) = cols.at(r, p);
+        for l in 0..n {
             let mut y = 0.0f32;
             for ab in 0..nb {
                 let (b, sub) = (ab / per, ab % per);
@@ -318,7 +340,8 @@ fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32], np: usi
                     }
                 }
             }
-            t[(r * np + p) * NR + l] = y;
+            // SAFETY: lane `l < n` of the task's own columns.
+            unsafe { *dst.add(l) = y };
         }
     }
 }

@@ -11,22 +11,21 @@ use std::arch::x86_64::*;
 
 use crate::blocks::{self, Layout};
 use crate::format::Blk;
-use crate::int8::{block_bytes, weights_per_block, IntJob};
+use crate::int8::{block_bytes, weights_per_block, Cols, IntJob};
 use crate::pack::{Kind, QK};
 use crate::simd::NR;
 
 /// Rows per pass (accumulators: 2 halves x rows, integer and float).
 const MR: usize = 2;
 
-/// Panel `p` of `np` (its columns at `p * 16` in each `np * 16`-wide row of `t`), every
-/// row.
+/// The task's panel `p` (its columns in `cols`), every row.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn panel(j: &IntJob<'_>, panel: &[u8], m: usize, t: &mut [f32], np: usize, p: usize) {
+pub(crate) unsafe fn panel(j: &IntJob<'_>, panel: &[u8], m: usize, cols: Cols, p: usize) {
     let mut r = 0;
     while r < m {
         match m - r {
-            1 => rows::<1>(j, panel.as_ptr(), r, t, np, p),
-            _ => rows::<MR>(j, panel.as_ptr(), r, t, np, p),
+            1 => rows::<1>(j, panel.as_ptr(), r, cols, p),
+            _ => rows::<MR>(j, panel.as_ptr(), r, cols, p),
         }
         r += MR.min(m - r);
     }
@@ -45,6 +44,18 @@ unsafe fn f16s(p: *const u8) -> __m256 {
 #[inline(always)]
 unsafe fn u8s(p: *const u8) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i)))
+}
+
+/// The first `n` (at most 8) lanes of `v` to `p`.
+#[inline(always)]
+unsafe fn store(p: *mut f32, v: __m256, n: usize) {
+    if n == 8 {
+        _mm256_storeu_ps(p, v);
+    } else {
+        let mut buf = [0.0f32; 8];
+        _mm256_storeu_ps(buf.as_mut_ptr(), v);
+        std::ptr::copy_nonoverlapping(buf.as_ptr(), p, n);
+    }
 }
 
 /// Per 32-bit lane, the sum of the 4 products of `a`'s unsigned bytes and `b`'s signed ones.
@@ -150,7 +161,7 @@ unsafe fn q6k<const R: usize>(
 
 #[allow(clippy::needless_range_loop)] // rows and halves index the accumulators
 #[inline(always)]
-unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, t: &mut [f32], np: usize, p: usize) {
+unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, cols: Cols, p: usize) {
     let nb = j.inp / QK;
     let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK);
     let lay = match j.kind {
@@ -248,8 +259,9 @@ unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, t: &
         }
     }
     for r in 0..R {
+        let (dst, n) = cols.at(r0 + r, p);
         for h in 0..2 {
-            _mm256_storeu_ps(t.as_mut_ptr().add(((r0 + r) * np + p) * NR + h * 8), acc[r][h]);
+            store(dst.add(h * 8), acc[r][h], n.saturating_sub(h * 8).min(8));
         }
     }
 }

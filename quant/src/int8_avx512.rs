@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use crate::blocks::{self, Layout};
 use crate::format::Blk;
-use crate::int8::{block_bytes, weights_per_block, IntJob};
+use crate::int8::{block_bytes, weights_per_block, Cols, IntJob};
 use crate::pack::{Kind, QK};
 use crate::simd::NR;
 
@@ -21,15 +21,15 @@ const MR: usize = 4;
 
 /// `NP` panels, every row.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,f16c,fma")]
-pub(crate) unsafe fn panels<const NP: usize>(j: &IntJob<'_>, panels: [&[u8]; NP], m: usize, t: &mut [f32]) {
+pub(crate) unsafe fn panels<const NP: usize>(j: &IntJob<'_>, panels: [&[u8]; NP], m: usize, cols: Cols) {
     let ptrs = panels.map(|p| p.as_ptr());
     let mut r = 0;
     while r < m {
         match m - r {
-            1 => rows::<1, NP>(j, ptrs, r, t),
-            2 => rows::<2, NP>(j, ptrs, r, t),
-            3 => rows::<3, NP>(j, ptrs, r, t),
-            _ => rows::<MR, NP>(j, ptrs, r, t),
+            1 => rows::<1, NP>(j, ptrs, r, cols),
+            2 => rows::<2, NP>(j, ptrs, r, cols),
+            3 => rows::<3, NP>(j, ptrs, r, cols),
+            _ => rows::<MR, NP>(j, ptrs, r, cols),
         }
         r += MR.min(m - r);
     }
@@ -194,7 +194,7 @@ const fn q8_transpose() -> [u8; 64] {
 
 #[allow(clippy::needless_range_loop)] // rows and panels index the accumulators
 #[inline(always)]
-unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const u8; NP], r0: usize, t: &mut [f32]) {
+unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const u8; NP], r0: usize, cols: Cols) {
     let nb = j.inp / QK;
     let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK);
     let idx = _mm512_loadu_si512(q8_transpose().as_ptr() as *const _);
@@ -283,7 +283,8 @@ unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const 
     }
     for r in 0..R {
         for p in 0..NP {
-            _mm512_storeu_ps(t.as_mut_ptr().add(((r0 + r) * NP + p) * NR), acc[r][p]);
+            let (dst, n) = cols.at(r0 + r, p);
+            _mm512_mask_storeu_ps(dst, ((1u32 << n) - 1) as u16, acc[r][p]);
         }
     }
 }

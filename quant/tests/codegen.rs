@@ -16,7 +16,7 @@
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-use tl_quant::{Format, Linear, Path};
+use tl_quant::{Activations, Format, Linear, Path};
 
 #[path = "common/symbols.rs"]
 mod symbols;
@@ -41,12 +41,23 @@ fn no_simd_intrinsic_is_compiled_out_of_line() {
     let f32_layer = Linear::from_f32(&w, out, inp).unwrap();
     let bytes = vec![0u8; Format::Q4_K.row_bytes(inp).unwrap() * out];
     let q4k = Linear::from_stored(Format::Q4_K, &bytes, out, inp).unwrap();
+    // And the int8-activation kernels, with the unpacking each kind adds.
+    let q8: Vec<Linear> = [Format::Q8_0, Format::Q4_1, Format::Q5_K, Format::Q6_K]
+        .into_iter()
+        .map(|f| {
+            let b = vec![0u8; f.row_bytes(inp).unwrap() * out];
+            Linear::from_stored(f, &b, out, inp).unwrap().with_activations(Activations::Q8)
+        })
+        .collect();
     for path in Path::all_available() {
         for m in [1, 2, 3, 4, 9] {
             let x = vec![0.5f32; m * inp];
             let mut y = vec![0.0f32; m * out];
             f32_layer.forward_on(path, &x, m, &mut y).unwrap();
             q4k.forward_on(path, &x, m, &mut y).unwrap();
+            for l in &q8 {
+                l.forward_on(path, &x, m, &mut y).unwrap();
+            }
         }
     }
 
