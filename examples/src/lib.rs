@@ -109,7 +109,7 @@ pub struct EngineArgs {
     #[arg(long, default_value = "f16-slab")]
     pub kv: String,
     /// How projections treat their input rows: "exact" (f32, the default) or "q8" (rows
-    /// quantized to int8 in blocks of 32 for the Q8_0/Q4_0/Q4_1/int4 weights: faster, not
+    /// quantized to int8 in blocks of 32 for the Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K/int4 weights: faster, not
     /// the exact numbers, still the same bits in any batch; docs/spec/numbers.md).
     #[arg(long, default_value = "exact")]
     pub activations: String,

@@ -8,9 +8,11 @@
 //! `MS=1,128` pick rows (F32 and Q4_0 are always run, the baselines). With THREADS = 1
 //! the time is the worker thread's CPU time and the row shows the fastest of the runs, so
 //! a machine shared with other processes slows nothing; with more, wall time, the median.
+//! `ACTIVATIONS=q8` runs every layer in the int8-activation mode (the formats without an
+//! integer kernel stay exact).
 
 use std::time::Instant;
-use tl_quant::{f32_to_f16, Format, Linear, Path};
+use tl_quant::{f32_to_f16, Activations, Format, Linear, Path};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -69,6 +71,10 @@ fn main() {
         layers.push(Linear::from_stored(format, &bytes, out, inp).expect("layer"));
         eprintln!("{format}: packed in {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     }
+    let act: Activations =
+        std::env::var("ACTIVATIONS").ok().map_or(Activations::Exact, |a| a.parse().expect("exact or q8"));
+    let layers: Vec<Linear> = layers.into_iter().map(|l| l.with_activations(act)).collect();
+    println!("activations {act}");
     for m in ms {
         let x: Vec<f32> = (0..m * inp).map(|_| rnd() as f32 / u32::MAX as f32 - 0.5).collect();
         let mut y = vec![0.0f32; m * out];

@@ -129,16 +129,17 @@ impl QRows {
 
 /// One block's scale and codes: `d = amax / 127`, `id = 1 / d` (0 when `d` is 0), `q =
 /// clamp(rint(x * id), -127, 127)` with ties to even; the clamp as x86's `maxps`/`minps`
-/// with the bound second, so a NaN product gives -127.
+/// with the bound second, so a NaN product gives -127. Plain loops without closures, so
+/// when [`quantize_rows`] inlines this into a function with SSE4.1 or better, `rint` is
+/// one instruction rather than a libm call and the loops vectorize (the same IEEE
+/// operations, so the same bits).
+#[inline(always)]
 pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
-    let amax = x.iter().fold(0.0f32, |m, &v| {
+    let mut amax = 0.0f32;
+    for &v in x {
         let a = v.abs();
-        if a > m {
-            a
-        } else {
-            m
-        }
-    });
+        amax = if a > amax { a } else { amax };
+    }
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut s = 0i32;
@@ -159,7 +160,7 @@ pub fn quantize_q8_row(x: &[f32]) -> Result<Q8Row, crate::QuantError> {
     if !x.len().is_multiple_of(QK) {
         return Err(crate::QuantError::BadBlocks { format: "q8 activations".into(), inp: x.len() });
     }
-    let r = quantize_rows(x, 1, x.len(), Kind::Q8);
+    let r = quantize_rows(x, 1, x.len(), Kind::Q8, IntPath::Portable);
     Ok(Q8Row { q: r.q, d: r.d, s: r.s })
 }
 
@@ -174,17 +175,40 @@ pub struct Q8Row {
     pub s: Vec<i32>,
 }
 
-/// Quantize `m` rows of `inp` (a multiple of 32) values, for panels of `kind`.
-pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRows {
+/// Quantize `m` rows of `inp` (a multiple of 32) values, for panels of `kind`, compiled
+/// for the instruction set of `path` (the same bits on each).
+pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind, path: IntPath) -> QRows {
+    #[cfg(target_arch = "x86_64")]
+    if path != IntPath::Portable {
+        // SAFETY: both x86 integer paths require AVX2 (`IntPath::of`).
+        return unsafe { quantize_rows_avx2(x, m, inp, kind) };
+    }
+    let _ = path;
+    quantize_rows_with(x, m, inp, kind)
+}
+
+/// [`quantize_rows`] with AVX2 (so SSE4.1's `roundps`) in reach of the compiler.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_rows_avx2(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRows {
+    quantize_rows_with(x, m, inp, kind)
+}
+
+#[inline(always)]
+fn quantize_rows_with(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRows {
     let nb = inp / QK;
     let order = Order::of(kind);
     let halves = if order == Order::Six { 2 * m * nb } else { 0 };
     let mut r = QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb], s16: vec![0; halves], order };
     let mut tmp = [0i8; QK];
+    let mut perm = [0usize; QK];
+    for (i, p) in perm.iter_mut().enumerate() {
+        *p = order.source(i);
+    }
     for (b, (xb, qb)) in x.chunks_exact(QK).zip(r.q.chunks_exact_mut(QK)).enumerate() {
         (r.d[b], r.s[b]) = quantize_block(xb, &mut tmp);
-        for (i, q) in qb.iter_mut().enumerate() {
-            *q = tmp[order.source(i)];
+        for (q, &p) in qb.iter_mut().zip(&perm) {
+            *q = tmp[p];
         }
         if order == Order::Six {
             for h in 0..2 {
@@ -309,7 +333,8 @@ fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, cols: Cols, p: usize) 
                 let (dx, sx) = (j.rows.d[r * nb + ab], j.rows.s[r * nb + ab]);
                 let x = |k: usize| j.rows.at(r, j.inp, ab * QK + k) as i32;
                 // Σ u x over this block's values `k0 .. k0 + n`.
-                let dot = |k0: usize, n: usize| (k0..k0 + n).map(|k| code(j.kind, blk, l, sub * QK + k) * x(k)).sum::<i32>();
+                let dot =
+                    |k0: usize, n: usize| (k0..k0 + n).map(|k| code(j.kind, blk, l, sub * QK + k) * x(k)).sum::<i32>();
                 let d = f16_at(blk, 2 * l);
                 match j.kind {
                     Kind::Q4 { min: true } => {

@@ -148,7 +148,9 @@ unsafe fn q6k<const R: usize>(
             }
         }
         for h in 0..2 {
-            let sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(lay.sc + s * NR + h * 8) as *const __m128i)));
+            let sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                blk.add(lay.sc + s * NR + h * 8) as *const __m128i
+            )));
             for r in 0..R {
                 let corr = _mm256_set1_epi32(32 * *halves.add(r * j.inp / 16 + s2));
                 let i = _mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r][h], corr));

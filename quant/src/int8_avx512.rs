@@ -19,17 +19,41 @@ use crate::simd::NR;
 /// in registers).
 const MR: usize = 4;
 
+/// The kinds with an integer kernel, indexed by the kernel's `K`: each gets a copy of
+/// the loops with its kind a constant, so no branch on the kind runs per block.
+const KINDS: [Kind; 6] = [
+    Kind::Q8,
+    Kind::Q4 { min: false },
+    Kind::Q4 { min: true },
+    Kind::Blk(Blk::Q4K),
+    Kind::Blk(Blk::Q5K),
+    Kind::Blk(Blk::Q6K),
+];
+
 /// `NP` panels, every row.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,f16c,fma")]
 pub(crate) unsafe fn panels<const NP: usize>(j: &IntJob<'_>, panels: [&[u8]; NP], m: usize, cols: Cols) {
     let ptrs = panels.map(|p| p.as_ptr());
+    match KINDS.iter().position(|&k| k == j.kind) {
+        Some(0) => panels_of::<NP, 0>(j, ptrs, m, cols),
+        Some(1) => panels_of::<NP, 1>(j, ptrs, m, cols),
+        Some(2) => panels_of::<NP, 2>(j, ptrs, m, cols),
+        Some(3) => panels_of::<NP, 3>(j, ptrs, m, cols),
+        Some(4) => panels_of::<NP, 4>(j, ptrs, m, cols),
+        Some(5) => panels_of::<NP, 5>(j, ptrs, m, cols),
+        _ => unreachable!("no integer kernel for {:?}", j.kind),
+    }
+}
+
+/// [`panels`] for kind `KINDS[K]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,f16c,fma")]
+unsafe fn panels_of<const NP: usize, const K: usize>(j: &IntJob<'_>, ptrs: [*const u8; NP], m: usize, cols: Cols) {
     let mut r = 0;
     while r < m {
         match m - r {
-            1 => rows::<1, NP>(j, ptrs, r, cols),
-            2 => rows::<2, NP>(j, ptrs, r, cols),
-            3 => rows::<3, NP>(j, ptrs, r, cols),
-            _ => rows::<MR, NP>(j, ptrs, r, cols),
+            1 => rows::<1, NP, K>(j, ptrs, r, cols),
+            2 => rows::<2, NP, K>(j, ptrs, r, cols),
+            3 => rows::<3, NP, K>(j, ptrs, r, cols),
+            _ => rows::<MR, NP, K>(j, ptrs, r, cols),
         }
         r += MR.min(m - r);
     }
@@ -194,11 +218,17 @@ const fn q8_transpose() -> [u8; 64] {
 
 #[allow(clippy::needless_range_loop)] // rows and panels index the accumulators
 #[inline(always)]
-unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const u8; NP], r0: usize, cols: Cols) {
+unsafe fn rows<const R: usize, const NP: usize, const K: usize>(
+    j: &IntJob<'_>,
+    panels: [*const u8; NP],
+    r0: usize,
+    cols: Cols,
+) {
+    let kind = KINDS[K];
     let nb = j.inp / QK;
-    let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK);
+    let (bb, per) = (block_bytes(kind), weights_per_block(kind) / QK);
     let idx = _mm512_loadu_si512(q8_transpose().as_ptr() as *const _);
-    let lay = match j.kind {
+    let lay = match kind {
         Kind::Blk(f) => blocks::layout(f),
         _ => blocks::layout(Blk::Q4K), // unused
     };
@@ -209,7 +239,7 @@ unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const 
         // Row 0's codes of this activation block (in the kind's order); row r's are
         // `r * inp` further.
         let x0 = j.rows.q.as_ptr().add(r0 * j.inp + ab * QK);
-        if j.kind == Kind::Blk(Blk::Q6K) {
+        if matches!(kind, Kind::Blk(Blk::Q6K)) {
             let tsum = q6k::<R, NP>(j, lay, blk, x0, j.rows.s16.as_ptr().add(2 * (r0 * nb + ab)), sub);
             for p in 0..NP {
                 let d = f16s(blk[p]);
@@ -221,7 +251,7 @@ unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const 
             continue;
         }
         let mut dot = [[_mm512_setzero_si512(); NP]; R];
-        match j.kind {
+        match kind {
             Kind::Q8 => {
                 for g in 0..QK / 4 {
                     let mut u = [_mm512_setzero_si512(); NP];
@@ -254,7 +284,7 @@ unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const 
         let mut off = [_mm512_setzero_ps(); NP];
         for p in 0..NP {
             let d = f16s(blk[p]);
-            (a[p], off[p]) = match j.kind {
+            (a[p], off[p]) = match kind {
                 Kind::Blk(_) => (
                     _mm512_mul_ps(d, u8s(blk[p].add(lay.sc + sub * NR))),
                     _mm512_mul_ps(f16s(blk[p].add(NR * 2)), u8s(blk[p].add(lay.sc + (per + sub) * NR))),
@@ -263,11 +293,11 @@ unsafe fn rows<const R: usize, const NP: usize>(j: &IntJob<'_>, panels: [*const 
                 _ => (d, _mm512_setzero_ps()),
             };
         }
-        let has_off = matches!(j.kind, Kind::Blk(_) | Kind::Q4 { min: true });
+        let has_off = matches!(kind, Kind::Blk(_) | Kind::Q4 { min: true });
         for r in 0..R {
             let (dx, sx) = (j.rows.d[(r0 + r) * nb + ab], j.rows.s[(r0 + r) * nb + ab]);
             let (dxv, sxv) = (_mm512_set1_ps(dx), _mm512_set1_ps(sx as f32));
-            let corr = match j.kind {
+            let corr = match kind {
                 Kind::Q8 => _mm512_set1_epi32(128 * sx),
                 Kind::Q4 { min: false } => _mm512_set1_epi32(8 * sx),
                 _ => _mm512_setzero_si512(),

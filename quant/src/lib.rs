@@ -27,9 +27,9 @@ mod half_conv;
 mod int4;
 mod int8;
 #[cfg(target_arch = "x86_64")]
-mod int8_avx512;
-#[cfg(target_arch = "x86_64")]
 mod int8_avx2;
+#[cfg(target_arch = "x86_64")]
+mod int8_avx512;
 mod kernel;
 mod linear;
 mod matmul;

@@ -205,7 +205,8 @@ impl Linear {
             return Err(QuantError::LengthMismatch { what: "y", expected: yn, got: y.len() });
         }
         if self.act == Activations::Q8 && int8::supported(self.kind) {
-            let rows = int8::quantize_rows(x, m, self.inp, self.kind);
+            let int_path = int8::IntPath::of(path);
+            let rows = int8::quantize_rows(x, m, self.inp, self.kind, int_path);
             let job = int8::IntJob {
                 kind: self.kind,
                 inp: self.inp,
@@ -214,7 +215,7 @@ impl Linear {
                 panel_bytes: self.kind.panel_bytes(self.inp),
                 rows: &rows,
             };
-            int8::matmul(&job, m, y, int8::IntPath::of(path));
+            int8::matmul(&job, m, y, int_path);
             return Ok(());
         }
         let job = Job {

@@ -93,7 +93,7 @@ struct Cli {
     #[arg(long, default_value = "native")]
     weights: String,
     /// How projections treat their input rows: exact (the default) or q8 (int8 rows for
-    /// the Q8_0/Q4_0/Q4_1/int4 weights; still the same bits in any batch).
+    /// the Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K/int4 weights; still the same bits in any batch).
     #[arg(long, default_value = "exact")]
     activations: String,
     /// The host other servers should use for this one (a decode server fetching KV);

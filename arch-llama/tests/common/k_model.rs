@@ -69,7 +69,12 @@ pub fn write_model(dir: &Path, pick: &dyn Fn(&str, usize) -> &'static str, rng: 
 
 /// [`write_model`], with `edit` applied to the tensors before they are written (tests
 /// that damage a block).
-pub fn write_model_with(dir: &Path, pick: &dyn Fn(&str, usize) -> &'static str, rng: &mut Lcg, edit: &mut dyn FnMut(&mut [T])) {
+pub fn write_model_with(
+    dir: &Path,
+    pick: &dyn Fn(&str, usize) -> &'static str,
+    rng: &mut Lcg,
+    edit: &mut dyn FnMut(&mut [T]),
+) {
     let (d, inter, heads, kv_heads, layers) = (256, 512, 4, 2, 2);
     let mut tensors = vec![random_tensor("token_embd.weight", &[V, d], pick("token_embd", 0), rng)];
     let norm = |name: String, rng: &mut Lcg| {
@@ -106,7 +111,6 @@ pub fn write_model_with(dir: &Path, pick: &dyn Fn(&str, usize) -> &'static str, 
     cfg["head_dim"] = 64.into();
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
 }
-
 
 /// A fresh directory under the temp dir, named for the process and `tag`.
 pub fn tempdir(tag: &str) -> std::path::PathBuf {
