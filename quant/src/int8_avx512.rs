@@ -178,11 +178,16 @@ unsafe fn q6k<const R: usize, const NP: usize>(
     for h in 0..2 {
         let s = 2 * sub + h;
         let mut dot = [[_mm512_setzero_si512(); NP]; R];
+        let mut codes = [[_mm512_setzero_si512(); 4]; NP];
         for p in 0..NP {
-            let codes = six(blk[p].add(lay.lo + s * 3 * NR * 4));
-            for r in 0..R {
-                for (g, c) in codes.iter().enumerate() {
-                    dot[r][p] = _mm512_dpbusd_epi32(dot[r][p], *c, x4(x, r, j.inp, 16 * h + 4 * g));
+            codes[p] = six(blk[p].add(lay.lo + s * 3 * NR * 4));
+        }
+        for r in 0..R {
+            for g in 0..4 {
+                // One broadcast of the row's 4 codes serves every panel.
+                let xr = x4(x, r, j.inp, 16 * h + 4 * g);
+                for p in 0..NP {
+                    dot[r][p] = _mm512_dpbusd_epi32(dot[r][p], codes[p][g], xr);
                 }
             }
         }
