@@ -204,3 +204,36 @@ fn every_binary_takes_the_q8_kv_backend() {
         "the error names the backend and the known ones: {err}"
     );
 }
+
+#[test]
+fn perplexity_scores_from_the_position_asked_as_llama_perplexity_does() {
+    let model = repo().join("arch-llama/tests/fixtures/tiny-llama");
+    let m = model.to_str().expect("utf-8 path");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = dir.path().join("text.txt");
+    std::fs::write(&text, "The quick brown fox jumps over the lazy dog. ".repeat(20)).expect("write");
+    let t = text.to_str().expect("path");
+    let scored = |extra: &[&str]| -> (usize, usize) {
+        let mut args = vec!["--model", m, "--file", t, "--window", "32", "--max-windows", "3", "--threads", "2"];
+        args.extend_from_slice(extra);
+        let line = ok("perplexity", &run(env!("CARGO_BIN_EXE_perplexity"), &args, None));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = |w: &str| words.iter().position(|x| *x == w).unwrap_or_else(|| panic!("{w:?} in {line:?}"));
+        (
+            words[at("over") + 1].parse().expect("tokens"),
+            words[at("windows") - 1].trim_start_matches('(').parse().expect("windows"),
+        )
+    };
+    // Every window full: 31 predictions each, or the 15 from position 16 on.
+    assert_eq!(scored(&[]), (3 * 31, 3));
+    assert_eq!(scored(&["--score-from", "16"]), (3 * 15, 3));
+    // No prediction left to score: one clean line, exit non-zero.
+    let out = run(
+        env!("CARGO_BIN_EXE_perplexity"),
+        &["--model", m, "--file", t, "--window", "32", "--score-from", "31"],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--score-from 31") && err.trim_end().lines().count() == 1, "{err}");
+}

@@ -6,6 +6,9 @@
 //! model's prediction from the tokens before it. Perplexity = exp(mean negative log
 //! likelihood). The logits of every position come from the final hidden states times the
 //! LM head (the embedding matrix when tied), which stays floating point under int4.
+//! `--score-from N` scores only the predictions made from position N of each window on,
+//! as llama.cpp's llama-perplexity does with N = its context / 2 (so the two tools' numbers
+//! compare: scripts/q8_perplexity.sh).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +35,10 @@ struct Cli {
     /// Score at most this many windows (0 = all).
     #[arg(long, default_value_t = 0)]
     max_windows: usize,
+    /// Score only the predictions from this position of each window on (llama-perplexity
+    /// scores from its context / 2); 0 scores every token after the first.
+    #[arg(long, default_value_t = 0)]
+    score_from: usize,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -49,6 +56,12 @@ fn nll(logits: &[f32], vocab: usize, next: &[u32]) -> f64 {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     anyhow::ensure!(cli.window >= 2, "--window {}: need at least 2 tokens", cli.window);
+    anyhow::ensure!(
+        cli.score_from + 1 < cli.window,
+        "--score-from {}: must leave a prediction in a window of {}",
+        cli.score_from,
+        cli.window
+    );
     let text = std::fs::read_to_string(&cli.file).with_context(|| cli.file.display().to_string())?;
     let load = Instant::now();
     let mut runner = cli.engine.load(&cli.model)?;
@@ -62,7 +75,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     anyhow::ensure!(ids.len() >= 2, "{}: fewer than 2 tokens to score", cli.file.display());
 
     let v = cfg.vocab_size;
-    let mut windows: Vec<&[u32]> = ids.chunks(cli.window).filter(|w| w.len() >= 2).collect();
+    let mut windows: Vec<&[u32]> = ids.chunks(cli.window).filter(|w| w.len() >= cli.score_from + 2).collect();
     if cli.max_windows > 0 {
         windows.truncate(cli.max_windows);
     }
@@ -73,8 +86,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let logits = runner.score(w)?; // (T, V)
         forward += t0.elapsed();
         fed += w.len();
-        let rows = w.len() - 1; // the last position predicts past the window
-        total += nll(&logits.data[..rows * v], v, &w[1..]);
+        // Rows `score_from ..` predict tokens `score_from + 1 ..`; the last position
+        // predicts past the window.
+        let (from, rows) = (cli.score_from, w.len() - 1 - cli.score_from);
+        total += nll(&logits.data[from * v..(from + rows) * v], v, &w[from + 1..]);
         scored += rows;
     }
     let ppl = (total / scored as f64).exp();
