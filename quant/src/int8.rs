@@ -219,9 +219,25 @@ fn quantize_rows_with(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRows {
     r
 }
 
+/// The kinds with an integer kernel, indexed by the x86 kernels' `K`: each gets a copy of
+/// the loops with its kind a constant, so no branch on the kind runs per block.
+pub(crate) const KINDS: [Kind; 6] = [
+    Kind::Q8,
+    Kind::Q4 { min: false },
+    Kind::Q4 { min: true },
+    Kind::Blk(Blk::Q4K),
+    Kind::Blk(Blk::Q5K),
+    Kind::Blk(Blk::Q6K),
+];
+
+/// `kind`'s index in [`KINDS`].
+pub(crate) fn kind_index(kind: Kind) -> Option<usize> {
+    KINDS.iter().position(|&k| k == kind)
+}
+
 /// Whether `kind` has an integer kernel.
 pub(crate) fn supported(kind: Kind) -> bool {
-    matches!(kind, Kind::Q8 | Kind::Q4 { .. } | Kind::Blk(Blk::Q4K | Blk::Q5K | Blk::Q6K))
+    kind_index(kind).is_some()
 }
 
 /// The panels of one layer and the rows against them.

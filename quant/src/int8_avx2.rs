@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use crate::blocks::{self, Layout};
 use crate::format::Blk;
-use crate::int8::{block_bytes, weights_per_block, Cols, IntJob};
+use crate::int8::{block_bytes, weights_per_block, Cols, IntJob, KINDS};
 use crate::pack::{Kind, QK};
 use crate::simd::NR;
 
@@ -19,13 +19,27 @@ use crate::simd::NR;
 const MR: usize = 2;
 
 /// The task's panel `p` (its columns in `cols`), every row.
-#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn panel(j: &IntJob<'_>, panel: &[u8], m: usize, cols: Cols, p: usize) {
+    let panel = panel.as_ptr();
+    match crate::int8::kind_index(j.kind) {
+        Some(0) => panel_of::<0>(j, panel, m, cols, p),
+        Some(1) => panel_of::<1>(j, panel, m, cols, p),
+        Some(2) => panel_of::<2>(j, panel, m, cols, p),
+        Some(3) => panel_of::<3>(j, panel, m, cols, p),
+        Some(4) => panel_of::<4>(j, panel, m, cols, p),
+        Some(5) => panel_of::<5>(j, panel, m, cols, p),
+        _ => unreachable!("no integer kernel for {:?}", j.kind),
+    }
+}
+
+/// [`panel`] for kind `KINDS[K]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_of<const K: usize>(j: &IntJob<'_>, panel: *const u8, m: usize, cols: Cols, p: usize) {
     let mut r = 0;
     while r < m {
         match m - r {
-            1 => rows::<1>(j, panel.as_ptr(), r, cols, p),
-            _ => rows::<MR>(j, panel.as_ptr(), r, cols, p),
+            1 => rows::<1, K>(j, panel, r, cols, p),
+            _ => rows::<MR, K>(j, panel, r, cols, p),
         }
         r += MR.min(m - r);
     }
@@ -141,9 +155,14 @@ unsafe fn q6k<const R: usize>(
         for h in 0..2 {
             let codes = six(blk.add(lay.lo + s * 3 * NR * 4 + h * 32));
             for r in 0..R {
-                for (g, c) in codes.iter().enumerate() {
-                    let x = _mm256_set1_epi32((x0.add(r * j.inp + 16 * s2 + 4 * g) as *const i32).read_unaligned());
-                    dot[r][h] = _mm256_add_epi32(dot[r][h], dot4(*c, x));
+                for g in [0, 2] {
+                    let x = |g: usize| x0.add(r * j.inp + 16 * s2 + 4 * g) as *const i32; // (pointer math)
+                    let (xa, xb) =
+                        (_mm256_set1_epi32(x(g).read_unaligned()), _mm256_set1_epi32(x(g + 1).read_unaligned()));
+                    // Two products' pair sums in 16 bits: at most 2 * 2 * 63 * 127 = 32004.
+                    let p16 =
+                        _mm256_add_epi16(_mm256_maddubs_epi16(codes[g], xa), _mm256_maddubs_epi16(codes[g + 1], xb));
+                    dot[r][h] = _mm256_add_epi32(dot[r][h], _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
                 }
             }
         }
@@ -163,10 +182,11 @@ unsafe fn q6k<const R: usize>(
 
 #[allow(clippy::needless_range_loop)] // rows and halves index the accumulators
 #[inline(always)]
-unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, cols: Cols, p: usize) {
+unsafe fn rows<const R: usize, const K: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, cols: Cols, p: usize) {
+    let kind = KINDS[K];
     let nb = j.inp / QK;
-    let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK);
-    let lay = match j.kind {
+    let (bb, per) = (block_bytes(kind), weights_per_block(kind) / QK);
+    let lay = match kind {
         Kind::Blk(f) => blocks::layout(f),
         _ => blocks::layout(Blk::Q4K), // unused
     };
@@ -176,7 +196,7 @@ unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, cols
         let (b, sub) = (ab / per, ab % per);
         let blk = panel.add(b * bb);
         let x0 = j.rows.q.as_ptr().add(r0 * j.inp + ab * QK);
-        if j.kind == Kind::Blk(Blk::Q6K) {
+        if matches!(kind, Kind::Blk(Blk::Q6K)) {
             let tsum = q6k::<R>(j, lay, blk, x0, j.rows.s16.as_ptr().add(2 * (r0 * nb + ab)), sub);
             for h in 0..2 {
                 let d = f16s(blk.add(h * 16));
@@ -189,7 +209,7 @@ unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, cols
         }
         let mut dot = [[_mm256_setzero_si256(); 2]; R];
         let xw = |r: usize, at: usize| (x0.add(r * j.inp + at) as *const i32).read_unaligned(); // (pointer math)
-        match j.kind {
+        match kind {
             Kind::Q8 => {
                 for g in 0..QK / 4 {
                     let w = q8_group(blk.add(NR * 2 + g * 64));
@@ -203,14 +223,18 @@ unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, cols
                 }
             }
             _ => {
-                let q = match j.kind {
+                let q = match kind {
                     Kind::Q4 { min } => blk.add(NR * 2 * (1 + min as usize)),
                     _ => blk.add(lay.lo + sub * 4 * NR * 4), // Q4_K / Q5_K sub-block `sub`
                 };
                 // Q5_K's fifth bits: high word `sub`, rotated right by `c` for low word
                 // `c` (the AVX-512 kernel's `nibbles` says where each bit sits).
-                let fifth = (lay.hb > 0 && matches!(j.kind, Kind::Blk(_))).then(|| blk.add(lay.hi + sub * NR * 4));
+                let fifth = (lay.hb > 0 && matches!(kind, Kind::Blk(_))).then(|| blk.add(lay.hi + sub * NR * 4));
                 let bit4 = _mm256_set1_epi8(16);
+                // Pair sums add up in 16 bits for as many words as cannot overflow: 4-bit
+                // codes all 4 (4 * 2 * 2 * 15 * 127 = 30480), 5-bit codes 2 (31496).
+                let flush = if fifth.is_some() { 2 } else { 4 };
+                let mut p16 = [[_mm256_setzero_si256(); 2]; R];
                 for c in 0..QK / 8 {
                     let mut lo = [_mm256_setzero_si256(); 2];
                     let mut hi = [_mm256_setzero_si256(); 2];
@@ -229,17 +253,22 @@ unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, cols
                         // QRows' nibble order: codes 8c + 0, 2, 4, 6 then 8c + 1, 3, 5, 7.
                         let (xl, xh) = (_mm256_set1_epi32(xw(r, 8 * c)), _mm256_set1_epi32(xw(r, 8 * c + 4)));
                         for h in 0..2 {
-                            let s = _mm256_add_epi32(dot4(lo[h], xl), dot4(hi[h], xh));
-                            dot[r][h] = _mm256_add_epi32(dot[r][h], s);
+                            let s = _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], xl), _mm256_maddubs_epi16(hi[h], xh));
+                            p16[r][h] = _mm256_add_epi16(p16[r][h], s);
+                            if (c + 1) % flush == 0 {
+                                let s = _mm256_madd_epi16(p16[r][h], _mm256_set1_epi16(1));
+                                dot[r][h] = _mm256_add_epi32(dot[r][h], s);
+                                p16[r][h] = _mm256_setzero_si256();
+                            }
                         }
                     }
                 }
             }
         }
-        let has_off = matches!(j.kind, Kind::Blk(_) | Kind::Q4 { min: true });
+        let has_off = matches!(kind, Kind::Blk(_) | Kind::Q4 { min: true });
         for h in 0..2 {
             let d = f16s(blk.add(h * 16));
-            let (a, off) = match j.kind {
+            let (a, off) = match kind {
                 Kind::Blk(_) => (
                     _mm256_mul_ps(d, u8s(blk.add(lay.sc + sub * NR + h * 8))),
                     _mm256_mul_ps(f16s(blk.add(NR * 2 + h * 16)), u8s(blk.add(lay.sc + (per + sub) * NR + h * 8))),
@@ -251,7 +280,7 @@ unsafe fn rows<const R: usize>(j: &IntJob<'_>, panel: *const u8, r0: usize, cols
                 let (dx, sx) = (j.rows.d[(r0 + r) * nb + ab], j.rows.s[(r0 + r) * nb + ab]);
                 let dxv = _mm256_set1_ps(dx);
                 // Q8_0's sign trick already gives Σ q x; Q4_0 subtracts 8 Σ x.
-                let corr = if matches!(j.kind, Kind::Q4 { min: false }) { 8 * sx } else { 0 };
+                let corr = if matches!(kind, Kind::Q4 { min: false }) { 8 * sx } else { 0 };
                 let i = _mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r][h], _mm256_set1_epi32(corr)));
                 acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(a, dxv), i, acc[r][h]);
                 if has_off {

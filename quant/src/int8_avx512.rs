@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use crate::blocks::{self, Layout};
 use crate::format::Blk;
-use crate::int8::{block_bytes, weights_per_block, Cols, IntJob};
+use crate::int8::{block_bytes, weights_per_block, Cols, IntJob, KINDS};
 use crate::pack::{Kind, QK};
 use crate::simd::NR;
 
@@ -19,21 +19,10 @@ use crate::simd::NR;
 /// in registers).
 const MR: usize = 4;
 
-/// The kinds with an integer kernel, indexed by the kernel's `K`: each gets a copy of
-/// the loops with its kind a constant, so no branch on the kind runs per block.
-const KINDS: [Kind; 6] = [
-    Kind::Q8,
-    Kind::Q4 { min: false },
-    Kind::Q4 { min: true },
-    Kind::Blk(Blk::Q4K),
-    Kind::Blk(Blk::Q5K),
-    Kind::Blk(Blk::Q6K),
-];
-
 /// `NP` panels, every row.
 pub(crate) unsafe fn panels<const NP: usize>(j: &IntJob<'_>, panels: [&[u8]; NP], m: usize, cols: Cols) {
     let ptrs = panels.map(|p| p.as_ptr());
-    match KINDS.iter().position(|&k| k == j.kind) {
+    match crate::int8::kind_index(j.kind) {
         Some(0) => panels_of::<NP, 0>(j, ptrs, m, cols),
         Some(1) => panels_of::<NP, 1>(j, ptrs, m, cols),
         Some(2) => panels_of::<NP, 2>(j, ptrs, m, cols),

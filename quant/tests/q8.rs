@@ -129,3 +129,43 @@ fn formats_without_an_integer_kernel_are_unchanged_by_the_mode() {
     f.clone().with_activations(Activations::Q8).forward(&x, 3, &mut b).unwrap();
     assert_eq!(bits(&a), bits(&b));
 }
+
+#[test]
+fn the_largest_codes_against_the_largest_activations_give_the_portable_sums_on_every_path() {
+    // Every code bit set (Q8_0's codes -1, so also a block of -128s), activations all +1 or
+    // all -1 (codes ±127): the kernels' 16-bit partial sums at their bounds (AVX2 adds
+    // 4-bit codes' pair sums over 4 words, 5-bit over 2, 6-bit over 2 groups).
+    let (out, inp) = (20, 512);
+    for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q4_K, Format::Q5_K, Format::Q6_K] {
+        for fill in [0xFFu8, 0x80] {
+            let mut rng = Lcg(9);
+            let mut bytes = random(format, out, inp, &mut rng);
+            let (size, at) = match format {
+                Format::Q8_0 => (34, 0..2),
+                Format::Q4_0 => (18, 0..2),
+                Format::Q4_1 => (20, 0..4),
+                Format::Q4_K => (144, 0..4),
+                Format::Q5_K => (176, 0..4),
+                _ => (210, 208..210),
+            };
+            for blk in bytes.chunks_exact_mut(size) {
+                for (i, b) in blk.iter_mut().enumerate() {
+                    if !at.contains(&i) {
+                        *b = fill;
+                    }
+                }
+            }
+            let layer = Linear::from_stored(format, &bytes, out, inp).unwrap().with_activations(Activations::Q8);
+            for sign in [1.0f32, -1.0] {
+                let x = vec![sign; 3 * inp];
+                let mut want = vec![0.0; 3 * out];
+                layer.forward_on(Path::Portable, &x, 3, &mut want).unwrap();
+                for path in Path::all_available() {
+                    let mut y = vec![f32::NAN; 3 * out];
+                    layer.forward_on(path, &x, 3, &mut y).unwrap();
+                    assert_eq!(bits(&y), bits(&want), "{format} fill {fill:#x} sign {sign} on {path:?}");
+                }
+            }
+        }
+    }
+}
