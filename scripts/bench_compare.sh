@@ -50,7 +50,9 @@
 #             another commit's target/release): used as they are, nothing is built;
 #             TL_COMMIT names their commit in the table
 #   TL_CACHE  cache directory (default ~/.cache/tl)
-#   ACTIVATIONS  tl's --activations: exact (default) or q8 (int8 rows; docs/spec/numbers.md)
+#   ACTIVATIONS  tl's --activations: exact (default) or q8 (int8 rows; docs/spec/numbers.md),
+#             or exact,q8: both, back to back beside the same llama.cpp run (a second table
+#             gives the q8 rows against it and the exact ratios beside them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -279,13 +281,15 @@ def llama(row, rnd, threads, model):
             res["rss"] = max(res.get("rss", 0.0), rss)
     return res
 
-def tl(row, rnd, threads, model, weights):
+activations = [a.strip() for a in (env.get("ACTIVATIONS") or "exact").split(",") if a.strip()]
+
+def tl(row, rnd, threads, model, weights, act):
     cmd = [f"{tl_bin}/bench", "--model", model, "--weights", weights, "--threads", str(threads),
            "--prompt-tokens", str(prompt), "--decode-tokens", str(gen), "--repeats", str(repeats),
-           "--batch", env["BATCH"], "--activations", env.get("ACTIVATIONS") or "exact", "--json-only"]
+           "--batch", env["BATCH"], "--activations", act, "--json-only"]
     rc, out, err, rss, load, steal = spawn(cmd)
     tag = {"config": row, "round": rnd, "commit": env.get("TL_COMMIT"), "load_before": load,
-           "steal_pct": steal}
+           "steal_pct": steal, "activations": act}
     if rc != 0:
         print(f"bench_compare: tl bench {row} failed: {last_line(err)}", file=sys.stderr)
         record({"tool": "tl", **tag, "error": last_line(err), "cmd": cmd})
@@ -305,14 +309,17 @@ def tl(row, rnd, threads, model, weights):
 
 # Each configuration's llama.cpp and tl runs back to back, so drifts of a shared machine's
 # load hit both; the ratio is what to read.
-results = {(n, t): {"tl": [], "llama": []} for t in thread_counts for n in names}
+# "tl" holds the first of ACTIVATIONS, "tl_q8" the q8 runs when both are asked for.
+results = {(n, t): {"tl": [], "tl_q8": [], "llama": []} for t in thread_counts for n in names}
 for rnd in range(1, rounds + 1):
     for t in thread_counts:
         for n in names:
             what, tl_model, weights, ll_model, _ = ROWS[n]
             print(f"bench_compare: round {rnd}/{rounds}, {t} thread(s): {n}", file=sys.stderr)
             results[(n, t)]["llama"].append(llama(n, rnd, t, ll_model))
-            results[(n, t)]["tl"].append(tl(n, rnd, t, tl_model, weights))
+            for i, act in enumerate(activations):
+                key = "tl" if i == 0 else "tl_q8"
+                results[(n, t)][key].append(tl(n, rnd, t, tl_model, weights, act))
 
 def med(runs, key):
     v = [r[key] for r in runs if r.get(key) is not None]
@@ -422,6 +429,21 @@ if max(loads) > max(thread_counts) + 0.5 * cpus:
     lines += ["", f"**warning: the machine was busy (load up to {max(loads):.1f} on {cpus} CPUs): "
               "llama.cpp's threads spin at barriers and slow down far more than tl's when other "
               "processes share the cores; compare at 1 thread, or rerun on a quiet machine.**"]
+def table_q8():
+    """The q8 rows against the same llama.cpp runs, the exact path's ratios beside them."""
+    out = ["", f"`--activations {activations[1]}` beside the same llama.cpp runs (exact: the table above):", "",
+           "| file | threads | tl q8 prefill | llama.cpp prefill | q8 tl/llama | exact tl/llama | "
+           "tl q8 decode | llama.cpp decode | q8 tl/llama | exact tl/llama |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for t in thread_counts:
+        for n in names:
+            r = results[(n, t)]
+            q, e, lr = r["tl_q8"], r["tl"], r["llama"]
+            out.append(f"| {n.upper()} | {t} | {f(med(q, 'prefill'))} | {f(med(lr, 'prefill'))} | "
+                       f"{paired(q, lr, 'prefill')} | {paired(e, lr, 'prefill')} | {f(med(q, 'decode'))} | "
+                       f"{f(med(lr, 'decode'))} | {paired(q, lr, 'decode')} | {paired(e, lr, 'decode')} |")
+    return out
+
 if size == "1b":
     lines += table_1b()
 else:
@@ -438,6 +460,8 @@ else:
             tp, td, lp, ld = med(tr, "prefill"), med(tr, "decode"), med(lr, "prefill"), med(lr, "decode")
             lines.append(f"| {n}: {what} | {t} | {weights} | {ll_label} | {f(tp)} | {f(lp)} | "
                          f"{paired(tr, lr, 'prefill')} | {f(td)} | {f(ld)} | {paired(tr, lr, 'decode')} | {f(med(tr, 'rss'), 0)} / {f(med(lr, 'rss'), 0)} |")
+if len(activations) > 1:
+    lines += table_q8()
 text = "\n".join(lines) + "\n"
 with open(env["TABLE"], "w") as fh:
     fh.write(text)

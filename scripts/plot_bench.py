@@ -33,7 +33,8 @@ def from_jsonl(path):
             got = {("llama.cpp", j["kind"]): j["median_ts"]}
         elif "prefill_tok_s" in j and j.get("batch") == 1:
             t = j.get("threads")
-            got = {("tl", "prefill"): j["prefill_tok_s"], ("tl", "decode"): j["decode_tok_s"]}
+            tool = "tl" if j.get("activations", "exact") == "exact" else "tl q8"
+            got = {(tool, "prefill"): j["prefill_tok_s"], (tool, "decode"): j["decode_tok_s"]}
         else:
             continue
         threads.add(t)
@@ -87,13 +88,23 @@ def from_markdown(path):
 def plot(rows, out, title):
     names = list(rows)
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.4 * len(names) + 4), 4.2))
-    width = 0.38
+    # A third bar per row when the run also measured tl's --activations q8.
+    q8 = any(("tl q8", k) in r for r in rows.values() for k in ("prefill", "decode"))
+    width = 0.27 if q8 else 0.38
     for ax, kind in zip(axes, ("prefill", "decode")):
         xs = range(len(names))
         tl = [rows[n].get(("tl", kind), 0) for n in names]
         ll = [rows[n].get(("llama.cpp", kind), 0) for n in names]
-        ax.bar([x - width / 2 for x in xs], tl, width, label="tl", color="#1f77b4")
-        ax.bar([x + width / 2 for x in xs], ll, width, label="llama.cpp", color="#ff7f0e")
+        ax.bar([x - width / 2 - (width / 2 if q8 else 0) for x in xs], tl, width, label="tl", color="#1f77b4")
+        if q8:
+            tq = [rows[n].get(("tl q8", kind), 0) for n in names]
+            ax.bar([x for x in xs], tq, width, label="tl --activations q8", color="#2ca02c")
+            for x, n, a in zip(xs, names, tq):
+                b = rows[n].get(("llama.cpp", kind), 0)
+                if a and b:
+                    ax.annotate(f"{a / b:.2f}x", (x + width / 2, max(a, b) * 1.08), ha="center", va="bottom",
+                                fontsize=7, color="#2ca02c")
+        ax.bar([x + width / 2 + (width / 2 if q8 else 0) for x in xs], ll, width, label="llama.cpp", color="#ff7f0e")
         for x, n, a, b in zip(xs, names, tl, ll):
             # The ratio above the pair, tl / llama.cpp: the run's own (the median of each
             # round's back-to-back ratio) where it has one.
