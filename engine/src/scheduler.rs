@@ -292,7 +292,7 @@ impl Scheduler {
             // Without windows the whole prompt's pages are taken now, as before; with
             // them, the pages of the first piece (later pieces take theirs as they run,
             // while the window's oldest go back), once the pool can hold the sequence's
-            // `need` pages.
+            // `need` pages besides what the running ones will still take for theirs.
             let computed = if preloaded > 0 { s.computed } else { h * b + partial.as_ref().map_or(0, |p| p.1) };
             let rows = if self.lim.layout.windowed() {
                 (computed + (len - computed).min(budget).min(self.lim.prefill_chunk)).div_ceil(b)
@@ -300,8 +300,16 @@ impl Scheduler {
                 len.div_ceil(b)
             };
             let have = if preloaded > 0 { preloaded } else { hits.len() };
-            let held = s.blocks.iter().chain(&hits).filter(|&&id| id != NO_BLOCK).count();
-            let short = self.lim.layout.windowed() && g.n_free() + g.n_cached() + held < need;
+            let windowed = self.lim.layout.windowed();
+            let held_by = |t: &[u32]| t.iter().filter(|&&id| id != NO_BLOCK).count();
+            let reserved: usize = if windowed {
+                let lay = &self.lim.layout;
+                self.running.iter().map(|r| lay.pages_for(r.tokens.len(), b).saturating_sub(held_by(&r.blocks))).sum()
+            } else {
+                0
+            };
+            let held = held_by(&s.blocks) + held_by(&hits);
+            let short = windowed && g.n_free() + g.n_cached() + held < need + reserved;
             let ids = match g.alloc((rows * self.lim.groups).saturating_sub(have)) {
                 Ok(ids) if !short => ids,
                 got => {
