@@ -55,7 +55,7 @@ impl KvLayout {
     /// Groups from each layer's window (`None`: global). Layers of one window value form
     /// one kind; the group size `g` is the greatest common divisor of the kinds' sizes,
     /// so every kind splits into whole groups of `g` and no page holds padding. Groups are
-    /// ordered by their first layer. Gemma 3 270M (15 windowed, 3 global): `g = 3`, six
+    /// ordered by their first layer. A model of 15 windowed and 3 global layers: `g = 3`, six
     /// groups; a model of one kind: one group.
     pub fn from_windows(windows: &[Option<usize>]) -> Result<KvLayout, KvError> {
         if windows.is_empty() {
