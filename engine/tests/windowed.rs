@@ -157,3 +157,41 @@ fn a_prefix_hit_longer_than_the_window_keeps_the_bits() {
         settle(&e);
     }
 }
+
+/// P/D over the windowed model: a held prefill keeps every group's pages for its lease,
+/// the decode side takes its own cached pages (every group of a block, or none) and
+/// imports the rest, checking each page's group hash, and answers with the bits of one
+/// engine running the whole request.
+#[test]
+fn pd_moves_every_group_and_keeps_the_bits() {
+    let (p, _) = engine(&gemma3(), "f16-slab", 64, None);
+    let (d, _) = engine(&gemma3(), "f16-slab", 64, None);
+    let mut local_seen = 0;
+    for len in [45usize, 53] {
+        let prompt: Vec<u32> = (0..len).map(|j| (j * 13 % 250) as u32 + 1).collect();
+        let (want, _) =
+            engine(&gemma3(), "f16-slab", 64, None).0.submit(req(prompt.clone(), 7, 12)).map(collect).unwrap();
+        let id = format!("lease-{len}");
+        collect(p.submit_held(req(prompt.clone(), 7, 1), id.clone(), Duration::from_secs(30)).expect("prefill"));
+        let lease = p.lease(&id).expect("lease");
+        assert_eq!(lease.blocks.len(), len.div_ceil(4) * 3, "a lease keeps every group's pages");
+        let mut pre = d.hold_prefix(&prompt).expect("hold");
+        let need = pre.needed(len);
+        let env = p.take_lease(&id, pre.n_blocks(), Some(need)).expect("fetch");
+        d.import_into(&mut pre, &prompt, &env).expect("import");
+        assert_eq!(pre.n_blocks(), need);
+        local_seen += pre.n_local();
+        let (got, usage) = collect(d.submit_preloaded(req(prompt.clone(), 7, 12), pre).expect("decode"));
+        assert_eq!(usage.cached_tokens, len - 1);
+        assert_eq!(got, want, "prompt of {len}: decode from imported KV differs from one engine");
+        settle(&d);
+    }
+    assert!(local_seen > 0, "the 53-token prompt found the 45-token one's pages in D's cache");
+    // Another prompt's KV is refused: its pages' group hashes are not this prompt's.
+    let a: Vec<u32> = (0..40).map(|j| j as u32 + 5).collect();
+    let b: Vec<u32> = (0..40).map(|j| j as u32 + 6).collect();
+    collect(p.submit_held(req(a, 7, 1), "a".into(), Duration::from_secs(30)).expect("prefill"));
+    let env = p.take_lease("a", 0, None).expect("fetch");
+    let mut pre = d.hold_prefix(&b).expect("hold");
+    assert!(d.import_into(&mut pre, &b, &env).is_err(), "another prompt's KV was imported");
+}
