@@ -3,14 +3,16 @@
 //! same pool bytes run more sequences at once, and the answers keep their bits alone,
 //! together, after a prefix hit longer than the window and under preemption.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tl_arch_gemma3 as _;
-use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
+use tl_core::{EngineConfig, KvBackend, KvConfig, ModelRunner, SamplingParams, Tokenizer, NO_BLOCK};
 use tl_engine::{Engine, EngineOptions, Event, Observer, Request, StepFigures, UnboundedReceiver, Usage};
+use tl_kv::KvPool;
 
 /// The fixture's window.
 const WINDOW: usize = 8;
@@ -30,13 +32,49 @@ fn all_global() -> tempfile::TempDir {
     dir
 }
 
-/// The most sequences any one step ran.
+/// The most sequences any one step ran; after every step, the pool's invariants and
+/// its reference counts against the block tables (a page given back is named by none).
 #[derive(Default)]
-struct Widest(AtomicUsize);
+struct Widest(AtomicUsize, Mutex<Option<String>>);
+
+impl Widest {
+    fn check(pool: &dyn KvBackend, tables: &[&[u32]]) -> Result<(), String> {
+        let kv = (pool as &dyn std::any::Any).downcast_ref::<KvPool>().ok_or("the pool is not a KvPool")?;
+        kv.check_invariants()?;
+        let mut held: HashMap<u32, u32> = HashMap::new();
+        for &id in tables.iter().flat_map(|t| t.iter()).filter(|&&id| id != NO_BLOCK) {
+            *held.entry(id).or_default() += 1;
+        }
+        for (&id, &n) in &held {
+            let refs = pool.refs(id).map_err(|e| e.to_string())?;
+            if refs != n {
+                return Err(format!("page {id}: refs {refs}, named by {n} block tables"));
+            }
+        }
+        if held.len() != pool.n_in_use() {
+            return Err(format!("{} pages in use, {} named by block tables", pool.n_in_use(), held.len()));
+        }
+        Ok(())
+    }
+
+    fn assert_sound(&self) {
+        if let Some(e) = self.1.lock().unwrap().as_ref() {
+            panic!("pool check: {e}");
+        }
+    }
+}
 
 impl Observer for Widest {
     fn step(&self, f: &StepFigures) {
         self.0.fetch_max(f.seqs, Ordering::Relaxed);
+    }
+    fn wants_pool(&self) -> bool {
+        true
+    }
+    fn pool(&self, pool: &dyn KvBackend, tables: &[&[u32]]) {
+        if let Err(e) = Self::check(pool, tables) {
+            self.1.lock().unwrap().get_or_insert(e);
+        }
     }
 }
 
@@ -119,6 +157,7 @@ fn the_same_pool_bytes_admit_more_windowed_sequences() {
         let together = run_all(&e, &prompts());
         settle(&e);
         let after = wide.0.load(Ordering::Relaxed);
+        wide.assert_sound();
         eprintln!("windowed-admission {kv}: at most {before} sequences per step with every position kept, {after} with windows");
         assert_eq!(before, 1, "{kv}");
         assert!(after >= 2 * before, "{kv}: {after} sequences at once with windows, {before} without");
@@ -148,13 +187,16 @@ fn a_prefix_hit_longer_than_the_window_keeps_the_bits() {
         assert_eq!(usage.cached_tokens, prompt.len() - 1, "{kv}: {usage:?}");
         assert_eq!(again, alone, "{kv}: the answer changed after a prefix hit longer than the window");
 
-        // A pool so small that cached pages are evicted and sequences preempted.
-        let (e, _) = engine(&gemma3(), kv, 24, None);
+        // A small pool: the three share cached pages, and those of old blocks go back
+        // (to the cache, and are evicted) while the others still hold theirs.
+        let watch = Arc::new(Widest::default());
+        let (e, _) = engine(&gemma3(), kv, 24, Some(watch.clone()));
         let outs = run_all(&e, &[target.clone(), target.clone(), target.clone()]);
         for (o, _) in &outs {
             assert_eq!(o, &alone, "{kv}: the answer changed in a small pool");
         }
         settle(&e);
+        watch.assert_sound();
     }
 }
 
