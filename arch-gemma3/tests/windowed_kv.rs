@@ -24,7 +24,7 @@ fn gemma3_270m_shaped() -> tempfile::TempDir {
     let src = fixture();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg: Value = serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
-    let global = |i: usize| (i + 1) % 6 == 0;
+    let global = |i: usize| (i + 1).is_multiple_of(6);
     let kinds: Vec<&str> =
         (0..LAYERS).map(|i| if global(i) { "full_attention" } else { "sliding_attention" }).collect();
     cfg["num_hidden_layers"] = json!(LAYERS);

@@ -2,9 +2,9 @@
 
 use tl_core::{KvError, KvGeometry, KvLayout};
 
-/// Layer `i` global iff `(i + 1) % 6 == 0`, the rest windowed at `w` (Gemma 3).
+/// Layer `i` global iff `(i + 1).is_multiple_of(6)`, the rest windowed at `w` (Gemma 3).
 fn gemma3(layers: usize, w: usize) -> Vec<Option<usize>> {
-    (0..layers).map(|i| if (i + 1) % 6 == 0 { None } else { Some(w) }).collect()
+    (0..layers).map(|i| if (i + 1).is_multiple_of(6) { None } else { Some(w) }).collect()
 }
 
 #[test]
