@@ -137,6 +137,17 @@ impl KvLayout {
         (0..self.groups.len()).map(|k| rows - self.first_live_row(k, len.saturating_sub(1), b).min(rows)).sum()
     }
 
+    /// The most pages a sequence of `len` positions holds at once when fed in steps of
+    /// at most `chunk` tokens: [`KvLayout::pages_for`] but, per windowed group, the
+    /// blocks a step's `chunk` queries and their windows span (`chunk + w - 1` positions,
+    /// at most `(chunk + w - 2) / B + 2` blocks). A pool smaller than this can never run
+    /// the sequence through.
+    pub fn peak_pages(&self, len: usize, chunk: usize, b: usize) -> usize {
+        let (rows, b) = (len.div_ceil(b.max(1)), b.max(1));
+        let span = |w: usize| (chunk.max(1) + w).saturating_sub(2) / b + 2;
+        self.groups.iter().map(|g| g.window.map_or(rows, |w| rows.min(span(w)))).sum()
+    }
+
     /// Give back every page of `table` (rows of G, [`NO_BLOCK`] entries skipped) that no
     /// query at position `next` or later can see; their entries become [`NO_BLOCK`].
     /// Released rows form a prefix of each windowed group's column, so the walk goes

@@ -34,6 +34,9 @@ fn gemma3_270m_groups_three_layers_a_page() {
     // 8,200: the window spans 33 blocks.
     assert_eq!(l.pages_for(8200, 16), 513 + 5 * 33);
     assert_eq!(l.pages_for(100, 16), 6 * 7);
+    // Steps of 512 queries span 1,023 positions of a windowed layer: at most 65 blocks.
+    assert_eq!(l.peak_pages(8192, 512, 16), 512 + 5 * 65);
+    assert_eq!(l.peak_pages(100, 512, 16), 6 * 7);
 }
 
 #[test]
@@ -53,6 +56,7 @@ fn other_shapes_group_by_the_greatest_common_divisor() {
     let l = KvLayout::uniform(30);
     assert_eq!((l.n_groups(), l.group_layers(), l.windowed()), (1, 30, false));
     assert_eq!(l.pages_for(100, 16), 7);
+    assert_eq!(l.peak_pages(100, 8, 16), 7);
     assert_eq!(l.first_live_row(0, 10_000, 16), 0);
 }
 

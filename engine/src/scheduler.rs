@@ -251,12 +251,14 @@ impl Scheduler {
             let Some(w) = self.next_waiting() else { break };
             let len = self.waiting[w].tokens.len();
             // Pages per group: every block for a global one, the window's for a windowed
-            // one (docs/kv.md); without windows, `ceil(len / B)` of one group.
+            // one (docs/kv.md); without windows, `ceil(len / B)`. A pool below the most
+            // it holds at once (a prefill step's queries and windows) can never run it.
             let need = self.lim.layout.pages_for(len, b);
-            if need > self.lim.n_blocks {
+            let peak = self.lim.layout.peak_pages(len, self.lim.prefill_chunk, b);
+            if peak > self.lim.n_blocks {
                 let s = self.waiting.remove(w).ok_or_else(|| kv_err("waiting index"))?;
                 drop(g);
-                self.drop_seq(s, EngineError::PoolTooSmall { needed: need, n_blocks: self.lim.n_blocks })?;
+                self.drop_seq(s, EngineError::PoolTooSmall { needed: peak, n_blocks: self.lim.n_blocks })?;
                 g = lock(&pool)?;
                 continue;
             }
