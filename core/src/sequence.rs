@@ -24,7 +24,8 @@ impl Sequence {
         &self.tokens
     }
 
-    /// The block table.
+    /// The block table, `(rows, G)` ([`crate::ForwardSeq::blocks`]; given-back entries
+    /// are [`NO_BLOCK`]).
     pub fn blocks(&self) -> &[u32] {
         &self.blocks
     }
