@@ -60,6 +60,12 @@ impl Architecture for Gemma3Arch {
         })
     }
 
+    fn kv_windows(&self, config: &ModelConfig) -> Result<Option<Vec<Option<usize>>>, ConfigError> {
+        let c = config.arch_config::<Gemma3Config>()?;
+        let w: Vec<Option<usize>> = c.layers.iter().map(|&k| c.window(k)).collect();
+        Ok(w.iter().any(Option::is_some).then_some(w))
+    }
+
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg = ctx.config.arch_config::<Gemma3Config>()?.clone();
         Ok(Box::new(weights::load(&cfg, &ctx)?))

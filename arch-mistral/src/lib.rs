@@ -81,6 +81,10 @@ impl Architecture for MistralArch {
         tl_decoder::kv_geometry(config, block_tokens)
     }
 
+    fn kv_windows(&self, config: &ModelConfig) -> Result<Option<Vec<Option<usize>>>, ConfigError> {
+        tl_decoder::kv_windows(config)
+    }
+
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         // The Llama forward, each layer's attention as the config's `layer_attn` says.
         tl_decoder::build(ctx)

@@ -69,6 +69,10 @@ impl Architecture for OlmoeArch {
         Ok(config.arch_config::<OlmoeConfig>()?.base.kv_geometry(block_tokens))
     }
 
+    fn kv_windows(&self, config: &ModelConfig) -> Result<Option<Vec<Option<usize>>>, ConfigError> {
+        Ok(config.arch_config::<OlmoeConfig>()?.base.kv_windows())
+    }
+
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg = ctx.config.arch_config::<OlmoeConfig>()?;
         let b = &cfg.base;

@@ -112,6 +112,10 @@ impl Architecture for Qwen3MoeArch {
         Ok(config.arch_config::<Qwen3MoeConfig>()?.base.kv_geometry(block_tokens))
     }
 
+    fn kv_windows(&self, config: &ModelConfig) -> Result<Option<Vec<Option<usize>>>, ConfigError> {
+        Ok(config.arch_config::<Qwen3MoeConfig>()?.base.kv_windows())
+    }
+
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg = ctx.config.arch_config::<Qwen3MoeConfig>()?;
         let attn = tl_arch_qwen3::forward::attn_spec(&cfg.base);

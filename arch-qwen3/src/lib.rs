@@ -54,6 +54,10 @@ impl Architecture for Qwen3Arch {
         tl_decoder::kv_geometry(config, block_tokens)
     }
 
+    fn kv_windows(&self, config: &ModelConfig) -> Result<Option<Vec<Option<usize>>>, ConfigError> {
+        tl_decoder::kv_windows(config)
+    }
+
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         forward::build(ctx)
     }

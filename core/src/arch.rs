@@ -9,6 +9,7 @@ use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
 use crate::engine::EngineConfig;
 use crate::kv::{KvError, KvGeometry, KvSlabs};
+use crate::layout::KvLayout;
 use crate::weights::{WeightError, WeightStore};
 
 /// A model that cannot be built or run.
@@ -62,6 +63,9 @@ pub struct ForwardCtx<'a> {
     /// needs every row of its `[last, d1..dk]` chunk but only the last row of a prefill
     /// chunk beside it. The same per-row bit promise as `all_logits`.
     pub tails: Option<&'a [usize]>,
+    /// Which page of a block-table row holds which layer ([`KvLayout`]): a sequence's
+    /// table holds G pages per `B` positions, row-major.
+    pub layout: &'a KvLayout,
 }
 
 impl ForwardCtx<'_> {
@@ -110,6 +114,14 @@ pub trait Architecture: Send + Sync {
     fn parse_config(&self, config: &ModelConfig) -> Result<Arc<dyn Any + Send + Sync>, ConfigError>;
     /// The KV block geometry the model needs, for blocks of `block_tokens` positions.
     fn kv_geometry(&self, config: &ModelConfig, block_tokens: u32) -> Result<KvGeometry, ConfigError>;
+    /// Each layer's attention window (`None`: global), when some layer has one: the
+    /// runner groups the layers' KV pages by it ([`KvLayout::from_windows`]) and gives a
+    /// windowed group's pages back once no future query sees them. The default, `None`,
+    /// keeps one group of every layer (a page is a whole block).
+    fn kv_windows(&self, config: &ModelConfig) -> Result<Option<Vec<Option<usize>>>, ConfigError> {
+        let _ = config;
+        Ok(None)
+    }
     /// Build the model from its weights.
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError>;
 }

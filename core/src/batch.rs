@@ -7,7 +7,10 @@ pub struct ForwardSeq<'a> {
     pub tokens: &'a [u32],
     /// Absolute position of `tokens[0]` (how many tokens the cache already holds).
     pub start: usize,
-    /// The sequence's block table: position `j` lives in `blocks[j / B]`, slot `j % B`.
+    /// The sequence's block table, `(rows, G)` for a layout of G layer groups
+    /// ([`crate::KvLayout`]; G = 1 without windows): position `j` of group `k` lives in
+    /// `blocks[(j / B) * G + k]`, slot `j % B`. A windowed group's entry no query of the
+    /// step sees may be [`crate::NO_BLOCK`] (given back).
     pub blocks: &'a [u32],
 }
 

@@ -78,7 +78,9 @@ pub struct KvConfig {
     pub backend: String,
     /// Token positions per block.
     pub block_tokens: u32,
-    /// Blocks in the pool; `None` sizes the pool from `memory_bytes`.
+    /// Blocks in the pool, each `block_tokens` positions of every layer (a model of G
+    /// layer groups gets G pages of one group each: the same bytes, docs/kv.md); `None`
+    /// sizes the pool from `memory_bytes`.
     pub n_blocks: Option<u32>,
     /// Memory budget for the pool when `n_blocks` is `None`.
     pub memory_bytes: usize,

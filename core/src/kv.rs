@@ -105,7 +105,7 @@ impl std::fmt::Display for KvElem {
 /// One q8 slab of a block and layer: `codes` `(n_kv_heads, B, D)` and `scales`
 /// `(n_kv_heads, B)` f16 bit patterns; the value of code `c` in row `r` is
 /// `c as f32 * f16_to_f32(scales[r])`, exact in f32 (at most 8 + 11 significant bits).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Q8Slab<'a> {
     /// The codes, each in `-127..=127`.
     pub codes: &'a [i8],

@@ -22,6 +22,7 @@ pub mod gguf;
 pub mod gguf_arch;
 pub mod gguf_vocab;
 pub mod kv;
+pub mod layout;
 pub mod load;
 pub mod registry;
 pub mod runner;
@@ -44,6 +45,7 @@ pub use gguf_arch::{GgufArch, GgufPreTokenizer, GgufRegistration, GgufVocab};
 pub use kv::{
     quantize_q8, KvBackend, KvElem, KvError, KvGeometry, KvRegistration, KvSlabs, KvSpec, Q8Slab, Q8SlabMut, SharedPool,
 };
+pub use layout::{release_all, KvGroup, KvLayout, NO_BLOCK};
 pub use runner::{ModelRunner, RunnerError};
 pub use safetensors::SafeTensors;
 pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};

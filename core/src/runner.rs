@@ -11,6 +11,7 @@ use crate::config::{ConfigError, ModelConfig};
 use crate::engine::{EngineConfig, PrefixCache};
 use crate::gguf::gguf_source;
 use crate::kv::{KvBackend, KvElem, KvError, KvGeometry, KvSlabs, KvSpec, SharedPool};
+use crate::layout::{release_all, KvLayout, NO_BLOCK};
 use crate::load;
 use crate::registry::{self, RegistryError};
 use crate::safetensors::SafeTensors;
@@ -52,6 +53,9 @@ pub struct ModelRunner {
     model: Box<dyn Model>,
     pool: SharedPool,
     threads: rayon::ThreadPool,
+    /// The model's KV geometry (every layer); the pool's pages hold `layout`'s groups.
+    geometry: KvGeometry,
+    layout: KvLayout,
 }
 
 /// Open the weights of a model directory (model.safetensors, else model.gguf), or of a
@@ -71,20 +75,22 @@ pub fn open_weights(dir: &Path) -> Result<Box<dyn WeightStore>, RunnerError> {
     Err(RunnerError::NoWeights(dir.to_path_buf()))
 }
 
+/// Pages in the pool: `n_blocks` blocks of every layer (G pages each) when given, else
+/// what the memory budget buys, at most what `max_seqs` full contexts would hold.
 fn pool_blocks(
-    geometry: &KvGeometry,
+    page: &KvGeometry,
+    groups: usize,
     elem: KvElem,
     cfg: &ModelConfig,
     engine: &EngineConfig,
 ) -> Result<u32, RunnerError> {
     if let Some(n) = engine.kv.n_blocks {
-        return Ok(n);
+        return Ok((n as usize).saturating_mul(groups).min(u32::MAX as usize) as u32);
     }
-    let per_block =
-        geometry.block_bytes_of(elem).ok_or_else(|| KvError::Overflow { what: "block size".into() })?.max(1);
+    let per_block = page.block_bytes_of(elem).ok_or_else(|| KvError::Overflow { what: "block size".into() })?.max(1);
     let ctx = cfg.max_position_embeddings.unwrap_or(4096);
-    let b = geometry.block_tokens.max(1) as usize;
-    let wanted = engine.max_seqs.max(1).saturating_mul(ctx.div_ceil(b));
+    let b = page.block_tokens.max(1) as usize;
+    let wanted = engine.max_seqs.max(1).saturating_mul(ctx.div_ceil(b)).saturating_mul(groups);
     let budget = engine.kv.memory_bytes / per_block;
     Ok(wanted.min(budget).clamp(1, u32::MAX as usize) as u32)
 }
@@ -124,7 +130,20 @@ impl ModelRunner {
         weights: &dyn WeightStore,
         cfg: &EngineConfig,
     ) -> Result<Self, RunnerError> {
-        let geometry = arch.kv_geometry(&config, cfg.kv.block_tokens)?;
+        let model_geometry = arch.kv_geometry(&config, cfg.kv.block_tokens)?;
+        let layout = match arch.kv_windows(&config)? {
+            Some(w) if w.len() != model_geometry.n_layers as usize => {
+                return Err(RunnerError::Other(format!(
+                    "the architecture gave {} layer windows for {} layers",
+                    w.len(),
+                    model_geometry.n_layers
+                )))
+            }
+            Some(w) => KvLayout::from_windows(&w)?,
+            None => KvLayout::uniform(model_geometry.n_layers),
+        };
+        // Pool pages hold one group's layers (all of them without windows).
+        let geometry = layout.page_geometry(model_geometry);
         let make = registry::kv_backend(&cfg.kv.backend)?.make;
         let prefix_cache = cfg.prefix_cache == PrefixCache::On;
         // A memory budget buys blocks by the backend's bytes per block (a q8 pool holds
@@ -133,7 +152,7 @@ impl ModelRunner {
             Some(_) => KvElem::F16, // unused: the block count is given
             None => make(&KvSpec { geometry, n_blocks: 1, prefix_cache })?.elem(),
         };
-        let n_blocks = pool_blocks(&geometry, elem, &config, cfg)?;
+        let n_blocks = pool_blocks(&geometry, layout.n_groups(), elem, &config, cfg)?;
         let spec = KvSpec { geometry, n_blocks, prefix_cache };
         let pool: Box<dyn KvBackend> = make(&spec)?;
         if pool.geometry() != geometry {
@@ -151,7 +170,15 @@ impl ModelRunner {
         let device = candle_core::Device::Cpu;
         let model =
             threads.install(|| arch.build(BuildCtx { config: &config, weights, engine: cfg, device: &device }))?;
-        Ok(ModelRunner { config, engine: cfg.clone(), model, pool: Arc::new(Mutex::new(pool)), threads })
+        Ok(ModelRunner {
+            config,
+            engine: cfg.clone(),
+            model,
+            pool: Arc::new(Mutex::new(pool)),
+            threads,
+            geometry: model_geometry,
+            layout,
+        })
     }
 
     /// Run one step; one row of logits per sequence (its last token).
@@ -200,7 +227,7 @@ impl ModelRunner {
         self.check_batch(batch, kv)?;
         let model = self.model.as_ref();
         let slabs: &mut dyn KvSlabs = &mut *kv;
-        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits, tails };
+        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits, tails, layout: &self.layout };
         let out = self.threads.install(|| model.forward(batch, &mut ctx))?;
         let rows = match tails {
             _ if all_logits => batch.n_tokens(),
@@ -218,12 +245,15 @@ impl ModelRunner {
         // Record how many slots of each written block now hold data (kv.md's fill), so
         // a prefix cache can register full blocks.
         let b = kv.geometry().block_tokens as usize;
+        let n = self.layout.n_groups();
         for s in &batch.seqs {
             let end = s.start + s.tokens.len();
-            for (k, &id) in s.blocks.iter().enumerate().take(end.div_ceil(b)).skip(s.start / b) {
-                let upto = (end - k * b).min(b) as u32;
-                if kv.fill(id)? < upto {
-                    kv.set_fill(id, upto)?;
+            for (r, row) in s.blocks.chunks_exact(n).enumerate().take(end.div_ceil(b)).skip(s.start / b) {
+                let upto = (end - r * b).min(b) as u32;
+                for &id in row {
+                    if kv.fill(id)? < upto {
+                        kv.set_fill(id, upto)?;
+                    }
                 }
             }
         }
@@ -257,20 +287,26 @@ impl ModelRunner {
                 }
             }
             let needed = end.div_ceil(b);
-            if s.blocks.len() < needed {
+            let n = self.layout.n_groups();
+            if s.blocks.len() < needed * n {
                 return bad(format!(
-                    "sequence {i}: {} blocks hold {} positions, the step reaches position {}",
+                    "sequence {i}: {} blocks ({n} per row) hold {} positions, the step reaches position {}",
                     s.blocks.len(),
-                    s.blocks.len() * b,
+                    s.blocks.len() / n * b,
                     end - 1
                 ));
             }
-            for &id in &s.blocks[..needed] {
-                if kv.refs(id)? == 0 {
+            for (e, &id) in s.blocks[..needed * n].iter().enumerate() {
+                // A windowed group's page may be given back once the step's first query
+                // (and so every later one) no longer sees it.
+                if id == NO_BLOCK && e / n < self.layout.first_live_row(e % n, s.start, b) {
+                    continue;
+                }
+                if id == NO_BLOCK || kv.refs(id)? == 0 {
                     return bad(format!("sequence {i}: block {id} is not allocated (ref 0)"));
                 }
             }
-            for &id in &s.blocks[s.start / b..needed] {
+            for &id in &s.blocks[s.start / b * n..needed * n] {
                 if written.contains(&id) {
                     return bad(format!("block {id} is written by two sequences of the step"));
                 }
@@ -286,14 +322,9 @@ impl ModelRunner {
         if tokens.is_empty() {
             return Err(RunnerError::BadBatch("run_once: no tokens".into()));
         }
-        let b = self.block_tokens();
-        let blocks = self.lock()?.alloc(tokens.len().div_ceil(b))?;
+        let blocks = self.lock()?.alloc(self.table_len(tokens.len()))?;
         let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), true, false, None);
-        let mut pool = self.lock()?;
-        for &id in &blocks {
-            pool.release(id)?;
-        }
-        drop(pool);
+        release_all(self.lock()?.as_mut(), blocks)?;
         let out = out?;
         let hidden = out.hidden.ok_or_else(|| RunnerError::Other("the model returned no hidden states".into()))?;
         Ok((hidden, out.logits.data))
@@ -305,19 +336,26 @@ impl ModelRunner {
         if tokens.is_empty() {
             return Err(RunnerError::BadBatch("score: no tokens".into()));
         }
-        let b = self.block_tokens();
-        let blocks = self.lock()?.alloc(tokens.len().div_ceil(b))?;
+        let blocks = self.lock()?.alloc(self.table_len(tokens.len()))?;
         let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), false, true, None);
-        let mut pool = self.lock()?;
-        for &id in &blocks {
-            pool.release(id)?;
-        }
+        release_all(self.lock()?.as_mut(), blocks)?;
         Ok(out?.logits)
     }
 
-    /// The KV block geometry the model runs with (layers, KV heads, head size, B).
+    /// The KV block geometry the model runs with (every layer, KV heads, head size, B);
+    /// a pool page holds one group of [`ModelRunner::kv_layout`]'s layers.
     pub fn kv_geometry(&self) -> Result<KvGeometry, RunnerError> {
-        Ok(self.lock()?.geometry())
+        Ok(self.geometry)
+    }
+
+    /// Which page of a block-table row holds which layer, and the groups' windows.
+    pub fn kv_layout(&self) -> &KvLayout {
+        &self.layout
+    }
+
+    /// Block-table entries for `positions` positions: G pages per `B` positions.
+    pub fn table_len(&self, positions: usize) -> usize {
+        positions.div_ceil(self.block_tokens().max(1)) * self.layout.n_groups()
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Box<dyn KvBackend>>, RunnerError> {

@@ -1,17 +1,21 @@
 //! One sequence's blocks and tokens, for callers that run a single conversation
-//! (generate, chat, perplexity): the runner grows its block table as it is fed, and the
-//! blocks go back to the pool when the sequence is dropped.
+//! (generate, chat, perplexity): the runner grows its block table as it is fed, gives a
+//! windowed group's pages back once no later query sees them (docs/kv.md), and the rest
+//! go back to the pool when the sequence is dropped.
 
 use crate::batch::ForwardBatch;
 use crate::kv::SharedPool;
+use crate::layout::{release_all, KvLayout, NO_BLOCK};
 use crate::runner::{ModelRunner, RunnerError};
 
 /// A sequence whose K/V live in the runner's pool.
 pub struct Sequence {
     pool: SharedPool,
     block_tokens: usize,
+    layout: KvLayout,
     tokens: Vec<u32>,
-    blocks: Vec<u32>, // block table: position j in blocks[j / block_tokens]
+    // (rows, G) block table: position j of group k in blocks[(j / block_tokens) * G + k]
+    blocks: Vec<u32>,
 }
 
 impl Sequence {
@@ -20,38 +24,47 @@ impl Sequence {
         &self.tokens
     }
 
-    /// The block table.
+    /// The block table, `(rows, G)` ([`crate::ForwardSeq::blocks`]; given-back entries
+    /// are [`NO_BLOCK`]).
     pub fn blocks(&self) -> &[u32] {
         &self.blocks
     }
 
     /// Forget every token from `len` on (their blocks past `len` go back to the pool),
-    /// so the next feed overwrites them.
-    pub fn truncate(&mut self, len: usize) -> Result<(), RunnerError> {
+    /// so the next feed overwrites them; returns the length kept. That is `len`, or 0
+    /// when a query at `len` would need a windowed page already given back (the K/V of
+    /// those positions is gone: everything is fed again).
+    pub fn truncate(&mut self, len: usize) -> Result<usize, RunnerError> {
         if len >= self.tokens.len() {
-            return Ok(());
+            return Ok(self.tokens.len());
         }
+        let n = self.layout.n_groups();
+        let b = self.block_tokens;
+        let rows = len.div_ceil(b);
+        let gone =
+            (0..n).any(|k| (self.layout.first_live_row(k, len, b)..rows).any(|r| self.blocks[r * n + k] == NO_BLOCK));
+        let len = if gone { 0 } else { len };
         self.tokens.truncate(len);
-        let keep = len.div_ceil(self.block_tokens);
+        let keep = len.div_ceil(b);
         let mut pool = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
-        for id in self.blocks.drain(keep..) {
-            pool.release(id)?;
+        release_all(pool.as_mut(), self.blocks.drain(keep * n..))?;
+        if keep > 0 {
+            for &id in &self.blocks[(keep - 1) * n..] {
+                if id != NO_BLOCK {
+                    pool.set_fill(id, (len - (keep - 1) * b) as u32)?;
+                }
+            }
         }
-        if let Some(&last) = self.blocks.last() {
-            pool.set_fill(last, (len - (keep - 1) * self.block_tokens) as u32)?;
-        }
-        Ok(())
+        Ok(len)
     }
 }
 
 impl Drop for Sequence {
     fn drop(&mut self) {
         if let Ok(mut pool) = self.pool.lock() {
-            for &id in &self.blocks {
-                // A failed release here would mean the table was corrupted elsewhere;
-                // nothing better to do in a destructor than leave the block.
-                let _ = pool.release(id);
-            }
+            // A failed release here would mean the table was corrupted elsewhere;
+            // nothing better to do in a destructor than leave the block.
+            let _ = release_all(pool.as_mut(), self.blocks.drain(..));
         }
     }
 }
@@ -59,7 +72,13 @@ impl Drop for Sequence {
 impl ModelRunner {
     /// A new, empty sequence on this runner's pool.
     pub fn sequence(&self) -> Sequence {
-        Sequence { pool: self.pool(), block_tokens: self.block_tokens(), tokens: Vec::new(), blocks: Vec::new() }
+        Sequence {
+            pool: self.pool(),
+            block_tokens: self.block_tokens(),
+            layout: self.kv_layout().clone(),
+            tokens: Vec::new(),
+            blocks: Vec::new(),
+        }
     }
 
     /// Append `tokens` to `seq`, running them in steps of at most `prefill_chunk`
@@ -72,17 +91,17 @@ impl ModelRunner {
         let mut last = Vec::new();
         for piece in tokens.chunks(chunk) {
             let start = seq.tokens.len();
-            let need = (start + piece.len()).div_ceil(seq.block_tokens);
+            let need = self.table_len(start + piece.len());
+            let pool = self.pool();
+            let lock = || pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()));
             if need > seq.blocks.len() {
-                let pool = self.pool();
-                let more = pool
-                    .lock()
-                    .map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?
-                    .alloc(need - seq.blocks.len())?;
+                let more = lock()?.alloc(need - seq.blocks.len())?;
                 seq.blocks.extend(more);
             }
             last = self.forward(&ForwardBatch::single(piece, start, &seq.blocks))?.data;
             seq.tokens.extend_from_slice(piece);
+            let next = seq.tokens.len();
+            seq.layout.release_out_of_window(lock()?.as_mut(), &mut seq.blocks, next, seq.block_tokens)?;
         }
         Ok(last)
     }

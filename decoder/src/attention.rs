@@ -127,16 +127,19 @@ pub struct KvView<'a, S = &'a [u16]> {
 }
 
 impl<S: Rows> KvView<'_, S> {
-    /// Whether keys `0 .. n` of rows of `d` lie inside the slabs (checked once per task, so
-    /// the kernel's raw reads are in bounds).
-    fn holds(&self, n: usize, d: usize) -> bool {
+    /// Whether keys `lo .. n` of rows of `d` lie inside the slabs (checked once per task,
+    /// so the kernel's raw reads are in bounds). Blocks before `lo`'s are never read (a
+    /// windowed layer's, possibly given back: empty placeholders).
+    fn holds(&self, lo: usize, n: usize, d: usize) -> bool {
         let blocks = n.div_ceil(self.b.max(1));
+        let first = lo / self.b.max(1);
         let end = self.base + self.b;
         self.b > 0
             && d > 0
+            && first <= blocks
             && self.k.len() >= blocks
             && self.v.len() >= blocks
-            && self.k[..blocks].iter().chain(&self.v[..blocks]).all(|s| s.rows(d) >= end)
+            && self.k[first..blocks].iter().chain(&self.v[first..blocks]).all(|s| s.rows(d) >= end)
     }
 }
 
@@ -383,7 +386,7 @@ fn attend_group<S: Attend>(
     out: &mut [f32],
 ) -> Result<(), String> {
     let Span { lo, n, d, scale } = span;
-    if d == 0 || lo >= n || q.len() != out.len() || !q.len().is_multiple_of(d) || !kv.holds(n, d) {
+    if d == 0 || lo >= n || q.len() != out.len() || !q.len().is_multiple_of(d) || !kv.holds(lo, n, d) {
         return Err(format!("attention: keys {lo}..{n} of {d} values do not fit the slabs or q/out ({})", q.len()));
     }
     if !sinks.is_empty() && sinks.len() * d != q.len() {
@@ -476,15 +479,28 @@ pub(crate) fn sized(id: u32, len: usize, want: usize) -> Result<(), ModelError> 
     }
 }
 
-/// Per sequence of the step, its K and V slabs of one layer in table order, from `get`.
-fn seq_slabs<S>(
+/// Per sequence of the step, its K and V slabs of one layer in table order, from `get`
+/// (page id, K or V). Rows before the first one the sequence's first query sees on this
+/// layer are never read (a windowed group's pages may have been given back): they hold
+/// empty placeholders, so a row keeps its index.
+fn seq_slabs<S: Default>(
     step: &Step<'_>,
+    (group, attn): (usize, &Attn),
     get: impl Fn(u32, bool) -> Result<S, ModelError>,
 ) -> Result<Vec<SeqSlabs<S>>, ModelError> {
+    let n = step.plan.groups;
     let mut slabs = Vec::with_capacity(step.batch.seqs.len());
     for (s, &nb) in step.batch.seqs.iter().zip(&step.plan.n_blocks) {
-        let ks = s.blocks[..nb].iter().map(|&id| get(id, false)).collect::<Result<Vec<_>, _>>()?;
-        let vs = s.blocks[..nb].iter().map(|&id| get(id, true)).collect::<Result<Vec<_>, _>>()?;
+        let b = step.plan.block_tokens;
+        let first = (attn.visible(s.start).start / b).min(nb);
+        let (mut ks, mut vs) = (Vec::with_capacity(nb), Vec::with_capacity(nb));
+        ks.resize_with(first, S::default);
+        vs.resize_with(first, S::default);
+        for r in first..nb {
+            let id = s.blocks[r * n + group];
+            ks.push(get(id, false)?);
+            vs.push(get(id, true)?);
+        }
         slabs.push((ks, vs));
     }
     Ok(slabs)
@@ -506,17 +522,18 @@ pub fn attention_sinks(
     let g = kv.geometry();
     let (b, slab_len) = (g.block_tokens as usize, g.slab_elems().unwrap_or(0));
     let rows = slab_len / g.head_dim.max(1) as usize;
+    let (group, layer) = step.plan.slot(layer)?;
     // The backend is not Sync; its slabs are, so the workers share these slices.
     match kv.elem() {
         KvElem::F16 => {
-            let slabs = seq_slabs(step, |id, is_v| {
+            let slabs = seq_slabs(step, (group, attn), |id, is_v| {
                 let s = kv.slab(id, layer, is_v)?;
                 sized(id, s.len(), slab_len).map(|_| s)
             })?;
             attend_all(step, &slabs, (attn, sinks, b), qkv, out)
         }
         KvElem::Q8 => {
-            let slabs = seq_slabs(step, |id, is_v| {
+            let slabs = seq_slabs(step, (group, attn), |id, is_v| {
                 let s = kv.q8_slab(id, layer, is_v)?;
                 sized(id, s.codes.len(), slab_len)?;
                 sized(id, s.scales.len(), rows).map(|_| s)

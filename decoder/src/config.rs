@@ -395,6 +395,12 @@ impl DecoderConfig {
         }
     }
 
+    /// Each layer's window, when some layer has one (the KV layout's groups).
+    pub fn kv_windows(&self) -> Option<Vec<Option<usize>>> {
+        let w: Vec<Option<usize>> = self.layer_attn.iter().map(|a| a.window()).collect();
+        w.iter().any(Option::is_some).then_some(w)
+    }
+
     /// Width of the key and value projections' outputs, `H_kv * D`.
     pub fn kv_width(&self) -> usize {
         self.num_key_value_heads * self.head_dim

@@ -149,8 +149,11 @@ pub fn write_kv(step: &Step<'_>, kv: &mut dyn KvSlabs, layer: u32, attn: &Attn, 
     if k_col.max(v_col) + width > stride || qkv.len() < plan.pos.len() * stride {
         return Err(ModelError::Other("write_kv: keys or values outside the qkv rows".into()));
     }
+    let (group, layer) = plan.slot(layer)?;
     for (t, (&s, &p)) in plan.seq_of.iter().zip(&plan.pos).enumerate() {
-        let (id, slot) = (batch.seqs[s].blocks[p / b], p % b);
+        // Layer `layer` of the model is slab `layer` (its index in its group) of the
+        // group's page in row p / B.
+        let (id, slot) = (batch.seqs[s].blocks[p / b * plan.groups + group], p % b);
         for (col, is_v) in [(k_col, false), (v_col, true)] {
             let src = &qkv[t * stride + col..t * stride + col + width];
             if elem == KvElem::Q8 {

@@ -96,6 +96,12 @@ pub fn kv_geometry(config: &ModelConfig, block_tokens: u32) -> Result<KvGeometry
     Ok(config.arch_config::<DecoderConfig>()?.kv_geometry(block_tokens))
 }
 
+/// Each layer's window when some layer has one (`Architecture::kv_windows`): the runner
+/// groups the KV pages by it and gives windowed pages back early (docs/kv.md).
+pub fn kv_windows(config: &ModelConfig) -> Result<Option<Vec<Option<usize>>>, ConfigError> {
+    Ok(config.arch_config::<DecoderConfig>()?.kv_windows())
+}
+
 /// Build the decoder `ctx.config` describes (its typed config must be a
 /// [`DecoderConfig`]) from its weights.
 pub fn build(ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {

@@ -1,7 +1,7 @@
 //! The step plan: where each token of a step sits (its sequence, its absolute position),
 //! checked against the KV pool before anything is written.
 
-use tl_core::{ForwardBatch, KvSlabs, ModelError};
+use tl_core::{ForwardBatch, KvLayout, KvSlabs, ModelError, NO_BLOCK};
 
 /// What a model expects of a step: its KV geometry (layers, KV heads, head size) and its
 /// vocabulary (token ids must be below it).
@@ -28,8 +28,14 @@ pub struct Plan {
     pub pos: Vec<usize>,
     /// `(S,)` index in the step of each sequence's last token.
     pub last: Vec<usize>,
-    /// `(S,)` blocks each sequence reads: `ceil((start + n) / B)`.
+    /// `(S,)` block-table rows each sequence reads: `ceil((start + n) / B)`.
     pub n_blocks: Vec<usize>,
+    /// Pages per block-table row (the layout's groups), G.
+    pub groups: usize,
+    /// Positions per block, B.
+    pub block_tokens: usize,
+    /// `(n_layers,)` each layer's (group, slab index in its page).
+    pub slots: Vec<(usize, u32)>,
 }
 
 fn bad(msg: String) -> ModelError {
@@ -41,19 +47,38 @@ impl Plan {
     /// only what the forward needs to index safely, and runs before any slab is touched,
     /// so a bad batch reaching the model directly is an `Err`, never a panic or half a
     /// write.
-    pub fn new(batch: &ForwardBatch, shape: StepShape, kv: &dyn KvSlabs) -> Result<Plan, ModelError> {
+    pub fn new(
+        batch: &ForwardBatch,
+        shape: StepShape,
+        kv: &dyn KvSlabs,
+        layout: &KvLayout,
+    ) -> Result<Plan, ModelError> {
         let g = kv.geometry();
         let want = (shape.n_layers, shape.n_kv_heads, shape.head_dim);
-        if (g.n_layers as usize, g.n_kv_heads as usize, g.head_dim as usize) != want || g.block_tokens == 0 {
+        let page = (layout.n_layers(), g.n_kv_heads as usize, g.head_dim as usize);
+        if page != want || g.n_layers != layout.group_layers() || g.block_tokens == 0 {
             return Err(ModelError::Other(format!(
-                "KV pool geometry {g:?} does not fit the model (layers, kv heads, head dim) = {want:?}"
+                "KV pool geometry {g:?} ({} groups of {} layers) does not fit the model (layers, kv heads, head dim) \
+                 = {want:?}",
+                layout.n_groups(),
+                layout.group_layers()
             )));
         }
+        let n = layout.n_groups();
         let b = g.block_tokens as usize;
         if batch.seqs.is_empty() {
             return Err(bad("no sequences".into()));
         }
-        let mut plan = Plan { seq_of: Vec::new(), pos: Vec::new(), last: Vec::new(), n_blocks: Vec::new() };
+        let slots = (0..shape.n_layers as u32).filter_map(|l| layout.slot(l)).collect();
+        let mut plan = Plan {
+            seq_of: Vec::new(),
+            pos: Vec::new(),
+            last: Vec::new(),
+            n_blocks: Vec::new(),
+            groups: n,
+            block_tokens: b,
+            slots,
+        };
         for (i, s) in batch.seqs.iter().enumerate() {
             if s.tokens.is_empty() {
                 return Err(bad(format!("sequence {i} has no tokens")));
@@ -64,11 +89,17 @@ impl Plan {
             let end =
                 s.start.checked_add(s.tokens.len()).ok_or_else(|| bad(format!("sequence {i}: start overflows")))?;
             let needed = end.div_ceil(b);
-            if s.blocks.len() < needed {
+            if s.blocks.len() < needed * n {
                 return Err(bad(format!("sequence {i}: {} blocks cannot hold position {}", s.blocks.len(), end - 1)));
             }
-            for &id in &s.blocks[..needed] {
-                kv.check_slab(id, 0)?; // an id the pool cannot serve is an Err here, before any write
+            for (e, &id) in s.blocks[..needed * n].iter().enumerate() {
+                // A windowed group's page given back is one the step's first query (and so
+                // every later one) no longer sees; any other id the pool cannot serve is
+                // an Err here, before any write.
+                if id == NO_BLOCK && e / n < layout.first_live_row(e % n, s.start, b) {
+                    continue;
+                }
+                kv.check_slab(id, 0)?;
             }
             plan.seq_of.extend(std::iter::repeat_n(i, s.tokens.len()));
             plan.pos.extend(s.start..end);
@@ -81,5 +112,13 @@ impl Plan {
     /// Tokens in the step, N.
     pub fn n_tokens(&self) -> usize {
         self.pos.len()
+    }
+
+    /// Layer `layer`'s (group, slab index in its page); an error past the last layer.
+    pub fn slot(&self, layer: u32) -> Result<(usize, u32), ModelError> {
+        self.slots
+            .get(layer as usize)
+            .copied()
+            .ok_or_else(|| ModelError::Other(format!("layer {layer} is not in the KV layout")))
     }
 }

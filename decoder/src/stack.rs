@@ -197,7 +197,7 @@ impl<L: LayerBody> Model for Stack<L> {
 
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
         let p = &self.p;
-        let plan = Plan::new(batch, p.shape, &*ctx.kv)?; // checked before any slab is written
+        let plan = Plan::new(batch, p.shape, &*ctx.kv, ctx.layout)?; // checked before any slab is written
         let step = Step { path: Path::best(), batch, plan: &plan };
         let (n, dm) = (plan.n_tokens(), p.hidden);
 

@@ -22,9 +22,7 @@ impl Drop for DraftKv {
     fn drop(&mut self) {
         // A poisoned lock means the draft pool is unusable anyway; nothing to give back to.
         if let Ok(mut g) = self.pool.lock() {
-            for id in self.blocks.drain(..) {
-                let _ = g.release(id);
-            }
+            let _ = tl_core::release_all(g.as_mut(), self.blocks.drain(..));
         }
     }
 }
@@ -57,7 +55,7 @@ pub(crate) struct DraftJob<'a> {
 /// yet (at least its last); each next one feeds the previous draft token. A sequence
 /// whose draft blocks the pool cannot give drafts nothing (its `out` is left as it was).
 pub(crate) fn draft_with_model(drafter: &mut ModelRunner, jobs: &mut [DraftJob<'_>]) -> Result<(), EngineError> {
-    let b = drafter.block_tokens();
+    let (b, groups) = (drafter.block_tokens(), drafter.kv_layout().n_groups());
     let dpool = drafter.pool();
     let mut active: Vec<(usize, usize)> = Vec::new();
     {
@@ -71,7 +69,7 @@ pub(crate) fn draft_with_model(drafter: &mut ModelRunner, jobs: &mut [DraftJob<'
             });
             kv.computed = kv.computed.min(len - 1);
             // Positions fed: the catch-up up to tokens.len() - 1, then d1..d(k-1).
-            let need = (len + job.k - 1).div_ceil(b);
+            let need = (len + job.k - 1).div_ceil(b) * groups;
             if kv.blocks.len() < need {
                 match g.alloc(need - kv.blocks.len()) {
                     Ok(ids) => kv.blocks.extend(ids),

@@ -169,6 +169,9 @@ pub struct EngineInfo {
     pub n_blocks: usize,
     /// Token positions per block.
     pub block_tokens: usize,
+    /// Pool pages per block of a block table (the model's KV layer groups, docs/kv.md):
+    /// a table, a lease and a preload hold this many entries per `block_tokens` positions.
+    pub kv_groups: usize,
     /// Bound on waiting submissions.
     pub max_queue: usize,
     /// Speculation for requests that do not choose.
@@ -227,6 +230,7 @@ impl Engine {
             vocab_size: runner.config().vocab_size,
             n_blocks,
             block_tokens: runner.block_tokens(),
+            kv_groups: runner.kv_layout().n_groups(),
             max_queue,
             speculate: opts.speculate.unwrap_or(Speculation::Off),
             draft_model: draft.is_some(),

@@ -137,6 +137,8 @@ pub struct Preload {
     /// Leading blocks taken from the local prefix cache (not imported).
     local: usize,
     block_tokens: usize,
+    /// Pages per block (the KV layer groups): `blocks` holds rows of this many.
+    groups: usize,
 }
 
 impl Preload {
@@ -150,9 +152,10 @@ impl Preload {
         self.local
     }
 
-    /// Blocks a prompt of `len` tokens needs for its first `len - 1` positions.
+    /// Blocks (pages: one per layer group and `B` positions) a prompt of `len` tokens
+    /// needs for its first `len - 1` positions.
     pub fn needed(&self, len: usize) -> usize {
-        len.saturating_sub(1).div_ceil(self.block_tokens)
+        len.saturating_sub(1).div_ceil(self.block_tokens) * self.groups
     }
 }
 
@@ -162,9 +165,7 @@ impl Drop for Preload {
             return;
         }
         if let Ok(mut g) = self.pool.lock() {
-            for id in self.blocks.drain(..) {
-                let _ = g.release(id);
-            }
+            let _ = tl_core::release_all(g.as_mut(), self.blocks.drain(..));
             republish(&self.shared, g.as_ref());
         }
     }
@@ -200,9 +201,7 @@ pub(crate) fn keep(leases: &Leases, hold: Hold, blocks: Vec<u32>, tokens: usize,
         .and_then(|mut m| m.insert(hold.id, Lease { blocks, tokens, expires: Instant::now() + hold.ttl }));
     // Lease ids are random: a repeat is a client reusing one. The newer KV wins.
     if let Some(old) = old {
-        for id in old.blocks {
-            let _ = pool.release(id);
-        }
+        let _ = tl_core::release_all(pool, old.blocks);
     }
 }
 
@@ -243,9 +242,7 @@ impl Engine {
         } else {
             Err(PdError::Range { id: id.into(), from, to, held })
         };
-        for &b in &lease.blocks {
-            g.release(b)?;
-        }
+        tl_core::release_all(g.as_mut(), lease.blocks.iter().copied())?;
         republish(&self.shared, g.as_ref());
         self.shared.leases.fetched.fetch_add(1, Ordering::Relaxed);
         out
@@ -264,9 +261,7 @@ impl Engine {
         }
         let mut g = self.pool.lock().map_err(|_| poisoned())?;
         for l in &gone {
-            for &b in &l.blocks {
-                g.release(b)?;
-            }
+            tl_core::release_all(g.as_mut(), l.blocks.iter().copied())?;
         }
         republish(&self.shared, g.as_ref());
         self.shared.leases.expired.fetch_add(gone.len(), Ordering::Relaxed);
@@ -296,14 +291,20 @@ impl Engine {
             blocks: Vec::new(),
             local: 0,
             block_tokens: b,
+            groups: self.info.kv_groups.max(1),
         };
         let usable = prompt.len().saturating_sub(1);
         let hashes = chain(&prompt[..usable], b);
         let mut g = self.pool.lock().map_err(|_| poisoned())?;
+        // Whole blocks only: every group's page (a windowed page given back or evicted
+        // ends the local part; the import brings the rest).
         for h in hashes {
-            match g.lookup(h) {
-                Some(id) => p.blocks.push(id),
-                None => break,
+            let row: Vec<Option<u32>> = (0..p.groups).map(|j| g.lookup(tl_kv::group_hash(h, j))).collect();
+            if row.iter().all(Option::is_some) {
+                p.blocks.extend(row.into_iter().flatten());
+            } else {
+                tl_core::release_all(g.as_mut(), row.into_iter().flatten())?;
+                break;
             }
         }
         p.local = p.blocks.len();
@@ -325,13 +326,15 @@ impl Engine {
         let hashes = chain(prompt, b);
         let usable = prompt.len() - 1;
         for (j, &(fill, hash)) in records.iter().enumerate() {
-            let k = first + j;
+            // Record j is page `first + j`: group `% G` of block `/ G`.
+            let (k, grp) = ((first + j) / p.groups, (first + j) % p.groups);
             let upto = (usable - k * b).min(b); // positions of block k that must hold data
+            let want = hashes.get(k).map(|&h| tl_kv::group_hash(h, grp));
             match hash {
-                Some(h) if hashes.get(k) == Some(&h) => {}
+                Some(h) if want == Some(h) => {}
                 Some(h) => {
                     return Err(PdError::Mismatch {
-                        reason: format!("block {k}: hash {h:#018x} is not this prompt's ({:?})", hashes.get(k)),
+                        reason: format!("block {k}: hash {h:#018x} is not this prompt's ({want:?})"),
                     })
                 }
                 None if (fill as usize) < upto => {
@@ -367,7 +370,7 @@ impl Engine {
         }
         let blocks = std::mem::take(&mut p.blocks);
         let computed = req.prompt.len() - 1;
-        let local = (p.local * p.block_tokens).min(computed);
+        let local = (p.local / p.groups * p.block_tokens).min(computed);
         let mut cell = Some(blocks);
         let r = self.submit_with(vec![req], |s| {
             if let Some(b) = cell.take() {

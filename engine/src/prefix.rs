@@ -12,7 +12,7 @@
 //! 0..=j only, and the forward gives it the same bits in any chunking and batch
 //! (docs/forward.md), so copied slots hold exactly what a prefill would have written.
 
-use tl_core::{KvBackend, KvElem, KvError, KvGeometry};
+use tl_core::{KvBackend, KvElem, KvError, KvGeometry, KvLayout, NO_BLOCK};
 
 /// What was registered in one block: its parent's chained hash (`None` for a first
 /// block), its own hash, and its tokens, `(block_tokens,)`.
@@ -101,4 +101,52 @@ fn scatter<T: Copy>(to: &mut [T], g: &KvGeometry, buf: &[T], per: usize) {
         let o = h * g.block_tokens as usize * per;
         to[o..o + span].copy_from_slice(run);
     }
+}
+
+/// The longest cached prefix of whole blocks a sequence can start from, as its first
+/// block-table rows (G pages each) and their count `h`; the pages come back with ref + 1.
+///
+/// `chain` holds the prompt's block hashes, at most as many as a hit may cover. Group
+/// `j`'s page of block `k` is registered under `group_hash(chain[k], j)`. A global
+/// group needs every block of the prefix; a windowed one only the blocks the next query
+/// (at position `h * B`) sees, so a windowed page given back or evicted earlier only
+/// shortens the hit, never breaks it. Entries before a windowed group's window are
+/// [`NO_BLOCK`]. For a model of one global group this is the plain walk down the chain,
+/// stopping at the first miss.
+pub(crate) fn hits(
+    pool: &mut dyn KvBackend,
+    chain: &[u64],
+    layout: &KvLayout,
+    b: usize,
+) -> Result<(Vec<u32>, usize), KvError> {
+    let n = layout.n_groups();
+    let global = |j: usize| layout.groups()[j].window.is_none();
+    // (rows, G) what the pool has, walked until a global group misses.
+    let mut found: Vec<Option<u32>> = Vec::with_capacity(chain.len() * n);
+    for &h in chain {
+        let row: Vec<Option<u32>> = (0..n).map(|j| pool.lookup(tl_kv::group_hash(h, j))).collect();
+        if (0..n).any(|j| row[j].is_none() && global(j)) {
+            tl_core::release_all(pool, row.into_iter().flatten())?;
+            break;
+        }
+        found.extend(row);
+    }
+    let rows = found.len() / n;
+    let usable = |h: usize| (0..n).all(|j| (layout.first_live_row(j, h * b, b)..h).all(|r| found[r * n + j].is_some()));
+    let h = (0..=rows).rev().find(|&h| usable(h)).unwrap_or(0);
+    let mut table = Vec::with_capacity(h * n);
+    let mut back = Vec::new();
+    for (e, id) in found.into_iter().enumerate() {
+        let (r, j) = (e / n, e % n);
+        if r < h && r >= layout.first_live_row(j, h * b, b) {
+            table.push(id.unwrap_or(NO_BLOCK)); // Some: `usable(h)` checked it
+        } else {
+            back.extend(id);
+            if r < h {
+                table.push(NO_BLOCK);
+            }
+        }
+    }
+    tl_core::release_all(pool, back)?;
+    Ok((table, h))
 }

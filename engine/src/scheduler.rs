@@ -11,7 +11,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tl_core::{ForwardBatch, ForwardSeq, KvBackend, ModelRunner, PrefixCache, SchedPolicy, SharedPool, Tokenizer};
+use tl_core::{
+    ForwardBatch, ForwardSeq, KvBackend, KvLayout, ModelRunner, PrefixCache, SchedPolicy, SharedPool, Tokenizer,
+    NO_BLOCK,
+};
 
 use crate::emit::Emitter;
 use crate::error::{kv_err, lock, EngineError};
@@ -35,6 +38,10 @@ pub(crate) struct Limits {
     /// before/after benchmarks; answers are the same either way).
     pub(crate) partial: bool,
     pub(crate) policy: SchedPolicy,
+    /// The pages of a block-table row (docs/kv.md): a table holds `groups` entries per
+    /// `block_tokens` positions, and a windowed group's pages go back once out of window.
+    pub(crate) layout: KvLayout,
+    pub(crate) groups: usize,
 }
 
 impl Limits {
@@ -50,6 +57,8 @@ impl Limits {
             prefix: e.prefix_cache == PrefixCache::On,
             partial: std::env::var("TL_PREFIX_REUSE").map_or(true, |v| v != "blocks"),
             policy: e.policy,
+            layout: runner.kv_layout().clone(),
+            groups: runner.kv_layout().n_groups(),
         }
     }
 }
@@ -91,7 +100,8 @@ impl Scheduler {
             lim.max_batch_tokens,
             lim.block_tokens,
             lim.max_ctx,
-        );
+        )
+        .with_groups(lim.groups);
         Scheduler {
             pool,
             runner,
@@ -218,7 +228,7 @@ impl Scheduler {
                 i += 1;
                 continue;
             }
-            let need = (s.computed + s.take).div_ceil(b);
+            let need = (s.computed + s.take).div_ceil(b) * self.lim.groups;
             while self.running[i].blocks.len() < need {
                 let have = self.running[i].blocks.len();
                 match g.alloc(need - have) {
@@ -240,11 +250,15 @@ impl Scheduler {
         while !preempted && budget > 0 && self.running.len() < self.lim.max_seqs {
             let Some(w) = self.next_waiting() else { break };
             let len = self.waiting[w].tokens.len();
-            let need = len.div_ceil(b);
-            if need > self.lim.n_blocks {
+            // Pages per group: every block for a global one, the window's for a windowed
+            // one (docs/kv.md); without windows, `ceil(len / B)`. A pool below the most
+            // it holds at once (a prefill step's queries and windows) can never run it.
+            let need = self.lim.layout.pages_for(len, b);
+            let peak = self.lim.layout.peak_pages(len, self.lim.prefill_chunk, b);
+            if peak > self.lim.n_blocks {
                 let s = self.waiting.remove(w).ok_or_else(|| kv_err("waiting index"))?;
                 drop(g);
-                self.drop_seq(s, EngineError::PoolTooSmall { needed: need, n_blocks: self.lim.n_blocks })?;
+                self.drop_seq(s, EngineError::PoolTooSmall { needed: peak, n_blocks: self.lim.n_blocks })?;
                 g = lock(&pool)?;
                 continue;
             }
@@ -254,51 +268,71 @@ impl Scheduler {
             let preloaded = s.blocks.len();
             // The longest cached prefix of full blocks, leaving at least one token to feed
             // (its logits are the ones to sample from).
-            let mut hits = Vec::new();
+            let (mut hits, mut h) = (Vec::new(), 0);
             if self.lim.prefix && preloaded == 0 {
                 let max_hit = (len - 1) / b;
                 s.chain_upto(max_hit, b);
-                for &h in &s.chain[..max_hit] {
-                    match g.lookup(h) {
-                        Some(id) => hits.push(id),
-                        None => break,
-                    }
-                }
+                (hits, h) = prefix::hits(g.as_mut(), &s.chain[..max_hit], &self.lim.layout, b).map_err(kv_err)?;
             }
             // Below block granularity: a registered child of the last hit that shares
-            // the next few tokens lends them (its block stays held until copied).
-            let mut partial = None;
+            // the next few tokens lends them (its pages stay held until copied).
+            let mut partial: Option<(Vec<u32>, usize)> = None;
             if self.lim.prefix && self.lim.partial && preloaded == 0 {
-                let h = hits.len();
                 let room = (len - 1 - h * b).min(b);
                 let parent = h.checked_sub(1).map(|k| s.chain[k]);
                 for (hash, n) in self.partial.candidates(parent, &s.tokens[h * b..h * b + room]) {
-                    if let Some(src) = g.lookup(hash) {
-                        partial = Some((src, n.min(room)));
+                    // Every group's page of that block, or none of them.
+                    let srcs: Vec<Option<u32>> =
+                        (0..self.lim.groups).map(|j| g.lookup(tl_kv::group_hash(hash, j))).collect();
+                    if srcs.iter().all(Option::is_some) {
+                        partial = Some((srcs.into_iter().flatten().collect(), n.min(room)));
                         break;
                     }
+                    tl_core::release_all(g.as_mut(), srcs.into_iter().flatten()).map_err(kv_err)?;
                 }
             }
-            let ids = match g.alloc(need - hits.len() - preloaded) {
-                Ok(ids) => ids,
-                Err(_) => {
-                    for id in hits.into_iter().chain(partial.map(|p| p.0)) {
-                        g.release(id).map_err(kv_err)?;
-                    }
+            // Without windows the whole prompt's pages are taken now, as before; with
+            // them, the pages of the first piece (later pieces take theirs as they run,
+            // while the window's oldest go back), once the pool can hold the sequence's
+            // `need` pages besides what the running ones will still take for theirs.
+            let computed = if preloaded > 0 { s.computed } else { h * b + partial.as_ref().map_or(0, |p| p.1) };
+            let rows = if self.lim.layout.windowed() {
+                (computed + (len - computed).min(budget).min(self.lim.prefill_chunk)).div_ceil(b)
+            } else {
+                len.div_ceil(b)
+            };
+            let have = if preloaded > 0 { preloaded } else { hits.len() };
+            let windowed = self.lim.layout.windowed();
+            let held_by = |t: &[u32]| t.iter().filter(|&&id| id != NO_BLOCK).count();
+            let reserved: usize = if windowed {
+                let lay = &self.lim.layout;
+                self.running.iter().map(|r| lay.pages_for(r.tokens.len(), b).saturating_sub(held_by(&r.blocks))).sum()
+            } else {
+                0
+            };
+            let held = held_by(&s.blocks) + held_by(&hits);
+            let short = windowed && g.n_free() + g.n_cached() + held < need + reserved;
+            let ids = match g.alloc((rows * self.lim.groups).saturating_sub(have)) {
+                Ok(ids) if !short => ids,
+                got => {
+                    let back = hits.into_iter().chain(partial.into_iter().flat_map(|p| p.0));
+                    tl_core::release_all(g.as_mut(), back.chain(got.into_iter().flatten())).map_err(kv_err)?;
                     break;
                 }
             };
             let mut shared = 0;
-            if let Some((src, n)) = partial {
-                prefix::copy_slots(g.as_mut(), src, ids[0], n).map_err(kv_err)?;
-                g.release(src).map_err(kv_err)?;
+            if let Some((srcs, n)) = partial {
+                for (&src, &dst) in srcs.iter().zip(&ids) {
+                    prefix::copy_slots(g.as_mut(), src, dst, n).map_err(kv_err)?;
+                }
+                tl_core::release_all(g.as_mut(), srcs).map_err(kv_err)?;
                 shared = n;
             }
             let mut s = self.waiting.remove(w).ok_or_else(|| kv_err("waiting index"))?;
             self.uncount(&mut s);
             if preloaded == 0 {
-                s.computed = hits.len() * b + shared;
-                s.registered = hits.len();
+                s.computed = h * b + shared;
+                s.registered = h;
                 s.blocks = hits;
             }
             if s.cached_tokens.is_none() {
@@ -379,6 +413,7 @@ impl Scheduler {
             };
             first += rows;
             self.register_full(i)?;
+            self.trim(i)?;
             match outcome {
                 Ok(Some(reason)) => finished.push((i, reason)),
                 Ok(None) => {}
@@ -416,18 +451,41 @@ impl Scheduler {
         if !self.lim.prefix {
             return Ok(());
         }
-        let b = self.lim.block_tokens;
+        let (b, n) = (self.lim.block_tokens, self.lim.groups);
         let s = &mut self.running[i];
         let full = s.computed / b;
         s.chain_upto(full, b);
         let mut g = lock(&self.pool)?;
         for k in s.registered..full {
-            g.register(s.blocks[k], s.chain[k]).map_err(kv_err)?;
-            // Indexed below block granularity too (prefix.rs).
+            // Each group's page under its own hash (group 0's is the block's).
+            for (j, &id) in s.blocks[k * n..(k + 1) * n].iter().enumerate() {
+                if id != NO_BLOCK {
+                    g.register(id, tl_kv::group_hash(s.chain[k], j)).map_err(kv_err)?;
+                }
+            }
+            // Indexed below block granularity too (prefix.rs), by group 0's page.
             let parent = k.checked_sub(1).map(|p| s.chain[p]);
-            self.partial.record(s.blocks[k], parent, s.chain[k], &s.tokens[k * b..(k + 1) * b]);
+            if s.blocks[k * n] != NO_BLOCK {
+                self.partial.record(s.blocks[k * n], parent, s.chain[k], &s.tokens[k * b..(k + 1) * b]);
+            }
         }
         s.registered = s.registered.max(full);
+        Ok(())
+    }
+
+    /// Give back `running[i]`'s windowed pages no later query sees (docs/kv.md): its
+    /// next query is at `computed`, which only grows until the sequence is released. A
+    /// P/D prefill keeps every page: its lease hands them all to the decode server.
+    fn trim(&mut self, i: usize) -> Result<(), EngineError> {
+        let s = &mut self.running[i];
+        if !self.lim.layout.windowed() || s.handoff.hold.is_some() {
+            return Ok(());
+        }
+        let mut g = lock(&self.pool)?;
+        self.lim
+            .layout
+            .release_out_of_window(g.as_mut(), &mut s.blocks, s.computed, self.lim.block_tokens)
+            .map_err(kv_err)?;
         Ok(())
     }
 

@@ -110,9 +110,7 @@ impl Seq {
     /// Give every block back; its K/V must be recomputed (registered full blocks stay
     /// findable in the prefix cache, so the recompute usually hits them).
     pub(crate) fn release_blocks(&mut self, pool: &mut dyn KvBackend) -> Result<(), EngineError> {
-        for id in self.blocks.drain(..) {
-            pool.release(id).map_err(kv_err)?;
-        }
+        tl_core::release_all(pool, self.blocks.drain(..)).map_err(kv_err)?;
         self.computed = 0;
         self.registered = 0;
         if let Some(d) = self.spec.as_mut() {

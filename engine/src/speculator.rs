@@ -28,6 +28,8 @@ pub(crate) struct Speculator {
     max_batch_tokens: usize,
     block_tokens: usize,
     max_ctx: Option<usize>,
+    /// Pages per block-table row of the target's tables (its layer groups).
+    groups: usize,
     /// Drafts join a step only while it holds fewer rows than this
     /// ([`crate::EngineOptions::spec_step_rows`]).
     pub(crate) step_rows: usize,
@@ -42,7 +44,22 @@ impl Speculator {
         block_tokens: usize,
         max_ctx: Option<usize>,
     ) -> Speculator {
-        Speculator { drafter, pool, shared, max_batch_tokens, block_tokens, max_ctx, step_rows: SPEC_STEP_ROWS }
+        Speculator {
+            drafter,
+            pool,
+            shared,
+            max_batch_tokens,
+            block_tokens,
+            max_ctx,
+            groups: 1,
+            step_rows: SPEC_STEP_ROWS,
+        }
+    }
+
+    /// The target's tables hold `groups` pages per block (its KV layout).
+    pub(crate) fn with_groups(mut self, groups: usize) -> Speculator {
+        self.groups = groups.max(1);
+        self
     }
 
     /// Draft for the planned sequences that speculate and whose last token is fed this
@@ -113,11 +130,11 @@ impl Speculator {
                 continue;
             }
             d.spec_blocks = s.blocks.len();
-            let need = (s.tokens.len() + d.draft.len()).div_ceil(b);
+            let need = (s.tokens.len() + d.draft.len()).div_ceil(b) * self.groups;
             if s.blocks.len() < need {
                 match g.alloc(need - s.blocks.len()) {
                     Ok(ids) => s.blocks.extend(ids),
-                    Err(_) => d.draft.truncate(s.blocks.len() * b - s.tokens.len()),
+                    Err(_) => d.draft.truncate(s.blocks.len() / self.groups * b - s.tokens.len()),
                 }
             }
             if d.draft.is_empty() {
@@ -167,11 +184,9 @@ impl Speculator {
             // The draft model's K/V holds the draft's tokens: only accepted ones stay valid.
             kv.computed = kv.computed.min(s.computed);
         }
-        let keep = d.spec_blocks.max(s.computed.div_ceil(self.block_tokens)).min(s.blocks.len());
+        let keep = d.spec_blocks.max(s.computed.div_ceil(self.block_tokens) * self.groups).min(s.blocks.len());
         let mut g = lock(&self.pool)?;
-        for id in s.blocks.drain(keep..) {
-            g.release(id).map_err(kv_err)?;
-        }
+        tl_core::release_all(g.as_mut(), s.blocks.drain(keep..)).map_err(kv_err)?;
         d.draft = draft;
         d.draft.clear();
         result

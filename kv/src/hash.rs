@@ -56,3 +56,18 @@ pub fn block_hash(parent: Option<u64>, tokens: &[u32]) -> u64 {
     }
     h.finish()
 }
+
+/// The prefix hash of layer group `group`'s page of a block whose [`block_hash`] is
+/// `hash` (docs/kv.md, layer groups): `hash` itself for group 0, so a model of one group
+/// hashes as before; else FNV-1a 64 over the tag byte `0x02`, `hash` and `group` as
+/// 8 and 4 little-endian bytes (the tag keeps it apart from every [`block_hash`]).
+pub fn group_hash(hash: u64, group: usize) -> u64 {
+    if group == 0 {
+        return hash;
+    }
+    let mut h = Fnv::new();
+    h.update(&[2]);
+    h.update(&hash.to_le_bytes());
+    h.update(&(group as u32).to_le_bytes());
+    h.finish()
+}

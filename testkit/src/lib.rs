@@ -131,19 +131,16 @@ pub fn reference_at(dir: &Path) -> Vec<RefPrompt> {
         .collect()
 }
 
-/// Fresh blocks for `positions` positions.
+/// Fresh blocks for `positions` positions (one page per layer group per `B` positions).
 pub fn alloc(r: &ModelRunner, positions: usize) -> Vec<u32> {
-    let n = positions.div_ceil(r.block_tokens());
-    r.pool().lock().expect("pool lock").alloc(n).expect("enough blocks")
+    r.pool().lock().expect("pool lock").alloc(r.table_len(positions)).expect("enough blocks")
 }
 
-/// Give `blocks` back to the pool.
+/// Give `blocks` back to the pool (entries already given back skipped).
 pub fn release(r: &ModelRunner, blocks: &[u32]) {
     let pool = r.pool();
     let mut pool = pool.lock().expect("pool lock");
-    for &id in blocks {
-        pool.release(id).expect("release");
-    }
+    tl_core::release_all(pool.as_mut(), blocks.iter().copied()).expect("release");
 }
 
 /// Run `tokens` as one sequence in fresh blocks, in steps of the given sizes (the last

@@ -182,7 +182,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let tables: Vec<Vec<u32>> = {
         let pool = r.pool();
         let mut pool = pool.lock().map_err(|_| anyhow::anyhow!("KV pool lock poisoned"))?;
-        (0..max_b).map(|_| pool.alloc(per_seq)).collect::<Result<_, _>>()?
+        // One page per layer group and block: the model's whole context is kept here.
+        let pages = r.table_len((n + steps).max(1));
+        (0..max_b).map(|_| pool.alloc(pages)).collect::<Result<_, _>>()?
     };
     let prompts: Vec<Vec<u32>> = (0..max_b).map(|s| prompt(s, n, vocab)).collect();
     let threads = effective_threads(cfg.threads);

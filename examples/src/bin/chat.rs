@@ -79,7 +79,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         // Reuse the cached prefix; at least the last token is fed again for fresh logits.
         let keep = common_prefix(seq.tokens(), &ids).min(ids.len() - 1);
-        seq.truncate(keep)?;
+        // A windowed model may have given back K/V the rewind needs: then less is kept.
+        let keep = seq.truncate(keep)?;
         let t0 = Instant::now();
         let mut logits = runner.feed(&mut seq, &ids[keep..])?;
         let prefill = t0.elapsed();

@@ -1,0 +1,190 @@
+//! Layer groups: which pool page holds which layers' K and V (docs/kv.md).
+//!
+//! A pool page holds K and V of `g` layers of one attention kind for `B` positions; the
+//! model's layers are split into groups of `g` (the same `g` for every group, so every
+//! page has one size and the pool keeps one free list and one budget). A model without
+//! windows is one group of all its layers: a page is today's block, unchanged.
+//!
+//! A sequence's block table holds one page per group for each run of `B` positions,
+//! row-major: position `j` of group `k` lives in page `table[(j / B) * G + k]`, slot
+//! `j % B`, and layer `l` of that group is slab `l`'s index inside the group. A windowed
+//! group's page whose positions no future query can see is given back early; its entry
+//! becomes [`NO_BLOCK`]. The forward never reads it: a windowed layer's query at
+//! position `i` reads keys `i + 1 - w ..= i` only.
+
+use crate::kv::{KvBackend, KvError, KvGeometry};
+
+/// A block-table entry whose page was given back (a windowed group's page out of every
+/// future query's window). Never a valid page id: ids are `< n_blocks <= u32::MAX`.
+pub const NO_BLOCK: u32 = u32::MAX;
+
+/// One group: its layers, in order, and their window (all the same).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvGroup {
+    /// The model's layer indices in this group; slab `i` of a page is `layers[i]`.
+    pub layers: Vec<u32>,
+    /// `Some(w)`: every layer of the group sees the last `w` keys (its own included).
+    pub window: Option<usize>,
+}
+
+/// How a model's layers map onto pool pages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    groups: Vec<KvGroup>,
+    // (n_layers,) (group, slab index in the group) of each model layer.
+    slot_of: Vec<(u32, u32)>,
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl KvLayout {
+    /// One group of all `n_layers` layers, no window: a page is a whole block.
+    pub fn uniform(n_layers: u32) -> KvLayout {
+        KvLayout::from_windows(&vec![None; n_layers.max(1) as usize]).unwrap_or_else(|_| KvLayout {
+            groups: vec![KvGroup { layers: vec![0], window: None }],
+            slot_of: vec![(0, 0)],
+        })
+    }
+
+    /// Groups from each layer's window (`None`: global). Layers of one window value form
+    /// one kind; the group size `g` is the greatest common divisor of the kinds' sizes,
+    /// so every kind splits into whole groups of `g` and no page holds padding. Groups are
+    /// ordered by their first layer. A model of 15 windowed and 3 global layers: `g = 3`, six
+    /// groups; a model of one kind: one group.
+    pub fn from_windows(windows: &[Option<usize>]) -> Result<KvLayout, KvError> {
+        if windows.is_empty() {
+            return Err(KvError::ZeroCapacity { field: "n_layers" });
+        }
+        if windows.contains(&Some(0)) {
+            return Err(KvError::ZeroCapacity { field: "window" });
+        }
+        let mut kinds: Vec<(Option<usize>, Vec<u32>)> = Vec::new();
+        for (l, &w) in windows.iter().enumerate() {
+            match kinds.iter_mut().find(|(k, _)| *k == w) {
+                Some((_, ls)) => ls.push(l as u32),
+                None => kinds.push((w, vec![l as u32])),
+            }
+        }
+        let g = kinds.iter().fold(0, |g, (_, ls)| gcd(g, ls.len()));
+        let mut groups: Vec<KvGroup> =
+            kinds.iter().flat_map(|(w, ls)| ls.chunks(g).map(|c| KvGroup { layers: c.to_vec(), window: *w })).collect();
+        groups.sort_by_key(|gr| gr.layers[0]);
+        let mut slot_of = vec![(0, 0); windows.len()];
+        for (k, gr) in groups.iter().enumerate() {
+            for (i, &l) in gr.layers.iter().enumerate() {
+                slot_of[l as usize] = (k as u32, i as u32);
+            }
+        }
+        Ok(KvLayout { groups, slot_of })
+    }
+
+    /// The groups, ordered by their first layer.
+    pub fn groups(&self) -> &[KvGroup] {
+        &self.groups
+    }
+
+    /// Groups G: pages per block-table row.
+    pub fn n_groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Layers per group (and slabs per page), `g`.
+    pub fn group_layers(&self) -> u32 {
+        self.groups[0].layers.len() as u32
+    }
+
+    /// The model's layers.
+    pub fn n_layers(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    /// Whether any group is windowed (pages may be given back early).
+    pub fn windowed(&self) -> bool {
+        self.groups.iter().any(|g| g.window.is_some())
+    }
+
+    /// Layer `layer`'s (group, slab index in its group), or `None` past the last layer.
+    pub fn slot(&self, layer: u32) -> Option<(usize, u32)> {
+        self.slot_of.get(layer as usize).map(|&(k, i)| (k as usize, i))
+    }
+
+    /// The geometry of one page, from the model's (`n_layers` becomes `g`).
+    pub fn page_geometry(&self, model: KvGeometry) -> KvGeometry {
+        KvGeometry { n_layers: self.group_layers(), ..model }
+    }
+
+    /// The first block-table row group `k` must still hold when the next query is at
+    /// position `next` or later (rows before it are out of every future window): 0 for a
+    /// global group.
+    pub fn first_live_row(&self, k: usize, next: usize, b: usize) -> usize {
+        match self.groups.get(k).and_then(|g| g.window) {
+            Some(w) => (next + 1).saturating_sub(w) / b.max(1),
+            None => 0,
+        }
+    }
+
+    /// Pages a sequence of `len` positions holds once its out-of-window pages are given
+    /// back (next query at `len - 1`): `ceil(len / B)` per global group and at most
+    /// `ceil((w - 1) / B) + 1` per windowed one. The scheduler's admission count.
+    pub fn pages_for(&self, len: usize, b: usize) -> usize {
+        let rows = len.div_ceil(b.max(1));
+        (0..self.groups.len()).map(|k| rows - self.first_live_row(k, len.saturating_sub(1), b).min(rows)).sum()
+    }
+
+    /// The most pages a sequence of `len` positions holds at once when fed in steps of
+    /// at most `chunk` tokens: [`KvLayout::pages_for`] but, per windowed group, the
+    /// blocks a step's `chunk` queries and their windows span (`chunk + w - 1` positions,
+    /// at most `(chunk + w - 2) / B + 2` blocks). A pool smaller than this can never run
+    /// the sequence through.
+    pub fn peak_pages(&self, len: usize, chunk: usize, b: usize) -> usize {
+        let (rows, b) = (len.div_ceil(b.max(1)), b.max(1));
+        let span = |w: usize| (chunk.max(1) + w).saturating_sub(2) / b + 2;
+        self.groups.iter().map(|g| g.window.map_or(rows, |w| rows.min(span(w)))).sum()
+    }
+
+    /// Give back every page of `table` (rows of G, [`NO_BLOCK`] entries skipped) that no
+    /// query at position `next` or later can see; their entries become [`NO_BLOCK`].
+    /// Released rows form a prefix of each windowed group's column, so the walk goes
+    /// down from the first live row and stops at the first entry already given back.
+    /// Returns how many pages went back.
+    pub fn release_out_of_window(
+        &self,
+        pool: &mut dyn KvBackend,
+        table: &mut [u32],
+        next: usize,
+        b: usize,
+    ) -> Result<usize, KvError> {
+        let n = self.groups.len();
+        let rows = table.len() / n;
+        let mut gone = 0;
+        for k in 0..n {
+            let live = self.first_live_row(k, next, b).min(rows);
+            for r in (0..live).rev() {
+                let e = &mut table[r * n + k];
+                if *e == NO_BLOCK {
+                    break;
+                }
+                pool.release(*e)?;
+                *e = NO_BLOCK;
+                gone += 1;
+            }
+        }
+        Ok(gone)
+    }
+}
+
+/// Give back every page of `ids` ([`NO_BLOCK`] entries skipped).
+pub fn release_all(pool: &mut dyn KvBackend, ids: impl IntoIterator<Item = u32>) -> Result<(), KvError> {
+    for id in ids {
+        if id != NO_BLOCK {
+            pool.release(id)?;
+        }
+    }
+    Ok(())
+}
