@@ -27,6 +27,7 @@ mod error;
 mod extra;
 mod generate;
 mod http;
+pub mod messages;
 pub mod metrics;
 mod options;
 pub mod page;
