@@ -235,18 +235,25 @@ fn tool_choice(v: &Value) -> Result<(Value, Option<Value>), ApiError> {
     Ok((choice, parallel))
 }
 
-/// `thinking` `{type: "enabled", budget_tokens} | {type: "disabled"}` as the template's
-/// `enable_thinking` (Qwen3's switch; templates that do not read it ignore it). The budget
-/// is checked, not enforced: `max_tokens` bounds the whole answer.
-fn thinking(v: &Value) -> Result<bool, ApiError> {
+/// `thinking` `{type: "enabled", budget_tokens} | {type: "disabled"} | {type: "adaptive"}`
+/// as the template's `enable_thinking` (Qwen3's switch; templates that do not read it
+/// ignore it), true, false or unset. The budget is checked, not enforced: `max_tokens`
+/// bounds the whole answer.
+fn thinking(v: &Value) -> Result<Option<bool>, ApiError> {
     let p = "thinking";
     match v.get("type").and_then(Value::as_str) {
         Some("enabled") => match v.get("budget_tokens").and_then(Value::as_i64) {
-            Some(b) if b >= 1 => Ok(true),
+            Some(b) if b >= 1 => Ok(Some(true)),
             _ => Err(bad(p, "thinking.budget_tokens must be a positive integer")),
         },
-        Some("disabled") => Ok(false),
-        _ => Err(bad(p, "thinking must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}")),
+        Some("disabled") => Ok(Some(false)),
+        // The model decides: the template's default.
+        Some("adaptive") => Ok(None),
+        _ => Err(bad(
+            p,
+            "thinking must be {\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"disabled\"} or \
+             {\"type\": \"adaptive\"}",
+        )),
     }
 }
 
@@ -320,7 +327,7 @@ pub fn translate(bytes: &[u8], count: bool) -> Result<Translated, ApiError> {
             (Some(c), p)
         }
     };
-    let kwargs = opt(&o, "thinking").map(thinking).transpose()?.map(|on| json!({"enable_thinking": on}));
+    let kwargs = opt(&o, "thinking").map(thinking).transpose()?.flatten().map(|on| json!({"enable_thinking": on}));
     let body = api::Body {
         model,
         messages: Some(messages),
