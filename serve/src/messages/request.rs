@@ -307,11 +307,10 @@ pub fn translate(bytes: &[u8], count: bool) -> Result<Translated, ApiError> {
     };
     match opt(&o, "metadata") {
         None => {}
-        Some(Value::Object(m)) => {
-            if !matches!(m.get("user_id"), None | Some(Value::Null) | Some(Value::String(_))) {
-                return Err(bad("metadata", "metadata.user_id must be a string"));
-            }
+        Some(Value::Object(m)) if !matches!(m.get("user_id"), None | Some(Value::Null) | Some(Value::String(_))) => {
+            return Err(bad("metadata", "metadata.user_id must be a string"));
         }
+        Some(Value::Object(_)) => {}
         Some(v) => return Err(bad("metadata", format!("metadata must be an object, not {}", kind(v)))),
     }
     let stream = match opt(&o, "stream") {
