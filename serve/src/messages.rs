@@ -62,6 +62,23 @@ pub(crate) fn error_response(e: ApiError) -> Response {
     r
 }
 
+/// Another method on a Messages route, or an unknown path under `/v1/messages/`:
+/// Anthropic's error shape (405 or 404) rather than OpenAI's.
+pub(crate) async fn elsewhere(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let known = ["/v1/messages", "/v1/messages/count_tokens"].contains(&uri.path());
+    let e = if known {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "method_not_allowed",
+            format!("{method} is not allowed on {}: use POST", uri.path()),
+        )
+    } else {
+        ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such endpoint")
+    };
+    error_response(e)
+}
+
 /// POST /v1/messages.
 pub(crate) async fn messages(State(st): St, headers: HeaderMap, body: Body) -> Response {
     let r = inner(&st, &headers, body).await.map_err(error_response);
@@ -179,7 +196,11 @@ impl Answer {
         let mut c = self.choice();
         let mut ids = Vec::new();
         let finish = loop {
-            // Past the deadline `merged` is dropped on return, which cancels the sequence.
+            // Past the deadline `merged` is dropped on return, which cancels the sequence
+            // (checked by hand as well: `timeout_at` polls a ready receiver first).
+            if Instant::now() >= deadline {
+                return Err(http::timed_out(&self.st));
+            }
             let Ok(ev) = tokio::time::timeout_at(deadline, merged.recv()).await else {
                 return Err(http::timed_out(&self.st));
             };

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::state::AppState;
@@ -15,8 +15,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat))
         .route("/v1/completions", post(completions::completions))
-        .route("/v1/messages", post(messages::messages))
-        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/messages", post(messages::messages).fallback(messages::elsewhere))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens).fallback(messages::elsewhere))
+        .route("/v1/messages/{*rest}", any(messages::elsewhere))
         .route("/v1/models", get(extra::models))
         .route("/v1/models/{id}", get(extra::model))
         .route("/tokenize", post(extra::tokenize))

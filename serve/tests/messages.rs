@@ -268,7 +268,37 @@ fn bad_bodies_get_anthropic_errors() {
             }
         }
     }
+    // Another method, an unknown path under the route: Anthropic's shape too.
+    for (method, path, status) in
+        [("GET", "/v1/messages", 405), ("PUT", "/v1/messages/count_tokens", 405), ("POST", "/v1/messages/batches", 404)]
+    {
+        let v = request(s.addr, method, path, b"{}", &[]);
+        assert_eq!(v.status, status, "{method} {path}");
+        let v = v.json();
+        assert_eq!(v["type"], "error", "{method} {path}: {v}");
+        assert_eq!(v["error"]["type"], if status == 404 { "not_found_error" } else { "invalid_request_error" });
+    }
     s.assert_pool_clean();
+}
+
+/// Past `--request-timeout`: a 504 `timeout_error`, or after the stream started an
+/// `error` event that ends it (no `message_stop`).
+#[test]
+fn a_late_answer_is_a_timeout_error_streamed_or_not() {
+    let mut o = options(tiny(), 256, 16, 8, 64);
+    o.limits.request_timeout = std::time::Duration::from_millis(1);
+    let s = Server::start(o);
+    let body = json!({"max_tokens": 200, "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&s, "/v1/messages", &body);
+    assert_eq!(r.status, 504, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["error"]["type"], "timeout_error");
+    let mut b = body.clone();
+    b["stream"] = json!(true);
+    let evs = events(&post(&s, "/v1/messages", &b));
+    assert_eq!(evs[0].0, "message_start");
+    let (name, last) = evs.last().expect("events");
+    assert_eq!((name.as_str(), &last["error"]["type"]), ("error", &json!("timeout_error")), "{evs:?}");
+    assert!(!evs.iter().any(|(n, _)| n == "message_stop"));
 }
 
 #[test]
