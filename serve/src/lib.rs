@@ -1,4 +1,5 @@
-//! tl-serve: an OpenAI-compatible HTTP server over [`tl_engine::Engine`].
+//! tl-serve: an OpenAI-compatible HTTP server over [`tl_engine::Engine`], with Anthropic's
+//! Messages API beside it (messages.rs).
 //!
 //! axum on tokio answers HTTP; the engine steps on its own thread; each request's
 //! choices stream back through channels. docs/serving.md describes the API.
