@@ -477,3 +477,58 @@ fn thinking_blocks_come_from_the_reasoning_split() {
     assert_eq!(fold(&evs)["content"], v["content"]);
     s.assert_pool_clean();
 }
+
+/// The translation itself (`tl_serve::messages::translate`), for the fields whose effect
+/// the tiny models may not show: tool_choice and disable_parallel_tool_use, a tool_result
+/// (its tool's name found from the tool_use id, `is_error` told in the text, before the
+/// user's text), dropped thinking blocks, and thinking as `enable_thinking`.
+#[test]
+fn the_translation_maps_tool_and_thinking_fields() {
+    use tl_serve::api::Content;
+    let go = |v: Value| tl_serve::messages::translate(v.to_string().as_bytes(), false).expect("accepted").body;
+    let tools = json!([{"name": "f", "input_schema": {"type": "object"}}]);
+    let user = json!([{"role": "user", "content": "q"}]);
+    for (choice, want, parallel) in [
+        (json!({"type": "auto"}), json!("auto"), None),
+        (json!({"type": "any", "disable_parallel_tool_use": true}), json!("required"), Some(json!(false))),
+        (json!({"type": "none"}), json!("none"), None),
+        (
+            json!({"type": "tool", "name": "f", "disable_parallel_tool_use": false}),
+            json!({"type": "function", "function": {"name": "f"}}),
+            Some(json!(true)),
+        ),
+    ] {
+        let b = go(json!({"max_tokens": 1, "messages": user, "tools": tools, "tool_choice": choice}));
+        assert_eq!((b.tool_choice, b.parallel_tool_calls), (Some(want), parallel), "{choice}");
+    }
+    let b = go(json!({"max_tokens": 1, "tools": tools, "messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": ""},
+            {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {"x": 1}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "boom", "is_error": true},
+            {"type": "text", "text": "and?"}]}]}));
+    let m = b.messages.expect("messages");
+    let roles: Vec<&str> = m.iter().map(|t| t.role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "user"]);
+    let text = |c: &Option<Content>| match c {
+        Some(Content::Text(t)) => t.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(text(&m[1].content), "", "the thinking block is not shown again");
+    assert_eq!(
+        m[1].tool_calls,
+        Some(json!([{"id": "toolu_a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]))
+    );
+    assert_eq!(
+        (text(&m[2].content), &m[2].tool_call_id, &m[2].name),
+        ("Error: boom".to_string(), &Some(json!("toolu_a")), &Some(json!("f")))
+    );
+    assert_eq!(text(&m[3].content), "and?");
+    for (thinking, want) in [
+        (json!({"type": "enabled", "budget_tokens": 2048}), Some(json!({"enable_thinking": true}))),
+        (json!({"type": "disabled"}), Some(json!({"enable_thinking": false}))),
+        (json!({"type": "adaptive"}), None),
+    ] {
+        assert_eq!(go(json!({"max_tokens": 1, "messages": user, "thinking": thinking})).chat_template_kwargs, want);
+    }
+}
