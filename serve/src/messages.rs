@@ -81,8 +81,8 @@ pub(crate) async fn elsewhere(method: axum::http::Method, uri: axum::http::Uri) 
 
 /// POST /v1/messages.
 pub(crate) async fn messages(State(st): St, headers: HeaderMap, body: Body) -> Response {
-    let r = inner(&st, &headers, body).await.map_err(error_response);
-    http::counted(&st, "/v1/messages", Ok(r.unwrap_or_else(|r| r)))
+    let r = inner(&st, &headers, body).await.unwrap_or_else(error_response);
+    http::counted(&st, "/v1/messages", Ok(r))
 }
 
 /// POST /v1/messages/count_tokens: `{"input_tokens": N}`, the prompt tokens the same body
