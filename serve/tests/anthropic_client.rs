@@ -1,6 +1,7 @@
 //! A client nobody here wrote: the official `anthropic` Python SDK (pinned in
 //! scripts/anthropic-requirements.txt) runs messages, streams, count_tokens, errors and a
-//! tool loop against the server (serve/tests/anthropic_client.py).
+//! tool loop against the server (serve/tests/anthropic_client.py): on the tiny fixtures
+//! (the tool loop on the Hermes template) and on SmolLM2 (the generic tool format).
 //!
 //! The venv is target/venv-anthropic, built by scripts/anthropic_venv.sh (scripts/test.sh
 //! runs it), or `TL_ANTHROPIC_VENV`. Without it this test skips loudly, unless
@@ -29,6 +30,34 @@ fn python() -> Option<PathBuf> {
     None
 }
 
+/// Run the script against `base` (MODEL behind `key`) and `tools` (TOOLS_MODEL).
+fn run(py: &PathBuf, base: &Server, model: &str, key: &str, tools: &Server, tools_model: &str) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/anthropic_client.py");
+    let out = Command::new(py)
+        .arg(script)
+        .args([&format!("http://{}", base.addr), model, key, &format!("http://{}", tools.addr), tools_model])
+        .output()
+        .expect("run python");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "anthropic SDK failed:\n{text}");
+    for check in ["create ok", "stream ok", "count ok", "stop ok", "errors ok", "tool loop ok"] {
+        assert!(text.contains(check), "{check} missing:\n{text}");
+    }
+}
+
+/// The same on SmolLM2, a real model (its template has no tool format: the generic one).
+#[test]
+fn the_official_anthropic_sdk_works_on_smollm2() {
+    let Some(model) = smollm2() else { return };
+    let Some(py) = python() else { return };
+    let mut o = options(model, 2048, 16, 8, 64);
+    o.api_key = Some("sdk-key".into());
+    let s = Server::start(o);
+    let name = "SmolLM2-135M-Instruct.Q4_1";
+    run(&py, &s, name, "sdk-key", &s, name);
+    s.assert_pool_clean();
+}
+
 #[test]
 fn the_official_anthropic_sdk_works_including_a_tool_loop() {
     let Some(py) = python() else { return };
@@ -38,21 +67,7 @@ fn the_official_anthropic_sdk_works_including_a_tool_loop() {
     let mut t = options(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-hermes"), 4096, 16, 8, 64);
     t.model_name = Some("tiny-hermes".into());
     let tools = Server::start(t);
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/anthropic_client.py");
-    let out = Command::new(py)
-        .arg(script)
-        .arg(format!("http://{}", s.addr))
-        .arg("tiny-llama")
-        .arg("sdk-key")
-        .arg(format!("http://{}", tools.addr))
-        .arg("tiny-hermes")
-        .output()
-        .expect("run python");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "anthropic SDK failed:\n{text}");
-    for check in ["create ok", "stream ok", "count ok", "stop ok", "errors ok", "tool loop ok"] {
-        assert!(text.contains(check), "{check} missing:\n{text}");
-    }
+    run(&py, &s, "tiny-llama", "sdk-key", &tools, "tiny-hermes");
     s.assert_pool_clean();
     tools.assert_pool_clean();
 }
