@@ -128,6 +128,30 @@ pub fn request(data: &[u8]) {
     }
 }
 
+/// The same bytes as an Anthropic Messages body (`/v1/messages` and its `count_tokens`):
+/// translated into the chat body, then that body's turns, tools and plan. An accepted
+/// body has turns, at most `MAX_STOP` stop strings and a `max_tokens` of at least 1 (the
+/// one asked for: Messages never picks its own).
+pub fn messages_request(data: &[u8]) {
+    for count in [false, true] {
+        let Ok(t) = tl_serve::messages::translate(data, count) else { continue };
+        let b = &t.body;
+        let msgs = b.messages.as_deref().unwrap_or_default();
+        assert!(!msgs.is_empty());
+        assert!(!count || b.max_tokens.is_none_or(|m| m >= 1));
+        assert!(count || b.max_tokens.is_some_and(|m| m >= 1));
+        if let Some(tl_serve::api::Stop::Many(v)) = &b.stop {
+            assert!(v.len() <= tl_serve::messages::MAX_STOP);
+        }
+        let _ = tl_serve::prompt::turns(msgs);
+        let _ = tl_serve::tools::parse(b.tools.as_ref(), b.tool_choice.as_ref(), b.parallel_tool_calls.as_ref());
+        if let Ok(plan) = b.plan(vec![1, 2, 3], true, Some(2048), 16) {
+            assert_eq!(plan.reqs.len(), 1);
+            assert!(plan.reqs.iter().all(|r| Some(r.max_tokens as i64) == b.max_tokens || b.max_tokens.is_none()));
+        }
+    }
+}
+
 /// A JSON schema from a stranger, the way `response_format` brings it: through the
 /// server's parsing into a grammar, compiled by the engine's llguidance compiler over a
 /// byte vocabulary, then walked for up to 64 tokens. Errors are fine (a bad schema is a

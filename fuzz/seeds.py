@@ -201,6 +201,29 @@ for name, body in [
 ]:
     put("request", name, json.dumps(body))
 
+# Anthropic Messages bodies (the request target parses every input both ways).
+WEATHER = {"name": "get_weather", "description": "Weather.", "input_schema": {"type": "object",
+           "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+for name, body in [
+    ("messages", {"model": "m", "max_tokens": 8, "system": [{"type": "text", "text": "Be brief."}],
+                  "messages": [{"role": "user", "content": "hi"}], "stop_sequences": ["\n"], "temperature": 0.5,
+                  "top_p": 0.9, "top_k": 4, "metadata": {"user_id": "u"}, "seed": 3, "stream": True,
+                  "thinking": {"type": "enabled", "budget_tokens": 1024}}),
+    ("messages-tools", {"max_tokens": 16, "tools": [WEATHER],
+                        "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+                        "messages": [{"role": "user", "content": "Weather in Paris?"},
+                                     {"role": "assistant", "content": [
+                                         {"type": "thinking", "thinking": "t", "signature": ""},
+                                         {"type": "text", "text": "Let me look."},
+                                         {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                          "input": {"city": "Paris"}}]},
+                                     {"role": "user", "content": [
+                                         {"type": "tool_result", "tool_use_id": "toolu_1",
+                                          "content": [{"type": "text", "text": "sunny"}], "is_error": False},
+                                         {"type": "text", "text": "And now?"}]}]}),
+]:
+    put("request", name, json.dumps(body))
+
 # JSON schemas as response_format brings them (the Pydantic shapes of
 # serve/tests/openai_parse.py, and ones llguidance must refuse).
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},

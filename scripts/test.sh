@@ -16,6 +16,8 @@ python3 scripts/reference/test_reference.py 2>&1 | tail -n 3 || status=$?
 # The official `openai` Python client for serve's openai_client test (git-ignored venv
 # under target/; a no-op when it is up to date). If it cannot be built, that test fails.
 scripts/openai_venv.sh 2>&1 | tail -n 2 || status=$?
+# The official `anthropic` Python SDK for serve's anthropic_client test (same rules).
+scripts/anthropic_venv.sh 2>&1 | tail -n 2 || status=$?
 # langchain-openai, the agent library serve's tool_clients test drives (same rules).
 scripts/agents_venv.sh 2>&1 | tail -n 2 || status=$?
 # HAProxy (apt) and vllm-router (pip, git-ignored venv under target/) for serve's

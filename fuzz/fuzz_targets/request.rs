@@ -1,4 +1,6 @@
-//! The server's request parsing: see `checks::request` (fuzz/checks.rs), shared with the stable regression test.
+//! The server's request parsing, as OpenAI's routes and as Anthropic's `/v1/messages`: see
+//! `checks::request` and `checks::messages_request` (fuzz/checks.rs), shared with the
+//! stable regression test.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
@@ -7,4 +9,5 @@ mod checks;
 
 fuzz_target!(|data: &[u8]| {
     checks::request(data);
+    checks::messages_request(data);
 });

@@ -1,5 +1,6 @@
-//! `--api-key`: every `/v1` route (and `/tokenize`, `/detokenize`) needs `Authorization: Bearer <key>`, compared in
-//! constant time; otherwise 401 with OpenAI's error body.
+//! `--api-key`: every `/v1` route (and `/tokenize`, `/detokenize`) needs `Authorization: Bearer <key>` or
+//! `x-api-key: <key>` (Anthropic's header), compared in constant time; otherwise 401 with OpenAI's error body
+//! (Anthropic's on `/v1/messages`).
 
 use std::sync::Arc;
 
@@ -30,17 +31,26 @@ pub(crate) async fn require_key(State(st): State<Arc<AppState>>, req: Request, n
         return next.run(req).await;
     }
     let given = req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
-    let token = given.and_then(|v| {
+    let bearer = given.and_then(|v| {
         let (scheme, rest) = v.split_at(v.iter().position(|&b| b == b' ').unwrap_or(v.len()));
         scheme.eq_ignore_ascii_case(b"bearer").then(|| rest.trim_ascii())
     });
-    let message = match token {
-        Some(t) if same_key(t, key) => return next.run(req).await,
-        Some(_) => "Incorrect API key provided.",
-        None => "You didn't provide an API key. Send it as an HTTP header: Authorization: Bearer YOUR_KEY.",
+    // Anthropic's clients send the key as `x-api-key`; either header may carry it.
+    let x_api_key = req.headers().get("x-api-key").map(|v| v.as_bytes().trim_ascii());
+    let keys = [bearer, x_api_key];
+    if keys.iter().flatten().any(|t| same_key(t, key)) {
+        return next.run(req).await;
+    }
+    let message = match keys {
+        [None, None] => {
+            "You didn't provide an API key. Send it as an HTTP header: Authorization: Bearer YOUR_KEY (or x-api-key: \
+             YOUR_KEY)."
+        }
+        _ => "Incorrect API key provided.",
     };
+    let err = ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", message);
     let mut r =
-        ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", message).into_response();
+        if path.starts_with("/v1/messages") { crate::messages::error_response(err) } else { err.into_response() };
     r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     st.metrics.requests.get_or_create(&crate::metrics::Status { endpoint: "auth".into(), code: 401 }).inc();
     r

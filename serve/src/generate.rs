@@ -122,7 +122,7 @@ pub(crate) async fn generate(
 /// Forward every choice's events, tagged with the choice index, into one channel; a
 /// forwarder stops (dropping its engine receiver, which cancels the sequence) as soon as
 /// the merged receiver is gone.
-fn merge(rxs: Vec<UnboundedReceiver<Event>>) -> mpsc::UnboundedReceiver<(usize, Event)> {
+pub(crate) fn merge(rxs: Vec<UnboundedReceiver<Event>>) -> mpsc::UnboundedReceiver<(usize, Event)> {
     let (tx, rx) = mpsc::unbounded_channel();
     for (i, mut r) in rxs.into_iter().enumerate() {
         let tx = tx.clone();

@@ -1,4 +1,5 @@
-//! tl-serve: an OpenAI-compatible HTTP server over [`tl_engine::Engine`].
+//! tl-serve: an OpenAI-compatible HTTP server over [`tl_engine::Engine`], with Anthropic's
+//! Messages API beside it (messages.rs).
 //!
 //! axum on tokio answers HTTP; the engine steps on its own thread; each request's
 //! choices stream back through channels. docs/serving.md describes the API.
@@ -27,6 +28,7 @@ mod error;
 mod extra;
 mod generate;
 mod http;
+pub mod messages;
 pub mod metrics;
 mod options;
 pub mod page;

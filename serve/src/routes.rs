@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::state::AppState;
-use crate::{auth, chat, completions, extra, http, page, pd, replica};
+use crate::{auth, chat, completions, extra, http, messages, page, pd, replica};
 
 /// Every route. With an API key, every `/v1` path (unknown ones included), `/tokenize` and
 /// `/detokenize` answer 401 without `Authorization: Bearer <key>`; `/health` and
@@ -15,6 +15,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/messages", post(messages::messages).fallback(messages::elsewhere))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens).fallback(messages::elsewhere))
+        .route("/v1/messages/{*rest}", any(messages::elsewhere))
         .route("/v1/models", get(extra::models))
         .route("/v1/models/{id}", get(extra::model))
         .route("/tokenize", post(extra::tokenize))

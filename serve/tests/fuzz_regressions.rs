@@ -80,7 +80,10 @@ fn chat_template_inputs() {
 
 #[test]
 fn request_inputs() {
-    each("request", checks::request);
+    each("request", |d| {
+        checks::request(d);
+        checks::messages_request(d);
+    });
 }
 
 #[test]

@@ -200,6 +200,37 @@ fn replay_refuses_bad_files_and_another_fingerprint_in_one_line() {
     assert!(err.contains("--prompt, --messages or --request"), "{err}");
 }
 
+/// A `/v1/messages` pair (Anthropic's shape; `seed` is tl's extension) replays as
+/// identical; one changed character of its text is a difference naming the position.
+#[test]
+fn replay_accepts_a_saved_messages_answer() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(options(tiny(), 256, 16, 8, 16));
+    let request = json!({"model": "tiny-llama", "seed": 5, "temperature": 0.9, "max_tokens": 16,
+        "system": "Be brief.", "messages": [{"role": "user", "content": "What is a cache?"}]});
+    let r = s.post("/v1/messages", &request);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let pair = json!({"request": request, "response": r.json()});
+    drop(s);
+    let path = d.path().join("messages.json");
+    std::fs::write(&path, pair.to_string()).expect("write");
+    let model = tiny();
+    let m = model.to_string_lossy();
+    let (code, out, err) = verify(&["--model", &m, "--replay", &path.to_string_lossy()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": identical (1 choice"), "{out}");
+    let mut bad = pair.clone();
+    let block = &mut bad["response"]["content"][0]["text"];
+    let text = block.as_str().expect("a text block").to_string();
+    let first = text.chars().next().expect("some text");
+    *block = json!(format!("{}{}", if first == 'x' { 'y' } else { 'x' }, &text[first.len_utf8()..]));
+    let tampered = d.path().join("tampered.json");
+    std::fs::write(&tampered, bad.to_string()).expect("write");
+    let (code, out, err) = verify(&["--model", &m, "--replay", &tampered.to_string_lossy()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("DEPARTS at choice 0, text character 0"), "{out}");
+}
+
 #[test]
 fn first_difference_names_the_token_the_ids_and_the_logprob_difference() {
     let tok = |id, logprob: f64, top: &[(u32, f64)]| TokenInfo { id, logprob, top: top.to_vec() };

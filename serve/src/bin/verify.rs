@@ -10,7 +10,8 @@
 //! differs.
 //!
 //! `verify --model PATH --replay FILE`: rerun a saved `{"request", "response"}` pair of
-//! `serve` (same `system_fingerprint`) and compare the `choices` bytes.
+//! `serve` (same `system_fingerprint`) and compare the `choices` bytes (a `/v1/messages`
+//! answer: its content blocks and stop reason).
 //!
 //! Exit status: 0 all identical, 1 a difference, 2 an error (one line on stderr).
 

@@ -1,8 +1,9 @@
 //! `verify --replay FILE`: rerun a saved `serve` request and compare its `choices`.
 //!
 //! The file is one JSON object, `{"request": <the request body>, "response": <serve's
-//! JSON answer>}` (a non-streamed `/v1/chat/completions` or `/v1/completions` answer with
-//! its `system_fingerprint`). The response's fingerprint must be this model's and build's:
+//! JSON answer>}` (a non-streamed `/v1/chat/completions`, `/v1/completions` or
+//! `/v1/messages` answer with its `system_fingerprint`; a Messages answer's content
+//! blocks and stop reason are compared as its one choice). The response's fingerprint must be this model's and build's:
 //! only then does the promise hold (docs/serving.md), and a different one is an error, not
 //! a difference. The request goes through serve's own router in process, so the bytes
 //! compared are the ones serve would send.
@@ -24,7 +25,7 @@ pub struct Replay {
     pub request: Value,
     /// The saved answer.
     pub response: Value,
-    /// `/v1/chat/completions` or `/v1/completions`.
+    /// `/v1/chat/completions`, `/v1/completions` or `/v1/messages`.
     pub endpoint: &'static str,
     /// The saved answer's `system_fingerprint`.
     pub fingerprint: String,
@@ -63,13 +64,18 @@ impl Replay {
             .and_then(Value::as_str)
             .ok_or_else(|| bad("the response has no \"system_fingerprint\"".into()))?
             .to_string();
-        if !response.get("choices").is_some_and(Value::is_array) {
+        let message = response.get("type").and_then(Value::as_str) == Some("message");
+        if message && !response.get("content").is_some_and(Value::is_array) {
+            return Err(bad("the Messages response has no \"content\" list".into()));
+        }
+        if !message && !response.get("choices").is_some_and(Value::is_array) {
             return Err(bad("the response has no \"choices\" list".into()));
         }
         if request.get("seed").and_then(Value::as_i64).is_none() {
             return Err(bad("the request has no integer \"seed\": an unseeded answer cannot be reproduced".into()));
         }
         let endpoint = match (response.get("object").and_then(Value::as_str), request.get("messages")) {
+            _ if message => "/v1/messages",
             (Some("chat.completion"), _) | (None, Some(_)) => "/v1/chat/completions",
             (Some("text_completion"), _) | (None, None) => "/v1/completions",
             (Some(o), _) => return Err(bad(format!("the response's object {o:?} is not a completion"))),
@@ -119,8 +125,21 @@ impl Replay {
             }
             Ok(v)
         })?;
-        Ok(compare(&self.response["choices"], &answer["choices"]))
+        Ok(compare(&choices(&self.response), &choices(&answer)))
     }
+}
+
+/// An answer's `choices`; a Messages answer's blocks and stop reason as its one choice
+/// (its `id` is fresh on every answer, so it is left out; `text` is its text blocks, for
+/// the report).
+fn choices(answer: &Value) -> Value {
+    if answer.get("type").and_then(Value::as_str) != Some("message") {
+        return answer["choices"].clone();
+    }
+    let blocks = answer["content"].as_array().cloned().unwrap_or_default();
+    let text: String = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
+    serde_json::json!([{"content": blocks, "text": text, "finish_reason": answer["stop_reason"],
+        "stop_sequence": answer["stop_sequence"]}])
 }
 
 /// Per token of one choice: (text, logprob, the whole entry), from either answer shape.
