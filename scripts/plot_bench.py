@@ -102,15 +102,16 @@ def plot(rows, out, title):
             for x, n, a in zip(xs, names, tq):
                 b = rows[n].get(("llama.cpp", kind), 0)
                 if a and b:
-                    ax.annotate(f"{a / b:.2f}x", (x + width / 2, max(a, b) * 1.08), ha="center", va="bottom",
-                                fontsize=7, color="#2ca02c")
+                    ax.annotate(f"{a / b:.2f}x", (x, a), ha="center", va="bottom", fontsize=7, color="#2ca02c")
         ax.bar([x + width / 2 + (width / 2 if q8 else 0) for x in xs], ll, width, label="llama.cpp", color="#ff7f0e")
         for x, n, a, b in zip(xs, names, tl, ll):
             # The ratio above the pair, tl / llama.cpp: the run's own (the median of each
             # round's back-to-back ratio) where it has one.
             r = rows[n].get(("ratio", kind)) or (a / b if a and b else None)
             if r:
-                ax.annotate(f"{r:.2f}x", (x, max(a, b)), ha="center", va="bottom", fontsize=8)
+                # With a q8 bar beside it, the exact ratio sits over the exact bar.
+                at = (x - width, a) if q8 else (x, max(a, b))
+                ax.annotate(f"{r:.2f}x", at, ha="center", va="bottom", fontsize=7 if q8 else 8)
         ax.set_xticks(list(xs))
         ax.set_xticklabels(names, rotation=20 if len(names) > 5 else 0)
         ax.set_ylabel("tok/s")
