@@ -176,47 +176,72 @@ pub struct Q8Row {
 }
 
 /// Quantize `m` rows of `inp` (a multiple of 32) values, for panels of `kind`, compiled
-/// for the instruction set of `path` (the same bits on each).
+/// for the instruction set of `path` (the same bits on each). Rows are independent, so a
+/// batch of them is split over the current rayon pool (the step's other threads would
+/// otherwise wait for this serial part before every layer).
 pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind, path: IntPath) -> QRows {
-    #[cfg(target_arch = "x86_64")]
-    if path != IntPath::Portable {
-        // SAFETY: both x86 integer paths require AVX2 (`IntPath::of`).
-        return unsafe { quantize_rows_avx2(x, m, inp, kind) };
+    let nb = inp / QK;
+    let order = Order::of(kind);
+    // s16 is only filled for Q6_K's order, but always there so every task gets its rows'.
+    let mut r =
+        QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb], s16: vec![0; 2 * m * nb], order };
+    if m == 0 || nb == 0 {
+        return r;
     }
+    // Rows per task: about 16k values, so a decode step's one row stays on this thread.
+    let per = (16384 / inp.max(1)).max(1);
+    let tasks = r.q.par_chunks_mut(per * inp).zip(r.d.par_chunks_mut(per * nb)).zip(r.s.par_chunks_mut(per * nb));
+    let tasks = tasks.zip(r.s16.par_chunks_mut(per * 2 * nb)).zip(x.par_chunks(per * inp));
+    tasks.for_each(|((((q, d), s), s16), x)| {
+        let out = Out { q, d, s, s16 };
+        #[cfg(target_arch = "x86_64")]
+        if path != IntPath::Portable {
+            // SAFETY: both x86 integer paths require AVX2 (`IntPath::of`).
+            return unsafe { quantize_avx2(x, out, order) };
+        }
+        quantize_with(x, out, order)
+    });
     let _ = path;
-    quantize_rows_with(x, m, inp, kind)
+    r
 }
 
-/// [`quantize_rows`] with AVX2 (so SSE4.1's `roundps`) in reach of the compiler.
+/// One task's share of [`QRows`]' buffers (whole rows).
+struct Out<'a> {
+    q: &'a mut [i8],
+    d: &'a mut [f32],
+    s: &'a mut [i32],
+    s16: &'a mut [i32],
+}
+
+/// [`quantize_with`] with AVX2 (so SSE4.1's `roundps`) in reach of the compiler.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn quantize_rows_avx2(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRows {
-    quantize_rows_with(x, m, inp, kind)
+unsafe fn quantize_avx2(x: &[f32], out: Out<'_>, order: Order) {
+    quantize_with(x, out, order)
 }
 
 #[inline(always)]
-fn quantize_rows_with(x: &[f32], m: usize, inp: usize, kind: Kind) -> QRows {
-    let nb = inp / QK;
-    let order = Order::of(kind);
-    let halves = if order == Order::Six { 2 * m * nb } else { 0 };
-    let mut r = QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb], s16: vec![0; halves], order };
+fn quantize_with(x: &[f32], out: Out<'_>, order: Order) {
     let mut tmp = [0i8; QK];
     let mut perm = [0usize; QK];
     for (i, p) in perm.iter_mut().enumerate() {
         *p = order.source(i);
     }
-    for (b, (xb, qb)) in x.chunks_exact(QK).zip(r.q.chunks_exact_mut(QK)).enumerate() {
-        (r.d[b], r.s[b]) = quantize_block(xb, &mut tmp);
+    for (b, (xb, qb)) in x.chunks_exact(QK).zip(out.q.chunks_exact_mut(QK)).enumerate() {
+        (out.d[b], out.s[b]) = quantize_block(xb, &mut tmp);
         for (q, &p) in qb.iter_mut().zip(&perm) {
             *q = tmp[p];
         }
         if order == Order::Six {
             for h in 0..2 {
-                r.s16[2 * b + h] = tmp[16 * h..16 * h + 16].iter().map(|&q| q as i32).sum();
+                let mut sum = 0;
+                for &q in &tmp[16 * h..16 * h + 16] {
+                    sum += q as i32;
+                }
+                out.s16[2 * b + h] = sum;
             }
         }
     }
-    r
 }
 
 /// The kinds with an integer kernel, indexed by the x86 kernels' `K`: each gets a copy of
