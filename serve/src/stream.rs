@@ -240,6 +240,12 @@ pub(crate) fn sse(
         }
         let _ = tx.send(Bytes::from_static(DONE));
     });
+    event_stream(rx)
+}
+
+/// A `text/event-stream` response whose body is what `rx` receives, until its senders go.
+/// Every streaming surface (chat, completions, messages) answers through this one.
+pub(crate) fn event_stream(rx: mpsc::UnboundedReceiver<Bytes>) -> Response {
     let stream =
         futures_util::stream::unfold(
             rx,
