@@ -1,0 +1,170 @@
+//! Prompt caches on disk: full prefix blocks kept as files, found again by their prefix
+//! hash after the pool evicted them or the process restarted.
+//!
+//! Each file is one KV block envelope (docs/formats/kv-block.md: versions 1 and 2,
+//! checksummed) holding one full block registered under its hash, named
+//! `<hash as 16 hex digits>.kvb`, in a directory per fingerprint and KV element type
+//! (`<root>/<fingerprint>-<backend>`): a block's prefix hash chains only its tokens, so the
+//! directory name is what keeps another model's (or another element type's) KV apart.
+//! Reading goes through the pool's own `import`, which checks magic, version, element
+//! type, geometry, length and checksum before touching a block; the scheduler checks
+//! besides that the file holds one full block registered under the hash it was looked up
+//! by. A file that fails any check is deleted and its tokens are prefilled again: a bad
+//! file costs time, never a wrong bit.
+//!
+//! Blocks are written when they are registered (write-through), not at eviction: the
+//! pool evicts inside `alloc`, where the block's bits are already being overwritten, and
+//! a block written once stays valid for as long as the fingerprint does, so every block
+//! the pool may evict is already on disk. Files go in whole (a temporary file, then a
+//! rename), so a crash leaves no half-written `.kvb`. The directory is bounded: past
+//! `max_bytes` the files least recently written or read go first (their mtime).
+
+use std::fs;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use crate::error::EngineError;
+
+/// Where and how much: the `serve --kv-disk DIR --kv-disk-max-gib N` settings.
+#[derive(Clone, Debug)]
+pub struct DiskCacheConfig {
+    /// The root directory; blocks go in `<dir>/<fingerprint>-<backend>/`.
+    pub dir: PathBuf,
+    /// The most bytes of block files kept in this model's directory.
+    pub max_bytes: u64,
+    /// The engine fingerprint (`tl_engine::fingerprint`): blocks of another model, weight
+    /// mode or engine version live in another directory.
+    pub fingerprint: String,
+}
+
+/// Disk cache counters, in [`crate::Stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskCounts {
+    /// Blocks written.
+    pub written: usize,
+    /// Blocks read back into the pool.
+    pub read: usize,
+    /// Files refused (corrupt, truncated, foreign) and deleted.
+    pub refused: usize,
+    /// Files deleted to keep the directory under its bound.
+    pub dropped: usize,
+}
+
+/// One model's block directory.
+pub(crate) struct DiskCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    /// Bytes of `.kvb` files, as of the last scan plus what was written since.
+    bytes: u64,
+    pub(crate) counts: DiskCounts,
+}
+
+/// A fingerprint or backend name as a path component: nothing that could leave the root.
+fn safe_component(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl DiskCache {
+    /// Open (creating) `<cfg.dir>/<fingerprint>-<backend>`.
+    pub(crate) fn open(cfg: &DiskCacheConfig, backend: &str) -> Result<DiskCache, EngineError> {
+        for (what, s) in [("fingerprint", cfg.fingerprint.as_str()), ("KV backend", backend)] {
+            if !safe_component(s) {
+                return Err(EngineError::BadRequest {
+                    field: "kv_disk",
+                    reason: format!("{what} {s:?} is not a plain file name"),
+                });
+            }
+        }
+        let dir = cfg.dir.join(format!("{}-{backend}", cfg.fingerprint));
+        fs::create_dir_all(&dir).map_err(|e| EngineError::Internal(format!("{}: {e}", dir.display())))?;
+        let mut cache = DiskCache { dir, max_bytes: cfg.max_bytes, bytes: 0, counts: DiskCounts::default() };
+        cache.bound();
+        Ok(cache)
+    }
+
+    fn path(&self, hash: u64) -> PathBuf {
+        self.dir.join(format!("{hash:016x}.kvb"))
+    }
+
+    /// A file is there for `hash` (not checked: reading checks).
+    pub(crate) fn contains(&self, hash: u64) -> bool {
+        self.path(hash).is_file()
+    }
+
+    /// Keep `env` (one block's envelope) under `hash`, unless it is there already or
+    /// larger than the whole bound. An I/O error loses only this block's copy.
+    pub(crate) fn write(&mut self, hash: u64, env: &[u8]) {
+        if self.contains(hash) || env.len() as u64 > self.max_bytes {
+            return;
+        }
+        let tmp = self.dir.join(format!(".{hash:016x}.{}.tmp", std::process::id()));
+        let ok = fs::File::create(&tmp).and_then(|mut f| f.write_all(env)).and_then(|()| fs::rename(&tmp, self.path(hash)));
+        if ok.is_err() {
+            let _ = fs::remove_file(&tmp);
+            return;
+        }
+        self.counts.written += 1;
+        self.bytes += env.len() as u64;
+        if self.bytes > self.max_bytes {
+            self.bound();
+        }
+    }
+
+    /// The file for `hash`, marked as just used (so the bound drops it last), or `None`.
+    pub(crate) fn read(&mut self, hash: u64) -> Option<Vec<u8>> {
+        let path = self.path(hash);
+        let bytes = fs::read(&path).ok()?;
+        if let Ok(f) = fs::File::options().write(true).open(&path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+        Some(bytes)
+    }
+
+    /// The file for `hash` failed a check: delete it, so the next lookup recomputes and
+    /// the recomputed block is written again.
+    pub(crate) fn refuse(&mut self, hash: u64) {
+        let path = self.path(hash);
+        if let Ok(m) = fs::metadata(&path) {
+            self.bytes = self.bytes.saturating_sub(m.len());
+        }
+        let _ = fs::remove_file(path);
+        self.counts.refused += 1;
+    }
+
+    /// Rescan the directory and delete the oldest files (by mtime, then name) until the
+    /// rest fit in `max_bytes`.
+    fn bound(&mut self) {
+        let Ok(rd) = fs::read_dir(&self.dir) else { return };
+        let mut files: Vec<(SystemTime, PathBuf, u64)> = rd
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "kvb"))
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((m.modified().unwrap_or(SystemTime::UNIX_EPOCH), e.path(), m.len()))
+            })
+            .collect();
+        files.sort();
+        let mut total: u64 = files.iter().map(|f| f.2).sum();
+        for (_, path, len) in files {
+            if total <= self.max_bytes {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                total -= len;
+                self.counts.dropped += 1;
+            }
+        }
+        self.bytes = total;
+    }
+}
+
+/// Whether `env` claims to hold exactly one full block registered under `hash`, read
+/// from its header and first record (the pool's import checks everything else, the
+/// checksum included, which covers these fields).
+pub(crate) fn holds_block(env: &[u8], hash: u64, block_tokens: usize) -> bool {
+    let u32_at = |o: usize| env.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let u64_at = |o: usize| env.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+    let h = tl_kv::HEADER_BYTES;
+    u32_at(32) == Some(1) && u32_at(h) == Some(block_tokens as u32) && u32_at(h + 4) == Some(1) && u64_at(h + 8) == Some(hash)
+}
