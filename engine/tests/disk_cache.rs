@@ -25,7 +25,7 @@ fn engine(kv: &str, n_blocks: u32, disk: Option<(&Path, u64)>) -> Engine {
         max_seqs: 4,
         prefill_chunk: 24,
         threads: 1,
-        kv: KvConfig { backend: kv.into(), block_tokens: B, n_blocks: Some(n_blocks), ..KvConfig::default() },
+        kv: KvConfig { backend: kv.into(), block_tokens: B as u32, n_blocks: Some(n_blocks), ..KvConfig::default() },
         ..EngineConfig::default()
     };
     let runner = ModelRunner::load(&tiny(), &cfg).expect("load");
