@@ -78,6 +78,12 @@ impl DiskCache {
         }
         let dir = cfg.dir.join(format!("{}-{backend}", cfg.fingerprint));
         fs::create_dir_all(&dir).map_err(|e| EngineError::Internal(format!("{}: {e}", dir.display())))?;
+        // A crash between create and rename leaves a temporary file: never read, removed.
+        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if e.path().extension().is_some_and(|x| x == "tmp") {
+                let _ = fs::remove_file(e.path());
+            }
+        }
         let mut cache = DiskCache { dir, max_bytes: cfg.max_bytes, bytes: 0, counts: DiskCounts::default() };
         cache.bound();
         Ok(cache)
@@ -99,7 +105,8 @@ impl DiskCache {
             return;
         }
         let tmp = self.dir.join(format!(".{hash:016x}.{}.tmp", std::process::id()));
-        let ok = fs::File::create(&tmp).and_then(|mut f| f.write_all(env)).and_then(|()| fs::rename(&tmp, self.path(hash)));
+        let ok =
+            fs::File::create(&tmp).and_then(|mut f| f.write_all(env)).and_then(|()| fs::rename(&tmp, self.path(hash)));
         if ok.is_err() {
             let _ = fs::remove_file(&tmp);
             return;
@@ -133,7 +140,8 @@ impl DiskCache {
     }
 
     /// Rescan the directory and delete the oldest files (by mtime, then name) until the
-    /// rest fit in `max_bytes`.
+    /// rest fit in `max_bytes`, less a tenth: the scan costs a directory listing, so a
+    /// full directory pays it once per tenth of the bound written, not on every block.
     fn bound(&mut self) {
         let Ok(rd) = fs::read_dir(&self.dir) else { return };
         let mut files: Vec<(SystemTime, PathBuf, u64)> = rd
@@ -146,8 +154,9 @@ impl DiskCache {
             .collect();
         files.sort();
         let mut total: u64 = files.iter().map(|f| f.2).sum();
+        let target = if total > self.max_bytes { self.max_bytes - self.max_bytes / 10 } else { self.max_bytes };
         for (_, path, len) in files {
-            if total <= self.max_bytes {
+            if total <= target {
                 break;
             }
             if fs::remove_file(&path).is_ok() {
@@ -166,5 +175,8 @@ pub(crate) fn holds_block(env: &[u8], hash: u64, block_tokens: usize) -> bool {
     let u32_at = |o: usize| env.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
     let u64_at = |o: usize| env.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
     let h = tl_kv::HEADER_BYTES;
-    u32_at(32) == Some(1) && u32_at(h) == Some(block_tokens as u32) && u32_at(h + 4) == Some(1) && u64_at(h + 8) == Some(hash)
+    u32_at(32) == Some(1)
+        && u32_at(h) == Some(block_tokens as u32)
+        && u32_at(h + 4) == Some(1)
+        && u64_at(h + 8) == Some(hash)
 }
