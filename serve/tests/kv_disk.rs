@@ -11,7 +11,7 @@ use common::*;
 
 /// A prompt of well over four 16-token blocks.
 fn body() -> Value {
-    let prompt = "The quick brown fox jumps over the lazy dog while the cat watches. ".repeat(6);
+    let prompt = "The quick brown fox jumps over the lazy dog while the cat watches from the old wooden fence.";
     json!({"model": "tiny-llama", "prompt": prompt, "max_tokens": 8, "seed": 3, "temperature": 0.8, "logprobs": 3})
 }
 
@@ -20,7 +20,10 @@ fn ask(p: &Proc) -> (String, u64, u64, f64) {
     let before = p.metric("tl_step_prefill_tokens_sum");
     let v = p.post("/v1/completions", &body(), &[]).json();
     let u = &v["usage"];
-    let (n, cached) = (u["prompt_tokens"].as_u64().expect("n"), u["prompt_tokens_details"]["cached_tokens"].as_u64());
+    let (n, cached) = (
+        u["prompt_tokens"].as_u64().unwrap_or_else(|| panic!("{v}")),
+        u["prompt_tokens_details"]["cached_tokens"].as_u64(),
+    );
     (v["choices"].to_string(), n, cached.unwrap_or(0), p.metric("tl_step_prefill_tokens_sum") - before)
 }
 
