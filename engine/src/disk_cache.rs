@@ -19,6 +19,7 @@
 //! rename), so a crash leaves no half-written `.kvb`. The directory is bounded: past
 //! `max_bytes` the files least recently written or read go first (their mtime).
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
 use std::path::PathBuf;
@@ -57,6 +58,9 @@ pub(crate) struct DiskCache {
     max_bytes: u64,
     /// Bytes of `.kvb` files, as of the last scan plus what was written since.
     bytes: u64,
+    /// Hashes whose files follow a refused one in some prompt's chain: not read yet, so
+    /// maybe as damaged as it was. Their recomputed blocks are written over them.
+    suspect: HashSet<u64>,
     pub(crate) counts: DiskCounts,
 }
 
@@ -84,7 +88,13 @@ impl DiskCache {
                 let _ = fs::remove_file(e.path());
             }
         }
-        let mut cache = DiskCache { dir, max_bytes: cfg.max_bytes, bytes: 0, counts: DiskCounts::default() };
+        let mut cache = DiskCache {
+            dir,
+            max_bytes: cfg.max_bytes,
+            bytes: 0,
+            suspect: HashSet::new(),
+            counts: DiskCounts::default(),
+        };
         cache.bound();
         Ok(cache)
     }
@@ -93,16 +103,30 @@ impl DiskCache {
         self.dir.join(format!("{hash:016x}.kvb"))
     }
 
-    /// A file is there for `hash` (not checked: reading checks).
-    pub(crate) fn contains(&self, hash: u64) -> bool {
-        self.path(hash).is_file()
+    /// Whether a block registered under `hash` should be written: no file is there, or
+    /// the one there is suspect.
+    pub(crate) fn wants(&self, hash: u64) -> bool {
+        self.suspect.contains(&hash) || !self.path(hash).is_file()
     }
 
-    /// Keep `env` (one block's envelope) under `hash`, unless it is there already or
-    /// larger than the whole bound. An I/O error loses only this block's copy.
+    /// After a refusal at `chain[k]`, the files of `chain[k + 1..]` go unread this time:
+    /// a damaged directory (a bad disk, a partial copy) is repaired as the prompt's
+    /// blocks are recomputed, not one refusal per restart.
+    pub(crate) fn suspect(&mut self, rest: &[u64]) {
+        let there: Vec<u64> = rest.iter().copied().filter(|&h| self.path(h).is_file()).collect();
+        self.suspect.extend(there);
+    }
+
+    /// Keep `env` (one block's envelope) under `hash`, unless it is there already (and
+    /// not suspect) or larger than the whole bound. An I/O error loses only this block's
+    /// copy. Rewriting a suspect file with a recomputed block is harmless even when the
+    /// file was fine: the bits are the same.
     pub(crate) fn write(&mut self, hash: u64, env: &[u8]) {
-        if self.contains(hash) || env.len() as u64 > self.max_bytes {
+        if !self.wants(hash) || env.len() as u64 > self.max_bytes {
             return;
+        }
+        if self.suspect.remove(&hash) {
+            self.refuse_silently(hash);
         }
         let tmp = self.dir.join(format!(".{hash:016x}.{}.tmp", std::process::id()));
         let ok =
@@ -131,12 +155,17 @@ impl DiskCache {
     /// The file for `hash` failed a check: delete it, so the next lookup recomputes and
     /// the recomputed block is written again.
     pub(crate) fn refuse(&mut self, hash: u64) {
+        self.refuse_silently(hash);
+        self.counts.refused += 1;
+    }
+
+    /// Delete the file for `hash`, keeping the byte count.
+    fn refuse_silently(&mut self, hash: u64) {
         let path = self.path(hash);
         if let Ok(m) = fs::metadata(&path) {
             self.bytes = self.bytes.saturating_sub(m.len());
         }
         let _ = fs::remove_file(path);
-        self.counts.refused += 1;
     }
 
     /// Rescan the directory and delete the oldest files (by mtime, then name) until the

@@ -150,6 +150,7 @@ impl Scheduler {
             let Some(env) = disk.read(hash) else { break };
             if !holds_block(&env, hash, b) {
                 disk.refuse(hash);
+                disk.suspect(&chain[*h + 1..]);
                 break;
             }
             match g.import(&env) {
@@ -163,12 +164,14 @@ impl Scheduler {
                 Ok(ids) => {
                     tl_core::release_all(g, ids).map_err(kv_err)?;
                     disk.refuse(hash);
+                    disk.suspect(&chain[*h + 1..]);
                     break;
                 }
                 // The pool is short now: the file is fine, the prefill goes on without it.
                 Err(tl_core::KvError::OutOfBlocks { .. }) => break,
                 Err(_) => {
                     disk.refuse(hash);
+                    disk.suspect(&chain[*h + 1..]);
                     break;
                 }
             }
@@ -529,7 +532,7 @@ impl Scheduler {
                 }
             }
             // On disk too, once (write-through: see disk_cache.rs).
-            if let Some(disk) = self.disk.as_mut().filter(|d| n == 1 && !d.contains(s.chain[k])) {
+            if let Some(disk) = self.disk.as_mut().filter(|d| n == 1 && d.wants(s.chain[k])) {
                 let env = g.export(&s.blocks[k..k + 1]).map_err(kv_err)?;
                 disk.write(s.chain[k], &env);
             }

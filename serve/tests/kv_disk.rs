@@ -50,6 +50,11 @@ fn a_restarted_server_answers_a_long_prompt_without_prefilling_it() {
     assert_eq!(again, cold, "the answer from disk keeps every bit of the cold one");
     assert_eq!(cached, full, "every full block came from disk");
     assert_eq!(prefilled, (n - full) as f64, "only the tail was prefilled");
+    let p = serve(Some(dir.path()));
+    ask(&p);
+    assert_eq!(p.metric("tl_kv_disk_blocks_total{event=\"read\"}"), (full / 16) as f64);
+    assert_eq!(p.metric("tl_kv_disk_blocks_total{event=\"refused\"}"), 0.0);
+    drop(p);
 
     // Damage every file: the next server refuses them all and recomputes.
     for f in std::fs::read_dir(dir.path()).expect("dir").flatten() {
@@ -60,7 +65,15 @@ fn a_restarted_server_answers_a_long_prompt_without_prefilling_it() {
             std::fs::write(b.path(), bytes).expect("write");
         }
     }
-    let (damaged, _, cached, prefilled) = ask(&serve(Some(dir.path())));
+    let p = serve(Some(dir.path()));
+    let (damaged, _, cached, prefilled) = ask(&p);
     assert_eq!(damaged, cold, "a damaged file is never served");
     assert_eq!((cached, prefilled), (0, n as f64), "every damaged block was prefilled again");
+    // The walk stops at the first bad block: one refused; the files after it, unread,
+    // are suspect, and every recomputed block is written over its damaged file.
+    assert_eq!(p.metric("tl_kv_disk_blocks_total{event=\"refused\"}"), 1.0);
+    assert_eq!(p.metric("tl_kv_disk_blocks_total{event=\"written\"}"), (full / 16) as f64);
+    drop(p);
+    let (repaired, _, cached, _) = ask(&serve(Some(dir.path())));
+    assert_eq!((repaired, cached), (cold, full), "the directory was repaired in one run");
 }
