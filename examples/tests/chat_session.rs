@@ -41,6 +41,9 @@ fn reuse(stderr: &str) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// A way to damage a saved session (its JSON path).
+type Spoil = Box<dyn Fn(&Path)>;
+
 fn copy_session(from: &Path, to: &Path) {
     std::fs::copy(from, to).expect("copy json");
     std::fs::copy(from.with_extension("json.kvb"), to.with_extension("json.kvb")).expect("copy kvb");
@@ -69,7 +72,7 @@ fn a_resumed_session_answers_as_one_process_and_reuses_its_kv() {
     assert_eq!(reuse(&err2), vec![both_reuse[1]], "the resumed turn reused as much KV as in one process");
 
     // Bad saved KV: refused, recomputed from the messages, the same answer.
-    let damage: Vec<(&str, Box<dyn Fn(&Path)>)> = vec![
+    let damage: Vec<(&str, Spoil)> = vec![
         (
             "a flipped byte",
             Box::new(|p: &Path| {
