@@ -145,6 +145,12 @@ impl DiskCache {
     /// The file for `hash`, marked as just used (so the bound drops it last), or `None`.
     pub(crate) fn read(&mut self, hash: u64) -> Option<Vec<u8>> {
         let path = self.path(hash);
+        // Never written by this cache (it keeps no file past the bound): not read into
+        // memory at all, however large someone made it.
+        if fs::metadata(&path).ok()?.len() > self.max_bytes {
+            self.refuse(hash);
+            return None;
+        }
         let bytes = fs::read(&path).ok()?;
         if let Ok(f) = fs::File::options().write(true).open(&path) {
             let _ = f.set_modified(SystemTime::now());
