@@ -187,6 +187,15 @@ impl DiskCache {
                 Some((m.modified().unwrap_or(SystemTime::UNIX_EPOCH), e.path(), m.len()))
             })
             .collect();
+        // A file past the whole bound was never written here: refused outright, rather
+        // than pushing out every good file older than it.
+        files.retain(|(_, path, len)| {
+            let foreign = *len > self.max_bytes;
+            if foreign && fs::remove_file(path).is_ok() {
+                self.counts.refused += 1;
+            }
+            !foreign
+        });
         files.sort();
         let mut total: u64 = files.iter().map(|f| f.2).sum();
         let target = if total > self.max_bytes { self.max_bytes - self.max_bytes / 10 } else { self.max_bytes };

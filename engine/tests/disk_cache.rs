@@ -195,6 +195,7 @@ fn bad_files_are_refused_recomputed_and_rewritten() {
         ("another block's file", block2),
         ("a q8 pool's file", q8_block1),
         ("not an envelope", b"hello".repeat(100)),
+        ("larger than the bound", vec![0; (1 << 20) + 1]),
     ];
     for (what, bytes) in cases {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -206,7 +207,7 @@ fn bad_files_are_refused_recomputed_and_rewritten() {
         }
         let bad = block_file(dir.path(), "f16-slab", &p, 1);
         std::fs::write(&bad, &bytes).expect("damage");
-        let e = engine("f16-slab", 64, Some((dir.path(), 1 << 30)));
+        let e = engine("f16-slab", 64, Some((dir.path(), 1 << 20)));
         let (tokens, cached) = answer(&e, &p);
         assert_eq!(cached, B, "{what}: only block 0 was served from disk");
         assert_eq!(tokens, cold.0, "{what}: the answer keeps every bit of a cold run's");
