@@ -272,3 +272,32 @@ fn every_flipped_byte_and_truncation_of_a_disk_file_is_refused() {
         }
     }
 }
+
+/// A model with attention windows (more than one KV layer group) runs without the disk
+/// cache, as documented: the same answer as without it, and nothing written.
+#[test]
+fn a_windowed_model_runs_without_the_disk_cache() {
+    use tl_arch_gemma3 as _;
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-gemma3/tests/fixtures/tiny-gemma3");
+    let start = |disk: Option<&Path>| {
+        let cfg = EngineConfig {
+            max_batch_tokens: 96,
+            threads: 1,
+            kv: KvConfig { block_tokens: B as u32, n_blocks: Some(64), ..KvConfig::default() },
+            ..EngineConfig::default()
+        };
+        let runner = ModelRunner::load(&model, &cfg).expect("load");
+        assert!(runner.kv_layout().n_groups() > 1, "the fixture is windowed");
+        let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
+        let disk_cache =
+            disk.map(|d| DiskCacheConfig { dir: d.to_path_buf(), max_bytes: 1 << 30, fingerprint: "fp_test".into() });
+        Engine::start(runner, tok, EngineOptions { disk_cache, ..Default::default() }).expect("start")
+    };
+    let p = prompt(1);
+    let cold = answer(&start(None), &p);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = start(Some(dir.path()));
+    assert_eq!(answer(&e, &p), cold);
+    assert_eq!(settled(&e, |_| true).disk, Default::default());
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0, "nothing on disk");
+}
