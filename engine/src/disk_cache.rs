@@ -25,7 +25,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::error::EngineError;
+use tl_core::KvBackend;
+
+use crate::error::{kv_err, EngineError};
+use crate::prefix::PartialIndex;
 
 /// Where and how much: the `serve --kv-disk DIR --kv-disk-max-gib N` settings.
 #[derive(Clone, Debug)]
@@ -223,4 +226,56 @@ pub(crate) fn holds_block(env: &[u8], hash: u64, block_tokens: usize) -> bool {
         && u32_at(h) == Some(block_tokens as u32)
         && u32_at(h + 4) == Some(1)
         && u64_at(h + 8) == Some(hash)
+}
+
+/// Extend a prefix hit of `h` blocks with the blocks the disk has of `chain[h..]`,
+/// in order, stopping at the first block it lacks, refuses or the pool cannot hold.
+/// The imported blocks come registered with ref 1, like the hits `prefix::hits` gives,
+/// and indexed in `partial` as the scheduler's own registrations are.
+pub(crate) fn disk_hits(
+    disk: &mut DiskCache,
+    partial: &mut PartialIndex,
+    g: &mut dyn KvBackend,
+    (chain, tokens, b): (&[u64], &[u32], usize),
+    hits: &mut Vec<u32>,
+    h: &mut usize,
+) -> Result<(), EngineError> {
+    while *h < chain.len() {
+        let hash = chain[*h];
+        // A later block may still be in the pool though an earlier one was evicted.
+        if let Some(id) = g.lookup(hash) {
+            hits.push(id);
+            *h += 1;
+            continue;
+        }
+        let Some(env) = disk.read(hash) else { break };
+        if !holds_block(&env, hash, b) {
+            disk.refuse(hash);
+            disk.suspect(&chain[*h + 1..]);
+            break;
+        }
+        match g.import(&env) {
+            Ok(ids) if ids.len() == 1 => {
+                let parent = h.checked_sub(1).map(|p| chain[p]);
+                partial.record(ids[0], parent, hash, &tokens[*h * b..(*h + 1) * b]);
+                hits.extend(ids);
+                disk.counts.read += 1;
+                *h += 1;
+            }
+            Ok(ids) => {
+                tl_core::release_all(g, ids).map_err(kv_err)?;
+                disk.refuse(hash);
+                disk.suspect(&chain[*h + 1..]);
+                break;
+            }
+            // The pool is short now: the file is fine, the prefill goes on without it.
+            Err(tl_core::KvError::OutOfBlocks { .. }) => break,
+            Err(_) => {
+                disk.refuse(hash);
+                disk.suspect(&chain[*h + 1..]);
+                break;
+            }
+        }
+    }
+    Ok(())
 }

@@ -16,7 +16,7 @@ use tl_core::{
     NO_BLOCK,
 };
 
-use crate::disk_cache::{holds_block, DiskCache};
+use crate::disk_cache::{disk_hits, DiskCache};
 use crate::emit::Emitter;
 use crate::error::{kv_err, lock, EngineError};
 use crate::prefix::{self, PartialIndex};
@@ -124,59 +124,6 @@ impl Scheduler {
     /// cache's directory name, since the same tokens have other bits in each.
     pub(crate) fn kv_backend(&self) -> String {
         self.runner.engine().kv.backend.clone()
-    }
-
-    /// Extend a prefix hit of `h` blocks with the blocks the disk has of `chain[h..]`,
-    /// in order, stopping at the first block it lacks, refuses or the pool cannot hold.
-    /// The imported blocks come registered with ref 1, like the hits `prefix::hits` gives.
-    fn disk_hits(
-        &mut self,
-        g: &mut dyn KvBackend,
-        chain: &[u64],
-        tokens: &[u32],
-        hits: &mut Vec<u32>,
-        h: &mut usize,
-    ) -> Result<(), EngineError> {
-        let b = self.lim.block_tokens;
-        let Some(disk) = self.disk.as_mut() else { return Ok(()) };
-        while *h < chain.len() {
-            let hash = chain[*h];
-            // A later block may still be in the pool though an earlier one was evicted.
-            if let Some(id) = g.lookup(hash) {
-                hits.push(id);
-                *h += 1;
-                continue;
-            }
-            let Some(env) = disk.read(hash) else { break };
-            if !holds_block(&env, hash, b) {
-                disk.refuse(hash);
-                disk.suspect(&chain[*h + 1..]);
-                break;
-            }
-            match g.import(&env) {
-                Ok(ids) if ids.len() == 1 => {
-                    let parent = h.checked_sub(1).map(|p| chain[p]);
-                    self.partial.record(ids[0], parent, hash, &tokens[*h * b..(*h + 1) * b]);
-                    hits.extend(ids);
-                    disk.counts.read += 1;
-                    *h += 1;
-                }
-                Ok(ids) => {
-                    tl_core::release_all(g, ids).map_err(kv_err)?;
-                    disk.refuse(hash);
-                    disk.suspect(&chain[*h + 1..]);
-                    break;
-                }
-                // The pool is short now: the file is fine, the prefill goes on without it.
-                Err(tl_core::KvError::OutOfBlocks { .. }) => break,
-                Err(_) => {
-                    disk.refuse(hash);
-                    disk.suspect(&chain[*h + 1..]);
-                    break;
-                }
-            }
-        }
-        Ok(())
     }
 
     pub(crate) fn idle(&self) -> bool {
@@ -336,12 +283,12 @@ impl Scheduler {
                 let max_hit = (len - 1) / b;
                 s.chain_upto(max_hit, b);
                 (hits, h) = prefix::hits(g.as_mut(), &s.chain[..max_hit], &self.lim.layout, b).map_err(kv_err)?;
-                if self.disk.is_some() && h < max_hit {
-                    let (chain, tokens) = (s.chain[..max_hit].to_vec(), s.tokens.clone());
-                    self.disk_hits(g.as_mut(), &chain, &tokens, &mut hits, &mut h)?;
+                // Then on disk, from where the pool's blocks end (disk_cache.rs).
+                if let Some(disk) = self.disk.as_mut().filter(|_| h < max_hit) {
+                    let chain = (&s.chain[..max_hit], &s.tokens[..], b);
+                    disk_hits(disk, &mut self.partial, g.as_mut(), chain, &mut hits, &mut h)?;
                 }
             }
-            let s = &mut self.waiting[w];
             // Below block granularity: a registered child of the last hit that shares
             // the next few tokens lends them (its pages stay held until copied).
             let mut partial: Option<(Vec<u32>, usize)> = None;
