@@ -59,6 +59,19 @@ impl Sequence {
     }
 }
 
+impl Sequence {
+    /// Every token's K/V as one KV envelope (docs/formats/kv-block.md), in block-table
+    /// order: what [`ModelRunner::resume`] takes back (`chat --session`). Refused once a
+    /// windowed page was given back: that K/V is gone, a resume could not rebuild it.
+    pub fn export(&self) -> Result<Vec<u8>, RunnerError> {
+        if self.blocks.contains(&NO_BLOCK) {
+            return Err(RunnerError::Other("the sequence gave windowed KV pages back; its KV is not all there".into()));
+        }
+        let pool = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
+        Ok(pool.export(&self.blocks)?)
+    }
+}
+
 impl Drop for Sequence {
     fn drop(&mut self) {
         if let Ok(mut pool) = self.pool.lock() {
@@ -79,6 +92,41 @@ impl ModelRunner {
             tokens: Vec::new(),
             blocks: Vec::new(),
         }
+    }
+
+    /// A sequence holding `tokens` whose K/V come from `envelope`, a
+    /// [`Sequence::export`] of a sequence of those tokens on this model and KV backend.
+    /// The pool's import checks the envelope (element type, geometry, length, checksum);
+    /// then the pages must be exactly the table of `tokens.len()` positions, each as full
+    /// as those positions fill it. On any error no block stays taken. The tokens must be
+    /// the exported sequence's: the envelope carries no token ids, so the caller keeps
+    /// them beside it (and checks them).
+    pub fn resume(&self, tokens: Vec<u32>, envelope: &[u8]) -> Result<Sequence, RunnerError> {
+        let mut seq = self.sequence();
+        seq.blocks =
+            self.pool().lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?.import(envelope)?;
+        // From here a failure drops `seq`, which gives the imported blocks back.
+        let (b, n, len) = (self.block_tokens().max(1), self.kv_layout().n_groups(), tokens.len());
+        if seq.blocks.len() != self.table_len(len) {
+            return Err(RunnerError::Other(format!(
+                "the saved KV holds {} pages; {len} tokens need {}",
+                seq.blocks.len(),
+                self.table_len(len)
+            )));
+        }
+        {
+            let pool = self.pool();
+            let pool = pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
+            for (i, &id) in seq.blocks.iter().enumerate() {
+                let want = (len - (i / n) * b).min(b) as u32;
+                let fill = pool.fill(id)?;
+                if fill != want {
+                    return Err(RunnerError::Other(format!("saved KV page {i} holds {fill} positions, not {want}")));
+                }
+            }
+        }
+        seq.tokens = tokens;
+        Ok(seq)
     }
 
     /// Append `tokens` to `seq`, running them in steps of at most `prefill_chunk`

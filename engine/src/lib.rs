@@ -14,6 +14,7 @@
 //! sequence's tokens or logprobs: see docs/serving.md.
 #![deny(missing_docs)]
 
+mod disk_cache;
 mod draft;
 mod emit;
 mod error;
@@ -33,6 +34,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use disk_cache::{DiskCacheConfig, DiskCounts};
 pub use error::EngineError;
 pub use fingerprint::fingerprint;
 pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
@@ -98,6 +100,10 @@ pub struct EngineOptions {
     /// Drafts join a step only while it holds fewer rows than this; 0 means
     /// [`SPEC_STEP_ROWS`]. (`usize::MAX`: always, as tests of drafting under load want.)
     pub spec_step_rows: usize,
+    /// Keep full prefix blocks on disk too (disk_cache.rs), so they are found again after
+    /// an eviction or a restart. Only for models of one KV layer group (no attention
+    /// windows); a windowed model runs without it.
+    pub disk_cache: Option<DiskCacheConfig>,
 }
 
 /// Counters and gauges the engine thread publishes after every step.
@@ -121,6 +127,8 @@ pub(crate) struct Shared {
     stopped: AtomicBool,
     /// P/D: finished prefills' KV waiting for a decode server.
     leases: pd::Leases,
+    /// The disk cache's counters, as of the last step.
+    disk: Mutex<DiskCounts>,
 }
 
 /// A snapshot of the engine's figures.
@@ -156,6 +164,8 @@ pub struct Stats {
     pub draft_accepted: usize,
     /// The engine thread has exited.
     pub stopped: bool,
+    /// The disk cache's counters (all 0 without one).
+    pub disk: DiskCounts,
 }
 
 /// Fixed facts about the loaded engine.
@@ -246,6 +256,9 @@ impl Engine {
         let grammars = GrammarCompiler::new(Arc::clone(&tok), info.vocab_size, eos);
         let pool = runner.pool();
         let mut sched = Scheduler::new(runner, draft, tok, Arc::clone(&shared), opts.observer, n_blocks);
+        if let Some(cfg) = opts.disk_cache.as_ref().filter(|_| info.kv_groups == 1) {
+            sched.disk = Some(disk_cache::DiskCache::open(cfg, &sched.kv_backend())?);
+        }
         if opts.spec_step_rows > 0 {
             sched.spec.step_rows = opts.spec_step_rows;
         }
@@ -398,6 +411,7 @@ impl Engine {
             draft_tokens: l(&s.draft_proposed),
             draft_accepted: l(&s.draft_accepted),
             stopped: s.stopped.load(Ordering::SeqCst),
+            disk: s.disk.lock().map(|d| *d).unwrap_or_default(),
         }
     }
 

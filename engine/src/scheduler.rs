@@ -16,6 +16,7 @@ use tl_core::{
     NO_BLOCK,
 };
 
+use crate::disk_cache::{disk_hits, DiskCache};
 use crate::emit::Emitter;
 use crate::error::{kv_err, lock, EngineError};
 use crate::prefix::{self, PartialIndex};
@@ -78,6 +79,8 @@ pub(crate) struct Scheduler {
     observer: Option<Arc<dyn Observer>>,
     /// Registered blocks by id, for reuse below block granularity.
     partial: PartialIndex,
+    /// Full blocks on disk (disk_cache.rs); only for one KV layer group.
+    pub(crate) disk: Option<DiskCache>,
 }
 
 impl Scheduler {
@@ -113,7 +116,14 @@ impl Scheduler {
             shared,
             observer,
             partial: PartialIndex::new(n_blocks),
+            disk: None,
         }
+    }
+
+    /// The KV backend's registered name (`"f16-slab"`, `"q8-slab"`): part of the disk
+    /// cache's directory name, since the same tokens have other bits in each.
+    pub(crate) fn kv_backend(&self) -> String {
+        self.runner.engine().kv.backend.clone()
     }
 
     pub(crate) fn idle(&self) -> bool {
@@ -273,6 +283,11 @@ impl Scheduler {
                 let max_hit = (len - 1) / b;
                 s.chain_upto(max_hit, b);
                 (hits, h) = prefix::hits(g.as_mut(), &s.chain[..max_hit], &self.lim.layout, b).map_err(kv_err)?;
+                // Then on disk, from where the pool's blocks end (disk_cache.rs).
+                if let Some(disk) = self.disk.as_mut().filter(|_| h < max_hit) {
+                    let chain = (&s.chain[..max_hit], &s.tokens[..], b);
+                    disk_hits(disk, &mut self.partial, g.as_mut(), chain, &mut hits, &mut h)?;
+                }
             }
             // Below block granularity: a registered child of the last hit that shares
             // the next few tokens lends them (its pages stay held until copied).
@@ -463,6 +478,11 @@ impl Scheduler {
                     g.register(id, tl_kv::group_hash(s.chain[k], j)).map_err(kv_err)?;
                 }
             }
+            // On disk too, once (write-through: see disk_cache.rs).
+            if let Some(disk) = self.disk.as_mut().filter(|d| n == 1 && d.wants(s.chain[k])) {
+                let env = g.export(&s.blocks[k..k + 1]).map_err(kv_err)?;
+                disk.write(s.chain[k], &env);
+            }
             // Indexed below block granularity too (prefix.rs), by group 0's page.
             let parent = k.checked_sub(1).map(|p| s.chain[p]);
             if s.blocks[k * n] != NO_BLOCK {
@@ -528,6 +548,9 @@ impl Scheduler {
         sh.kv_free.store(g.n_free(), Ordering::Relaxed);
         sh.kv_cached.store(g.n_cached(), Ordering::Relaxed);
         sh.kv_in_use.store(g.n_in_use(), Ordering::Relaxed);
+        if let (Some(d), Ok(mut to)) = (&self.disk, sh.disk.lock()) {
+            *to = d.counts;
+        }
         Ok(())
     }
 }

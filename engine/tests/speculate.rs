@@ -48,7 +48,8 @@ fn with_draft(
     max_batch_tokens: usize,
     speculate: Option<Speculation>,
 ) -> Result<Engine, EngineError> {
-    let opts = EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX };
+    let opts =
+        EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX, disk_cache: None };
     start(model, draft, config(n_blocks, max_batch_tokens), opts)
 }
 
@@ -197,7 +198,13 @@ fn tiny_speculation_changes_nothing_with_a_q8_cache() {
     let reqs: Vec<Request> = prompts().iter().enumerate().flat_map(|(i, p)| variants(p, i)).collect();
     let mut cfg = config(512, 96);
     cfg.kv.backend = "q8-slab".into();
-    let opts = |speculate| EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX };
+    let opts = |speculate| EngineOptions {
+        max_queue: 256,
+        observer: None,
+        speculate,
+        spec_step_rows: usize::MAX,
+        disk_cache: None,
+    };
     let off = run_alone(&start(&tiny(), None, cfg.clone(), opts(None)).expect("start"), &reqs);
     let e = start(&tiny(), None, cfg, opts(Some(NGRAM))).expect("start");
     let on = run_alone(&e, &reqs);
@@ -241,7 +248,13 @@ fn drafts_join_only_steps_below_spec_step_rows() {
     let reqs: Vec<Request> = prompts().iter().enumerate().flat_map(|(i, p)| variants(p, i)).collect();
     let off = run_alone(&engine(&tiny(), 512, 96, None), &reqs);
     let bounded = |rows: usize| {
-        let opts = EngineOptions { max_queue: 256, observer: None, speculate: Some(NGRAM), spec_step_rows: rows };
+        let opts = EngineOptions {
+            max_queue: 256,
+            observer: None,
+            speculate: Some(NGRAM),
+            spec_step_rows: rows,
+            disk_cache: None,
+        };
         start(&tiny(), None, config(512, 96), opts).expect("start")
     };
     let e = bounded(1);

@@ -16,6 +16,8 @@ use tl_arch_qwen3_moe as _;
 use tl_kv as _;
 use tl_sampling as _;
 
+pub mod session;
+
 use std::path::Path;
 use std::process::ExitCode;
 

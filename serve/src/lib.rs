@@ -47,7 +47,7 @@ pub mod verify;
 use std::future::Future;
 use std::sync::Arc;
 
-pub use options::{Limits, Options, ServeError};
+pub use options::{KvDisk, Limits, Options, ServeError};
 pub use prompt::FALLBACK_TEMPLATE;
 pub use routes::router;
 pub use state::AppState;

@@ -122,6 +122,14 @@ struct Cli {
     /// `reasoning_content`) or none (left in the answer).
     #[arg(long, default_value = "deepseek")]
     reasoning_format: tl_serve::reasoning::ReasoningFormat,
+    /// Keep full prompt-prefix KV blocks in this directory too (one subdirectory per
+    /// model fingerprint and KV element type), so they are found again after an eviction
+    /// or a restart. Bad files are refused and recomputed.
+    #[arg(long)]
+    kv_disk: Option<PathBuf>,
+    /// The most GiB of block files --kv-disk keeps for this model (oldest out first).
+    #[arg(long, default_value_t = 4.0)]
+    kv_disk_max_gib: f64,
 }
 
 /// SIGTERM and SIGINT, registered when made: before the server says it is listening, so
@@ -208,6 +216,10 @@ fn run(cli: Cli) -> Result<(), String> {
         draft_model,
         spec_step_rows: cli.spec_step_rows,
         reasoning_format: cli.reasoning_format,
+        kv_disk: cli.kv_disk.clone().map(|dir| tl_serve::KvDisk {
+            dir,
+            max_bytes: (cli.kv_disk_max_gib.max(0.0) * (1u64 << 30) as f64) as u64,
+        }),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -20,6 +20,13 @@ pub struct BlockState {
     pub state: String,
 }
 
+/// What the disk prompt cache did with a block (`--kv-disk`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DiskEvent {
+    /// written, read, refused (a bad file, deleted and recomputed) or dropped (the bound).
+    pub event: String,
+}
+
 /// A response status label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Status {
@@ -36,6 +43,7 @@ pub struct Metrics {
     running: Gauge,
     kv: Family<BlockState, Gauge>,
     prefix_hits: Counter,
+    kv_disk: Family<DiskEvent, Counter>,
     preemptions: Counter,
     generated: Counter,
     cancelled: Counter,
@@ -71,6 +79,7 @@ impl Metrics {
             running: Gauge::default(),
             kv: Family::default(),
             prefix_hits: Counter::default(),
+            kv_disk: Family::default(),
             preemptions: Counter::default(),
             generated: Counter::default(),
             cancelled: Counter::default(),
@@ -96,6 +105,7 @@ impl Metrics {
             "Prompt tokens served from the prefix cache",
             m.prefix_hits.clone(),
         );
+        registry.register("kv_disk_blocks", "KV blocks the disk prompt cache handled, by event", m.kv_disk.clone());
         registry.register("preemptions", "Sequences preempted to free KV blocks", m.preemptions.clone());
         registry.register("generated_tokens", "Tokens generated", m.generated.clone());
         registry.register("cancelled_sequences", "Sequences dropped because the client left", m.cancelled.clone());
@@ -138,6 +148,15 @@ impl Metrics {
             let d = |now: usize, then: usize| now.saturating_sub(then) as u64;
             self.prefix_hits.inc_by(d(stats.prefix_hit_tokens, last.prefix_hit_tokens));
             self.preemptions.inc_by(d(stats.preemptions, last.preemptions));
+            let (now, then) = (stats.disk, last.disk);
+            for (event, n, was) in [
+                ("written", now.written, then.written),
+                ("read", now.read, then.read),
+                ("refused", now.refused, then.refused),
+                ("dropped", now.dropped, then.dropped),
+            ] {
+                self.kv_disk.get_or_create(&DiskEvent { event: event.into() }).inc_by(d(n, was));
+            }
             self.generated.inc_by(d(stats.generated_tokens, last.generated_tokens));
             self.cancelled.inc_by(d(stats.cancelled, last.cancelled));
             self.draft.inc_by(d(stats.draft_tokens, last.draft_tokens));

@@ -63,6 +63,18 @@ pub struct Options {
     pub spec_step_rows: usize,
     /// How a thinking model's reasoning is returned (`--reasoning-format`).
     pub reasoning_format: ReasoningFormat,
+    /// Prompt caches on disk (`--kv-disk DIR --kv-disk-max-gib N`): full prefix blocks
+    /// kept under DIR, by fingerprint, found again after an eviction or a restart.
+    pub kv_disk: Option<KvDisk>,
+}
+
+/// Where the disk cache keeps blocks and how much it may keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvDisk {
+    /// The root directory (one subdirectory per fingerprint and KV element type).
+    pub dir: PathBuf,
+    /// The bound on this model's files, in bytes.
+    pub max_bytes: u64,
 }
 
 /// Limits against slow, stuck or oversized clients; all on by default

@@ -82,6 +82,11 @@ impl AppState {
                 observer: Some(observer),
                 speculate: opts.speculate,
                 spec_step_rows: opts.spec_step_rows,
+                disk_cache: opts.kv_disk.as_ref().map(|d| tl_engine::DiskCacheConfig {
+                    dir: d.dir.clone(),
+                    max_bytes: d.max_bytes,
+                    fingerprint: fingerprint.clone(),
+                }),
             },
         )?;
         let model_id = opts.model_name.clone().unwrap_or_else(|| {

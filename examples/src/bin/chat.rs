@@ -5,6 +5,12 @@
 //! ends the conversation. The conversation stays in the KV cache between turns: each
 //! turn renders the whole conversation with the template, keeps the cached tokens it
 //! shares with that rendering, and prefills only the rest (the new turn).
+//!
+//! `--session FILE` saves the conversation and its KV after every turn and resumes them
+//! when FILE exists (tl_examples::session): the resumed conversation is not prefilled
+//! again. A session KV that fails a check (another model, a damaged or mismatched
+//! `.kvb`) is refused and the conversation recomputed from its messages. Sampling
+//! starts a fresh stream of `--seed` in each process.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -14,7 +20,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Parser;
 use tl_core::{registry, ChatTemplate, Message, Tokenizer};
-use tl_examples::{fail, parse_or_exit, EngineArgs, SamplingArgs};
+use tl_examples::{fail, parse_or_exit, session, EngineArgs, SamplingArgs};
 
 /// Chat with a tl model.
 #[derive(Parser, Debug)]
@@ -31,6 +37,9 @@ struct Cli {
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// Save the conversation and its KV here after every turn, and resume from it.
+    #[arg(long)]
+    session: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -54,6 +63,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let opening: Vec<Message> = cli.system.iter().map(|s| Message::new("system", s.as_str())).collect();
     let mut messages = opening.clone();
     let mut seq = runner.sequence();
+    // Another model, weight mode or KV element type has other K/V for the same ids.
+    let model_key = match &cli.session {
+        Some(_) => format!("{}-{}", tl_engine::fingerprint(&cli.model, runner.engine())?, runner.engine().kv.backend),
+        None => String::new(),
+    };
+    if let Some(resumed) = cli.session.as_deref().map(|p| session::load(p, &model_key)).transpose()?.flatten() {
+        messages = resumed.messages;
+        match resumed.kv.and_then(|(tokens, env)| runner.resume(tokens, &env).map_err(|e| e.to_string())) {
+            Ok(s) => {
+                eprintln!("[resumed {} messages, {} cached tokens]", messages.len(), s.tokens().len());
+                seq = s;
+            }
+            Err(why) => {
+                eprintln!("[resumed {} messages; the saved KV was refused ({why}): recomputing]", messages.len())
+            }
+        }
+    }
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     loop {
@@ -108,6 +134,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             rate(answer.len(), t1.elapsed())
         );
         messages.push(Message::new("assistant", tok.decode(&answer)?));
+        if let Some(path) = &cli.session {
+            if let Err(e) = session::save(path, &model_key, &messages, &seq) {
+                eprintln!("[session not saved: {e:#}]");
+            }
+        }
     }
     Ok(())
 }

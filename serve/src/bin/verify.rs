@@ -185,6 +185,7 @@ fn replay(cli: &Cli, weights: Weights, file: &PathBuf) -> Result<bool, String> {
         draft_model: None,
         spec_step_rows: 0,
         reasoning_format: Default::default(),
+        kv_disk: None,
     };
     let out = r.run(file, opts).map_err(|e| e.to_string())?;
     match &out.diff {
