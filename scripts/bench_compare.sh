@@ -50,6 +50,8 @@
 #             another commit's target/release): used as they are, nothing is built;
 #             TL_COMMIT names their commit in the table
 #   TL_CACHE  cache directory (default ~/.cache/tl)
+#   KV        tl's --kv backend (default f16-slab; q8-slab beside llama-bench's
+#             LLAMA_BENCH_ARGS="-fa 1 -ctk q8_0 -ctv q8_0")
 #   ACTIVATIONS  tl's --activations: exact (default) or q8 (int8 rows; docs/spec/numbers.md),
 #             or exact,q8: both, back to back beside the same llama.cpp run (a second table
 #             gives the q8 rows against it and the exact ratios beside them)
@@ -286,10 +288,10 @@ activations = [a.strip() for a in (env.get("ACTIVATIONS") or "exact").split(",")
 def tl(row, rnd, threads, model, weights, act):
     cmd = [f"{tl_bin}/bench", "--model", model, "--weights", weights, "--threads", str(threads),
            "--prompt-tokens", str(prompt), "--decode-tokens", str(gen), "--repeats", str(repeats),
-           "--batch", env["BATCH"], "--activations", act, "--json-only"]
+           "--batch", env["BATCH"], "--activations", act, "--kv", env.get("KV") or "f16-slab", "--json-only"]
     rc, out, err, rss, load, steal = spawn(cmd)
     tag = {"config": row, "round": rnd, "commit": env.get("TL_COMMIT"), "load_before": load,
-           "steal_pct": steal, "activations": act}
+           "steal_pct": steal, "activations": act, "kv": env.get("KV") or "f16-slab"}
     if rc != 0:
         print(f"bench_compare: tl bench {row} failed: {last_line(err)}", file=sys.stderr)
         record({"tool": "tl", **tag, "error": last_line(err), "cmd": cmd})
@@ -418,7 +420,7 @@ lines = [
     f"median of {repeats} repeats" + (f", median over {rounds} rounds (a ratio is the median "
                                       "of each round's, the two tools running back to back)"
                                       if rounds > 1 else "")
-    + f"; tl {env.get('TL_COMMIT')}; 1-minute load average before the runs "
+    + f"; tl {env.get('TL_COMMIT')} (--kv {env.get('KV') or 'f16-slab'}); 1-minute load average before the runs "
     f"{min(loads):.1f} .. {max(loads):.1f}",
 ]
 if steals:
