@@ -125,10 +125,13 @@ fn unknown_type_name(id: u32) -> String {
     format!("{name} (type id {id})")
 }
 
+/// One tensor-table entry: name, GGML type id, data offset.
+type TensorType = (String, u32, usize);
+
 /// Walk the header by hand: each tensor's name, type id and the offset of its type field,
 /// and where the tensor table ends. Only runs when Candle's reader failed (a type id it
 /// does not know), to read [`PATCHED`] types or to name the tensor in the error.
-fn tensor_types(buf: &[u8]) -> Option<(Vec<(String, u32, usize)>, usize)> {
+fn tensor_types(buf: &[u8]) -> Option<(Vec<TensorType>, usize)> {
     struct R<'a>(&'a [u8], usize);
     impl R<'_> {
         fn take(&mut self, n: usize) -> Option<&[u8]> {

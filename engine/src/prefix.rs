@@ -52,7 +52,7 @@ impl PartialIndex {
             .map(|e| (e.hash, e.tokens.iter().zip(want).take_while(|(a, b)| a == b).count()))
             .filter(|&(_, n)| n > 0)
             .collect();
-        out.sort_by(|a, b| b.1.cmp(&a.1));
+        out.sort_by_key(|b| std::cmp::Reverse(b.1));
         out
     }
 }

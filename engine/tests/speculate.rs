@@ -67,9 +67,12 @@ fn fixture(name: &str) -> std::path::PathBuf {
 
 /// Everything a sequence returned, logprobs as bits; usage without `cached_tokens`
 /// (which varies by design).
+/// A token, its logprob bits and its top alternatives (id, logprob bits).
+type Token = (u32, u64, Vec<(u32, u64)>);
+
 #[derive(Debug, PartialEq, Clone)]
 struct Out {
-    tokens: Vec<(u32, u64, Vec<(u32, u64)>)>,
+    tokens: Vec<Token>,
     text: String,
     finish: FinishReason,
     usage: (usize, usize),

@@ -79,8 +79,11 @@ fn run(l: &Linear, path: Path, x: &[f32], m: usize) -> Vec<f32> {
     y
 }
 
-/// The records of quant/tests/data/gguf_blocks.bin: (type name, rows, cols, bytes, values).
-fn golden() -> Vec<(String, usize, usize, Vec<u8>, Vec<f32>)> {
+/// One record: (type name, rows, cols, bytes, values).
+type Record = (String, usize, usize, Vec<u8>, Vec<f32>);
+
+/// The records of quant/tests/data/gguf_blocks.bin.
+fn golden() -> Vec<Record> {
     let data = include_bytes!("data/gguf_blocks.bin");
     let (mut at, mut v) = (0, Vec::new());
     let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;

@@ -28,7 +28,7 @@ fn answer(s: &Server, b: &Value) -> Value {
 }
 
 /// Greedy tokens of the prompt (byte ids), computed by the runner without the server.
-fn greedy_direct(model: &PathBuf, steps: usize) -> Vec<u32> {
+fn greedy_direct(model: &std::path::Path, steps: usize) -> Vec<u32> {
     let mut r = ModelRunner::load(model, &EngineConfig::default()).expect("load");
     let mut seq = r.sequence();
     let mut logits = r.feed(&mut seq, &PROMPT.bytes().map(u32::from).collect::<Vec<_>>()).expect("prefill");

@@ -55,7 +55,7 @@ pub fn random_tensor(name: &str, shape: &[usize], t: &str, rng: &mut Lcg) -> T {
     for blk in data.chunks_exact_mut(bb) {
         for (i, &a) in at.iter().enumerate() {
             // d of either sign; dmin / m positive (llama.cpp's mins are offsets below 0).
-            let v = scale * (0.5 + rng.f().abs()) * if i == 0 && rng.next() % 2 == 0 { -1.0 } else { 1.0 };
+            let v = scale * (0.5 + rng.f().abs()) * if i == 0 && rng.next().is_multiple_of(2) { -1.0 } else { 1.0 };
             blk[a..a + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
         }
     }

@@ -163,7 +163,7 @@ fn activations(cli: &Cli) -> Result<tl_core::Activations, String> {
     cli.activations.parse().map_err(|e| format!("--{e}"))
 }
 
-fn replay(cli: &Cli, weights: Weights, file: &PathBuf) -> Result<bool, String> {
+fn replay(cli: &Cli, weights: Weights, file: &std::path::Path) -> Result<bool, String> {
     let r = Replay::open(file).map_err(|e| e.to_string())?;
     let opts = tl_serve::Options {
         model: cli.model.clone(),
