@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use crate::blocks::{self, Layout};
 use crate::format::Blk;
-use crate::int8::{block_bytes, weights_per_block, Cols, IntJob, KINDS};
+use crate::int8_job::{block_bytes, kind_index, weights_per_block, Cols, IntJob, KINDS};
 use crate::pack::{Kind, QK};
 use crate::simd::NR;
 
@@ -21,7 +21,7 @@ const MR: usize = 2;
 /// The task's panel `p` (its columns in `cols`), every row.
 pub(crate) unsafe fn panel(j: &IntJob<'_>, panel: &[u8], m: usize, cols: Cols, p: usize) {
     let panel = panel.as_ptr();
-    match crate::int8::kind_index(j.kind) {
+    match kind_index(j.kind) {
         Some(0) => panel_of::<0>(j, panel, m, cols, p),
         Some(1) => panel_of::<1>(j, panel, m, cols, p),
         Some(2) => panel_of::<2>(j, panel, m, cols, p),

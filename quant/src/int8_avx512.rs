@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use crate::blocks::{self, Layout};
 use crate::format::Blk;
-use crate::int8::{block_bytes, weights_per_block, Cols, IntJob, KINDS};
+use crate::int8_job::{block_bytes, kind_index, weights_per_block, Cols, IntJob, KINDS};
 use crate::pack::{Kind, QK};
 use crate::simd::NR;
 
@@ -22,7 +22,7 @@ const MR: usize = 4;
 /// `NP` panels, every row.
 pub(crate) unsafe fn panels<const NP: usize>(j: &IntJob<'_>, panels: [&[u8]; NP], m: usize, cols: Cols) {
     let ptrs = panels.map(|p| p.as_ptr());
-    match crate::int8::kind_index(j.kind) {
+    match kind_index(j.kind) {
         Some(0) => panels_of::<NP, 0>(j, ptrs, m, cols),
         Some(1) => panels_of::<NP, 1>(j, ptrs, m, cols),
         Some(2) => panels_of::<NP, 2>(j, ptrs, m, cols),

@@ -30,6 +30,7 @@ mod int8;
 mod int8_avx2;
 #[cfg(target_arch = "x86_64")]
 mod int8_avx512;
+mod int8_job;
 mod kernel;
 mod linear;
 mod matmul;
