@@ -35,8 +35,6 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 use tl_core::{ForwardBatch, KvElem, KvSlabs, ModelError, Q8Slab};
 
-// The K/V write lives beside the row reads (kv_rows.rs); callers keep this path.
-pub use crate::kv_rows::write_kv;
 use crate::kv_rows::Rows;
 use crate::lanes::{exp, simd_entry, st_part, Isa, Path, W};
 use crate::plan::Plan;

@@ -9,7 +9,8 @@
 use tl_core::ModelError;
 use tl_quant::Linear;
 
-use crate::attention::{attention_sinks, write_kv, Attn};
+use crate::attention::{attention_sinks, Attn};
+use crate::kv_write::write_kv;
 use crate::moe::Moe;
 use crate::proj::{f32_bytes, grow, linear, Proj};
 use crate::rowops::{clamped_swiglu, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, swiglu};

@@ -1,7 +1,7 @@
 //! How attention reads a row (one KV head's key or value at one slot) of a slab, for each
 //! element type the pool may store ([`tl_core::KvElem`]): f16 values widened (F16C on the
-//! SIMD paths), or q8 codes widened and multiplied by the row's f16 scale; and how
-//! [`write_kv`] stores a row: narrowed to f16, or quantized once ([`quantize_q8`]).
+//! SIMD paths), or q8 codes widened and multiplied by the row's f16 scale; and how a row
+//! is stored ([`crate::kv_write`]): narrowed to f16, or quantized once ([`quantize_q8`]).
 //!
 //! Either way a loaded lane holds the stored value exactly: an f16 widens exactly, and a
 //! q8 value `code * scale` has at most 8 + 11 significant bits, so the f32 product is
@@ -10,10 +10,9 @@
 //! and thread count. It also equals attention over a dequantized f32 copy of the rows,
 //! which is never made: the cache is read in place.
 
-use tl_core::{quantize_q8, KvElem, KvSlabs, ModelError, Q8Slab, Q8SlabMut};
+use tl_core::{quantize_q8, Q8Slab, Q8SlabMut};
 use tl_quant::f32_to_f16;
 
-use crate::attention::{sized, Attn, Step};
 use crate::lanes::{ld_h_part, simd_entry, Isa, W};
 
 /// One slab as the kernel reads it: rows of `d` values at row index `h * B + slot`.
@@ -105,7 +104,7 @@ pub fn widen(h: u16) -> f32 {
 /// Quantize `src` `(n_kv_heads * d,)` (one token's keys or values) into `slot` of a q8
 /// slab of `b` slots: head `h`'s row `h * b + slot` ([`quantize_q8`]'s rule, per row, so
 /// what a position holds never depends on what else shares its step).
-fn write_q8_rows(src: &[f32], slab: &mut Q8SlabMut<'_>, (b, slot, d): (usize, usize, usize)) {
+pub(crate) fn write_q8_rows(src: &[f32], slab: &mut Q8SlabMut<'_>, (b, slot, d): (usize, usize, usize)) {
     for (h, row) in src.chunks_exact(d).enumerate() {
         let r = h * b + slot;
         slab.scales[r] = quantize_q8(row, &mut slab.codes[r * d..(r + 1) * d]);
@@ -131,45 +130,3 @@ simd_entry!(
     #[doc(hidden)]
     pub fn narrow_f16 => narrow_impl(src: &[f32], dst: &mut [u16])
 );
-
-/// Write each token's K and V of `layer` into its sequence's blocks as f16, or quantized
-/// per row on a q8 pool ([`tl_core::quantize_q8`]): position j goes to block
-/// `blocks[j / B]`, slot `j % B`, head g at row `g * B + slot`. `qkv` is
-/// `(N, H*D + 2*H_kv*D)`: the keys at column `H*D`, the values at `H*D + H_kv*D`
-/// (after RoPE and any k norm).
-pub fn write_kv(step: &Step<'_>, kv: &mut dyn KvSlabs, layer: u32, attn: &Attn, qkv: &[f32]) -> Result<(), ModelError> {
-    attn.check(&kv.geometry())?;
-    let Step { path, batch, plan } = *step;
-    let (stride, k_col) = (attn.qkv_width(), attn.heads * attn.head_dim);
-    let v_col = k_col + attn.kv_heads * attn.head_dim;
-    let g = kv.geometry();
-    let (b, d) = (g.block_tokens as usize, g.head_dim as usize);
-    let width = g.n_kv_heads as usize * d;
-    let (slab_len, elem) = (g.slab_elems().unwrap_or(0), kv.elem());
-    if k_col.max(v_col) + width > stride || qkv.len() < plan.pos.len() * stride {
-        return Err(ModelError::Other("write_kv: keys or values outside the qkv rows".into()));
-    }
-    let (group, layer) = plan.slot(layer)?;
-    for (t, (&s, &p)) in plan.seq_of.iter().zip(&plan.pos).enumerate() {
-        // Layer `layer` of the model is slab `layer` (its index in its group) of the
-        // group's page in row p / B.
-        let (id, slot) = (batch.seqs[s].blocks[p / b * plan.groups + group], p % b);
-        for (col, is_v) in [(k_col, false), (v_col, true)] {
-            let src = &qkv[t * stride + col..t * stride + col + width];
-            if elem == KvElem::Q8 {
-                let mut slab = kv.q8_slab_mut(id, layer, is_v)?;
-                sized(id, slab.codes.len(), slab_len)?;
-                sized(id, slab.scales.len(), slab_len / d)?;
-                write_q8_rows(src, &mut slab, (b, slot, d));
-                continue;
-            }
-            let slab = kv.slab_mut(id, layer, is_v)?;
-            sized(id, slab.len(), slab_len)?;
-            for (h, row) in src.chunks_exact(d).enumerate() {
-                let off = g.offset(h, slot);
-                narrow_f16(path, row, &mut slab[off..off + d]);
-            }
-        }
-    }
-    Ok(())
-}

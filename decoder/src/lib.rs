@@ -51,6 +51,7 @@ pub mod fields;
 pub mod gguf;
 mod head;
 mod kv_rows;
+mod kv_write;
 mod lanes;
 mod moe;
 mod plan;
@@ -68,7 +69,7 @@ pub use blocks::{
 };
 pub use config::{global_layers, layer_types, sliding_window, DecoderConfig, LayerAttn, Variant};
 pub use head::{embed, LmHead};
-pub use kv_rows::write_kv;
+pub use kv_write::write_kv;
 pub use lanes::Path;
 pub use moe::{Moe, MoeBuffers, MoeSpec, Routing};
 pub use plan::{Plan, StepShape};

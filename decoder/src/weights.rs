@@ -114,7 +114,7 @@ fn matrix(store: &dyn WeightStore, name: &str, out: usize, inp: usize, native: b
 /// (`EngineConfig.weights`): projections native, widened to f32 or int4 (an int4
 /// checkpoint's own group wins), the embedding and LM head never int4, vectors (norms,
 /// biases) as f32. A family's loader fetches its own tensors with it (Gemma's four norms
-/// per layer, Qwen3's q/k norms) exactly as [`load`] fetches Llama's.
+/// per layer, Qwen3's q/k norms) exactly as `load` fetches Llama's.
 pub struct Loader<'a> {
     store: &'a dyn WeightStore,
     fmt: ProjFormat,
