@@ -99,12 +99,14 @@ fn text_parts(v: &Value, at: &str) -> Result<String, ApiError> {
                     (Some(t @ ("input_image" | "input_file" | "input_audio")), _) => {
                         return Err(bad(at, format!("{at}[{j}]: {t} is not supported (tl serves text models)")))
                     }
-                    _ => return Err(bad(
-                        at,
-                        format!(
+                    _ => {
+                        return Err(bad(
+                            at,
+                            format!(
                             "{at}[{j}] must be a {{\"type\": \"input_text\" | \"output_text\", \"text\": ...}} part"
                         ),
-                    )),
+                        ))
+                    }
                 }
             }
             Ok(out)
