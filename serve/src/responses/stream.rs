@@ -47,6 +47,9 @@ struct Writer {
     /// With tools: the output so far, and what has gone out of it.
     text: String,
     sent: tools::Sent,
+    /// The status an item gets when it closes: `incomplete` for the last one when
+    /// `max_output_tokens` cut the answer (as OpenAI marks it).
+    item_status: &'static str,
 }
 
 impl Writer {
@@ -84,7 +87,7 @@ impl Writer {
                 item["arguments"] = json!(text);
             }
         }
-        item["status"] = json!("completed");
+        item["status"] = json!(self.item_status);
         self.emit("response.output_item.done", json!({"output_index": i, "item": item}));
         self.output.push(item);
     }
@@ -169,8 +172,11 @@ impl Writer {
 
     /// The last events; the final response (stored unless `store: false`).
     fn finish(&mut self, finish: FinishReason, usage: &tl_engine::Usage) -> Value {
-        self.close();
         let cut = finish == FinishReason::Length;
+        if cut {
+            self.item_status = "incomplete";
+        }
+        self.close();
         let r = self.a.response(&self.output, Some(cut), Some(usage));
         let output = std::mem::take(&mut self.output);
         self.a.keep(&output, &r);
@@ -269,6 +275,7 @@ fn writer(a: Answer) -> Writer {
         split,
         text: String::new(),
         sent: tools::Sent::default(),
+        item_status: "completed",
     }
 }
 
