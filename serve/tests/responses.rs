@@ -228,6 +228,45 @@ fn a_seeded_response_is_the_same_twice_streamed_and_as_its_chat_completion() {
     s.assert_pool_clean();
 }
 
+/// The determinism promise under load: the seeded request's output alone equals its
+/// output while other requests (other seeds, streamed ones, chat) share the batch.
+#[test]
+fn a_seeded_response_is_the_same_alone_and_in_a_busy_batch() {
+    let s = tiny_server();
+    let (r, _) = pair(21, 32);
+    let alone = strip(&ok(s.post("/v1/responses", &r)));
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+    let addr = s.addr;
+    let handles: Vec<_> = (0..6)
+        .map(|i| {
+            let barrier = std::sync::Arc::clone(&barrier);
+            let (mut body, chat) = pair(if i % 2 == 0 { 21 } else { 100 + i }, 32);
+            let path = if i == 5 { "/v1/chat/completions" } else { "/v1/responses" };
+            if i == 3 {
+                body["stream"] = json!(true);
+            }
+            let body = if i == 5 { chat } else { body };
+            std::thread::spawn(move || {
+                barrier.wait();
+                (i, request(addr, "POST", path, body.to_string().as_bytes(), &[]))
+            })
+        })
+        .collect();
+    for h in handles {
+        let (i, r) = h.join().expect("thread");
+        match i {
+            0 | 2 | 4 => assert_eq!(strip(&ok(r)), alone, "request {i} under load"),
+            3 => {
+                fold(&events(&r));
+            }
+            _ => {
+                ok(r);
+            }
+        }
+    }
+    s.assert_pool_clean();
+}
+
 #[test]
 fn previous_response_id_continues_a_stored_conversation() {
     let s = tiny_server();
