@@ -115,6 +115,19 @@ pub(crate) async fn get(State(st): St, Path(id): Path<String>) -> Response {
     }
 }
 
+/// Another method on a Responses route: OpenAI's error shape with a 405, not an empty
+/// body (DELETE and cancel are not served: answers finish before they are stored).
+pub(crate) async fn elsewhere(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let allowed = if uri.path() == "/v1/responses" { "POST" } else { "GET" };
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        "method_not_allowed",
+        format!("{method} is not allowed on {}: use {allowed}", uri.path()),
+    )
+    .into_response()
+}
+
 /// One answer's fixed parts.
 pub(crate) struct Answer {
     st: Arc<AppState>,

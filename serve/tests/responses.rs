@@ -408,6 +408,12 @@ fn bad_bodies_get_openai_errors() {
             assert!(e.get("param").is_some() && e.get("code").is_some(), "{what}: {v}");
         }
     }
+    // Another method: OpenAI's shape too.
+    for (method, path) in [("GET", "/v1/responses"), ("DELETE", "/v1/responses/resp_1"), ("POST", "/v1/responses/x")] {
+        let r = request(s.addr, method, path, b"{}", &[]);
+        assert_eq!(r.status, 405, "{method} {path}");
+        assert_eq!(r.json()["error"]["code"], "method_not_allowed", "{method} {path}");
+    }
     s.assert_pool_clean();
 }
 
