@@ -494,6 +494,50 @@ fn function_call_items_and_a_function_call_output_turn() {
     s.assert_pool_clean();
 }
 
+/// The generation prompt opens the thinking (as DeepSeek-R1's and Qwen3's templates do).
+const OPENS: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + \
+    '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}";
+
+fn qwen3(dir: &std::path::Path) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3/tests/fixtures/tiny-qwen3");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
+    }
+    std::fs::write(dir.join("chat_template.jinja"), OPENS).expect("template");
+    dir.to_path_buf()
+}
+
+/// A thinking template: the reasoning split's thinking is a `reasoning` item first
+/// (`reasoning_text` content), streamed as reasoning_text deltas; the same text as chat's
+/// `reasoning_content`, the message the same as chat's content.
+#[test]
+fn reasoning_items_come_from_the_reasoning_split() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(options(qwen3(d.path()), 64, 16, 4, 64));
+    // Sampling fields too: on this fixture they change the tokens, so a field lost in the
+    // translation shows.
+    let r = json!({"max_output_tokens": 24, "seed": 11, "reasoning": {"effort": "high"}, "temperature": 0.9,
+        "top_p": 0.9, "input": "Why is the sky blue?"});
+    let v = ok(s.post("/v1/responses", &r));
+    let items = v["output"].as_array().unwrap();
+    assert_eq!(items[0]["type"], "reasoning", "{v}");
+    assert!(items[0]["id"].as_str().is_some_and(|i| i.starts_with("rs_")));
+    let thinking = items[0]["content"][0]["text"].as_str().unwrap();
+    assert!(!thinking.is_empty());
+    let c = json!({"max_tokens": 24, "seed": 11, "chat_template_kwargs": {"enable_thinking": true},
+        "temperature": 0.9, "top_p": 0.9, "messages": [{"role": "user", "content": "Why is the sky blue?"}]});
+    let chat = ok(s.post("/v1/chat/completions", &c));
+    let msg = &chat["choices"][0]["message"];
+    assert_eq!(msg["reasoning_content"], json!(thinking), "the same thinking as chat's reasoning_content");
+    assert_eq!(msg["content"].as_str().unwrap_or_default(), text(&v));
+    let mut rs = r.clone();
+    rs["stream"] = json!(true);
+    let evs = events(&s.post("/v1/responses", &rs));
+    assert!(evs.iter().any(|(n, _)| n == "response.reasoning_text.delta"), "{evs:?}");
+    assert_eq!(strip(&fold(&evs)), strip(&v));
+    s.assert_pool_clean();
+}
+
 /// The translation alone: what fields become in the chat body.
 #[test]
 fn the_translation_maps_items_tools_and_formats() {
