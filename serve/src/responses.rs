@@ -196,7 +196,7 @@ impl Answer {
         }
         r.insert("tools".into(), self.t.echo.get("tools").cloned().unwrap_or(json!([])));
         r.insert("tool_choice".into(), self.t.echo.get("tool_choice").cloned().unwrap_or(json!("auto")));
-        r.insert("parallel_tool_calls".into(), self.t.echo["parallel_tool_calls"].clone());
+        r.insert("parallel_tool_calls".into(), self.t.echo.get("parallel_tool_calls").cloned().unwrap_or(json!(true)));
         r.insert("text".into(), self.t.echo.get("text").cloned().unwrap_or(json!({"format": {"type": "text"}})));
         r.insert("previous_response_id".into(), json!(self.t.previous));
         r.insert("store".into(), json!(self.t.store));
