@@ -152,6 +152,33 @@ pub fn messages_request(data: &[u8]) {
     }
 }
 
+/// The same bytes as an OpenAI Responses body (`/v1/responses`), alone and after a stored
+/// conversation (a `previous_response_id` chain's items): translated into the chat body,
+/// then that body's turns, tools, response format and plan. An accepted body has turns,
+/// keeps the chain's items before its own, and a `max_output_tokens`, when given, of at
+/// least 1; its plan is one request.
+pub fn responses_request(data: &[u8]) {
+    let chain = [
+        serde_json::json!({"type": "message", "role": "user", "content": "hi"}),
+        serde_json::json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f",
+                           "arguments": "{}", "status": "completed"}),
+    ];
+    for history in [&chain[..0], &chain[..]] {
+        let Ok(t) = tl_serve::responses::translate(data, history) else { continue };
+        let b = &t.body;
+        let msgs = b.messages.as_deref().unwrap_or_default();
+        assert!(!msgs.is_empty());
+        assert!(t.items.len() > history.len() && t.items[..history.len()] == *history);
+        assert!(b.max_tokens.is_none_or(|m| m >= 1));
+        let _ = tl_serve::prompt::turns(msgs);
+        let _ = tl_serve::tools::parse(b.tools.as_ref(), b.tool_choice.as_ref(), b.parallel_tool_calls.as_ref());
+        if let Ok(plan) = b.plan(vec![1, 2, 3], true, Some(2048), 16) {
+            assert_eq!(plan.reqs.len(), 1);
+            assert!(plan.reqs.iter().all(|r| Some(r.max_tokens as i64) == b.max_tokens || b.max_tokens.is_none()));
+        }
+    }
+}
+
 /// A JSON schema from a stranger, the way `response_format` brings it: through the
 /// server's parsing into a grammar, compiled by the engine's llguidance compiler over a
 /// byte vocabulary, then walked for up to 64 tokens. Errors are fine (a bad schema is a

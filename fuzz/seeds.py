@@ -224,6 +224,29 @@ for name, body in [
 ]:
     put("request", name, json.dumps(body))
 
+# OpenAI Responses bodies (the request target parses every input as one too).
+FN = {"type": "function", "name": "get_weather", "description": "Weather.", "strict": True,
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+for name, body in [
+    ("responses", {"model": "m", "instructions": "Be brief.", "input": "hi", "max_output_tokens": 8,
+                   "temperature": 0.5, "top_p": 0.9, "seed": 3, "stream": True, "store": False,
+                   "metadata": {"k": "v"}, "reasoning": {"effort": "low"},
+                   "text": {"format": {"type": "json_schema", "name": "x", "strict": True,
+                                       "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}}}),
+    ("responses-tools", {"previous_response_id": "resp_1", "tools": [FN],
+                         "tool_choice": {"type": "function", "name": "get_weather"}, "parallel_tool_calls": False,
+                         "input": [{"role": "developer", "content": "Use tools."},
+                                   {"type": "message", "role": "user",
+                                    "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+                                   {"type": "message", "role": "assistant",
+                                    "content": [{"type": "output_text", "text": "Let me look."}]},
+                                   {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                                    "arguments": "{\"city\": \"Paris\"}"},
+                                   {"type": "reasoning", "id": "rs_1", "summary": []},
+                                   {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]}),
+]:
+    put("request", name, json.dumps(body))
+
 # JSON schemas as response_format brings them (the Pydantic shapes of
 # serve/tests/openai_parse.py, and ones llguidance must refuse).
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},

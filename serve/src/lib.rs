@@ -36,6 +36,7 @@ mod pd;
 pub mod prompt;
 pub mod reasoning;
 pub mod replica;
+pub mod responses;
 mod routes;
 mod server;
 mod state;

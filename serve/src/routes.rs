@@ -6,7 +6,7 @@ use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::state::AppState;
-use crate::{auth, chat, completions, extra, http, messages, page, pd, replica};
+use crate::{auth, chat, completions, extra, http, messages, page, pd, replica, responses};
 
 /// Every route. With an API key, every `/v1` path (unknown ones included), `/tokenize` and
 /// `/detokenize` answer 401 without `Authorization: Bearer <key>`; `/health` and
@@ -18,6 +18,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/messages", post(messages::messages).fallback(messages::elsewhere))
         .route("/v1/messages/count_tokens", post(messages::count_tokens).fallback(messages::elsewhere))
         .route("/v1/messages/{*rest}", any(messages::elsewhere))
+        .route("/v1/responses", post(responses::create).fallback(responses::elsewhere))
+        .route("/v1/responses/{id}", get(responses::get).fallback(responses::elsewhere))
         .route("/v1/models", get(extra::models))
         .route("/v1/models/{id}", get(extra::model))
         .route("/tokenize", post(extra::tokenize))

@@ -46,6 +46,8 @@ pub struct AppState {
     pub(crate) load: Load,
     /// How a thinking model's reasoning is returned (reasoning.rs).
     pub(crate) reasoning: ReasoningFormat,
+    /// Finished Responses answers, for `previous_response_id` (responses.rs).
+    pub(crate) responses: crate::responses::Store,
 }
 
 impl AppState {
@@ -112,6 +114,7 @@ impl AppState {
             pd: Pd::new(),
             load: Load::default(),
             reasoning: opts.reasoning_format,
+            responses: crate::responses::Store::default(),
         }))
     }
 }

@@ -83,6 +83,7 @@ fn request_inputs() {
     each("request", |d| {
         checks::request(d);
         checks::messages_request(d);
+        checks::responses_request(d);
     });
 }
 

@@ -231,6 +231,45 @@ fn replay_accepts_a_saved_messages_answer() {
     assert!(out.contains("DEPARTS at choice 0, text character 0"), "{out}");
 }
 
+/// A `/v1/responses` pair (`seed` is tl's extension) replays as identical; one changed
+/// character of its output text is a difference naming the position; a request that
+/// continues a stored response is refused (the chain is not in the file).
+#[test]
+fn replay_accepts_a_saved_responses_answer() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(options(tiny(), 256, 16, 8, 16));
+    let request = json!({"model": "tiny-llama", "seed": 5, "temperature": 0.9, "max_output_tokens": 16,
+        "instructions": "Be brief.", "input": "What is a cache?"});
+    let r = s.post("/v1/responses", &request);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let pair = json!({"request": request, "response": r.json()});
+    drop(s);
+    let path = d.path().join("responses.json");
+    std::fs::write(&path, pair.to_string()).expect("write");
+    let model = tiny();
+    let m = model.to_string_lossy();
+    let (code, out, err) = verify(&["--model", &m, "--replay", &path.to_string_lossy()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": identical (1 choice"), "{out}");
+    let mut bad = pair.clone();
+    let part = &mut bad["response"]["output"][0]["content"][0]["text"];
+    let text = part.as_str().expect("an output_text part").to_string();
+    let first = text.chars().next().expect("some text");
+    *part = json!(format!("{}{}", if first == 'x' { 'y' } else { 'x' }, &text[first.len_utf8()..]));
+    let tampered = d.path().join("tampered.json");
+    std::fs::write(&tampered, bad.to_string()).expect("write");
+    let (code, out, err) = verify(&["--model", &m, "--replay", &tampered.to_string_lossy()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("DEPARTS at choice 0, text character 0"), "{out}");
+    let mut chained = pair.clone();
+    chained["request"]["previous_response_id"] = json!("resp_1");
+    let chained_path = d.path().join("chained.json");
+    std::fs::write(&chained_path, chained.to_string()).expect("write");
+    let (code, out, err) = verify(&["--model", &m, "--replay", &chained_path.to_string_lossy()]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("previous_response_id"), "{out}{err}");
+}
+
 #[test]
 fn first_difference_names_the_token_the_ids_and_the_logprob_difference() {
     let tok = |id, logprob: f64, top: &[(u32, f64)]| TokenInfo { id, logprob, top: top.to_vec() };

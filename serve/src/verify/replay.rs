@@ -2,8 +2,9 @@
 //!
 //! The file is one JSON object, `{"request": <the request body>, "response": <serve's
 //! JSON answer>}` (a non-streamed `/v1/chat/completions`, `/v1/completions` or
-//! `/v1/messages` answer with its `system_fingerprint`; a Messages answer's content
-//! blocks and stop reason are compared as its one choice). The response's fingerprint must be this model's and build's:
+//! `/v1/messages` or `/v1/responses` answer with its `system_fingerprint`; a Messages
+//! answer's content blocks and stop reason, a Responses answer's output items and status,
+//! are compared as its one choice). The response's fingerprint must be this model's and build's:
 //! only then does the promise hold (docs/serving.md), and a different one is an error, not
 //! a difference. The request goes through serve's own router in process, so the bytes
 //! compared are the ones serve would send.
@@ -25,7 +26,7 @@ pub struct Replay {
     pub request: Value,
     /// The saved answer.
     pub response: Value,
-    /// `/v1/chat/completions`, `/v1/completions` or `/v1/messages`.
+    /// `/v1/chat/completions`, `/v1/completions`, `/v1/messages` or `/v1/responses`.
     pub endpoint: &'static str,
     /// The saved answer's `system_fingerprint`.
     pub fingerprint: String,
@@ -56,7 +57,8 @@ impl Replay {
         if request.get("stream").and_then(Value::as_bool) == Some(true) {
             return Err(bad("the request streams; replay needs a non-streamed request and its JSON answer".into()));
         }
-        if let Some(e) = response.get("error") {
+        // (A Responses answer has `"error": null`.)
+        if let Some(e) = response.get("error").filter(|e| !e.is_null()) {
             return Err(bad(format!("the response is an error, nothing to reproduce: {e}")));
         }
         let fingerprint = response
@@ -65,10 +67,20 @@ impl Replay {
             .ok_or_else(|| bad("the response has no \"system_fingerprint\"".into()))?
             .to_string();
         let message = response.get("type").and_then(Value::as_str) == Some("message");
+        let responses = response.get("object").and_then(Value::as_str) == Some("response");
+        if responses && !response.get("output").is_some_and(Value::is_array) {
+            return Err(bad("the Responses response has no \"output\" list".into()));
+        }
+        // The chain lives in the server that answered (in memory): a fresh one has not got it.
+        if responses && request.get("previous_response_id").is_some_and(|p| !p.is_null()) {
+            return Err(bad("the request continues a stored response (previous_response_id): replay needs the whole \
+                 conversation in its input"
+                .into()));
+        }
         if message && !response.get("content").is_some_and(Value::is_array) {
             return Err(bad("the Messages response has no \"content\" list".into()));
         }
-        if !message && !response.get("choices").is_some_and(Value::is_array) {
+        if !message && !responses && !response.get("choices").is_some_and(Value::is_array) {
             return Err(bad("the response has no \"choices\" list".into()));
         }
         if request.get("seed").and_then(Value::as_i64).is_none() {
@@ -76,6 +88,7 @@ impl Replay {
         }
         let endpoint = match (response.get("object").and_then(Value::as_str), request.get("messages")) {
             _ if message => "/v1/messages",
+            _ if responses => "/v1/responses",
             (Some("chat.completion"), _) | (None, Some(_)) => "/v1/chat/completions",
             (Some("text_completion"), _) | (None, None) => "/v1/completions",
             (Some(o), _) => return Err(bad(format!("the response's object {o:?} is not a completion"))),
@@ -131,8 +144,25 @@ impl Replay {
 
 /// An answer's `choices`; a Messages answer's blocks and stop reason as its one choice
 /// (its `id` is fresh on every answer, so it is left out; `text` is its text blocks, for
-/// the report).
+/// the report); a Responses answer's output items (their fresh `id`s left out) and status
+/// likewise.
 fn choices(answer: &Value) -> Value {
+    if answer.get("object").and_then(Value::as_str) == Some("response") {
+        let mut items = answer["output"].as_array().cloned().unwrap_or_default();
+        for i in &mut items {
+            if let Some(o) = i.as_object_mut() {
+                o.remove("id");
+            }
+        }
+        let text: String = items
+            .iter()
+            .filter(|i| i["type"] == "message")
+            .filter_map(|i| i["content"].as_array())
+            .flatten()
+            .filter_map(|p| p["text"].as_str())
+            .collect();
+        return serde_json::json!([{"output": items, "text": text, "finish_reason": answer["status"]}]);
+    }
     if answer.get("type").and_then(Value::as_str) != Some("message") {
         return answer["choices"].clone();
     }
