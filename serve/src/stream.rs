@@ -244,7 +244,7 @@ pub(crate) fn sse(
 }
 
 /// A `text/event-stream` response whose body is what `rx` receives, until its senders go.
-/// Every streaming surface (chat, completions, messages) answers through this one.
+/// Every streaming surface (chat, completions, messages, responses) answers through this one.
 pub(crate) fn event_stream(rx: mpsc::UnboundedReceiver<Bytes>) -> Response {
     let stream =
         futures_util::stream::unfold(

@@ -10,11 +10,9 @@
 //! A non-streamed answer runs the same writer and returns the final response, so the two
 //! give the same output items by construction.
 
-use std::convert::Infallible;
-
-use axum::body::{Body, Bytes};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::Response;
 use serde_json::{json, Map, Value};
 use tl_engine::{Event, FinishReason};
 use tokio::sync::mpsc;
@@ -306,15 +304,5 @@ pub(super) fn sse(a: Answer, merged: mpsc::UnboundedReceiver<(usize, Event)>, de
             let _ = tx.send(Bytes::from(format!("event: error\ndata: {data}\n\n")));
         }
     });
-    let stream =
-        futures_util::stream::unfold(
-            rx,
-            |mut rx| async move { rx.recv().await.map(|b| (Ok::<Bytes, Infallible>(b), rx)) },
-        );
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(stream))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    crate::stream::event_stream(rx)
 }
