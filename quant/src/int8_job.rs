@@ -41,6 +41,17 @@ pub(crate) enum Order {
 /// The natural index (within 16) of the value at each position of [`Order::Six`].
 pub(crate) const SIX: [usize; 16] = [0, 1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13, 4, 9, 14, 15];
 
+/// [`SIX`] inverted: the position of natural index `k` (derived, so the two cannot part).
+const SIX_AT: [usize; 16] = {
+    let mut at = [0; 16];
+    let mut i = 0;
+    while i < 16 {
+        at[SIX[i]] = i;
+        i += 1;
+    }
+    at
+};
+
 impl Order {
     fn of(kind: Kind) -> Order {
         match kind {
@@ -69,7 +80,7 @@ impl QRows {
         let i = match self.order {
             Order::Natural => k,
             Order::Nibbles => k / 8 * 8 + (k % 2) * 4 + (k % 8) / 2,
-            Order::Six => k / 16 * 16 + SIX.iter().position(|&n| n == k % 16).expect("a permutation"),
+            Order::Six => k / 16 * 16 + SIX_AT[k % 16],
         };
         self.q[r * inp + i]
     }
