@@ -49,6 +49,19 @@ pub struct ChatMessage {
     pub name: Option<Value>,
 }
 
+impl ChatMessage {
+    /// A plain turn: `role` saying `text`.
+    pub fn text(role: &str, text: String) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: Some(Content::Text(text)),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
+        }
+    }
+}
+
 /// `stream_options`.
 #[derive(Deserialize, Debug, Default)]
 pub struct StreamOptions {

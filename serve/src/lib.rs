@@ -26,6 +26,7 @@ mod chat;
 mod completions;
 mod error;
 mod extra;
+mod fields;
 mod generate;
 mod http;
 pub mod messages;

@@ -196,17 +196,10 @@ pub(crate) fn sse(
         }
         let mut open = n;
         while open > 0 {
-            // Past the deadline no further token goes out (checked by hand as well: the
-            // timer wheel ticks each millisecond, so a passed deadline may not fire yet).
-            let ev = if Instant::now() >= deadline {
-                None
-            } else {
-                tokio::select! {
-                    biased;
-                    _ = tokio::time::sleep_until(deadline) => None,
-                    _ = tx.closed() => return,
-                    ev = merged.recv() => Some(ev),
-                }
+            let ev = match next_event(&mut merged, deadline, Some(&tx)).await {
+                Next::Gone => return,
+                Next::TimedOut => None,
+                Next::Event(ev) => Some(ev),
             };
             let Some(ev) = ev else {
                 let _ = tx.send(data(&http::timed_out(&w.ctx.st).body()));
@@ -241,6 +234,42 @@ pub(crate) fn sse(
         let _ = tx.send(Bytes::from_static(DONE));
     });
     event_stream(rx)
+}
+
+/// What came next for a streamed request.
+pub(crate) enum Next {
+    /// The engine's next event (`None`: the engine is gone).
+    Event(Option<(usize, Event)>),
+    /// The deadline passed first.
+    TimedOut,
+    /// The client went (its receiver closed).
+    Gone,
+}
+
+/// The next engine event, unless the deadline passes first or the client goes (`tx`
+/// closed; `None`: no client to watch). Past the deadline nothing more goes out, checked
+/// by hand as well: the timer wheel ticks each millisecond, so a passed deadline may not
+/// fire yet. Every streaming surface waits through this one.
+pub(crate) async fn next_event(
+    merged: &mut mpsc::UnboundedReceiver<(usize, Event)>,
+    deadline: Instant,
+    tx: Option<&mpsc::UnboundedSender<Bytes>>,
+) -> Next {
+    if Instant::now() >= deadline {
+        return Next::TimedOut;
+    }
+    let closed = async {
+        match tx {
+            Some(tx) => tx.closed().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = tokio::time::sleep_until(deadline) => Next::TimedOut,
+        _ = closed => Next::Gone,
+        ev = merged.recv() => Next::Event(ev),
+    }
 }
 
 /// A `text/event-stream` response whose body is what `rx` receives, until its senders go.

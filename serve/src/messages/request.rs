@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 use crate::api::{self, ApiError, ChatMessage, Content};
+use crate::fields::{kind, opt, opt_f64, opt_i64};
 
 /// A checked Messages body: the chat body it means, and whether it streams.
 #[derive(Debug)]
@@ -23,36 +24,6 @@ pub struct Translated {
 
 fn bad(param: &str, msg: impl Into<String>) -> ApiError {
     ApiError::bad(param, msg)
-}
-
-/// The kind of a JSON value, for messages.
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn opt<'a>(o: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    o.get(key).filter(|v| !v.is_null())
-}
-
-fn opt_f64(o: &Map<String, Value>, key: &str) -> Result<Option<f64>, ApiError> {
-    match opt(o, key) {
-        None => Ok(None),
-        Some(v) => v.as_f64().map(Some).ok_or_else(|| bad(key, format!("{key} must be a number, not {}", kind(v)))),
-    }
-}
-
-fn opt_i64(o: &Map<String, Value>, key: &str) -> Result<Option<i64>, ApiError> {
-    match opt(o, key) {
-        None => Ok(None),
-        Some(v) => v.as_i64().map(Some).ok_or_else(|| bad(key, format!("{key} must be an integer, not {}", kind(v)))),
-    }
 }
 
 /// `text` of a list of `{"type": "text", "text": ...}` blocks (or a string), concatenated
@@ -76,16 +47,6 @@ fn text_blocks(v: &Value, at: &str) -> Result<String, ApiError> {
     }
 }
 
-fn chat(role: &str, text: String) -> ChatMessage {
-    ChatMessage {
-        role: role.into(),
-        content: Some(Content::Text(text)),
-        tool_calls: None,
-        tool_call_id: None,
-        name: None,
-    }
-}
-
 /// The turns of one Anthropic message: an assistant message's text and `tool_use` blocks
 /// make one turn with `tool_calls`; a user message's `tool_result` blocks make one `tool`
 /// turn each (first, as Anthropic requires them first), then its text one user turn.
@@ -98,7 +59,7 @@ fn message(i: usize, m: &Value, names: &mut HashMap<String, String>) -> Result<V
         _ => return Err(bad(&at, format!("{at}.role must be \"user\" or \"assistant\""))),
     };
     let blocks = match o.get("content") {
-        Some(Value::String(s)) => return Ok(vec![chat(role, s.clone())]),
+        Some(Value::String(s)) => return Ok(vec![ChatMessage::text(role, s.clone())]),
         Some(Value::Array(a)) => a,
         Some(v) => return Err(bad(&at, format!("{at}.content must be a string or a list of blocks, not {}", kind(v)))),
         None => return Err(bad(&at, format!("{at}.content is required"))),
@@ -163,14 +124,14 @@ fn message(i: usize, m: &Value, names: &mut HashMap<String, String>) -> Result<V
         }
     }
     if role == "assistant" {
-        let mut m = chat(role, text);
+        let mut m = ChatMessage::text(role, text);
         if !calls.is_empty() {
             m.tool_calls = Some(Value::Array(calls));
         }
         return Ok(vec![m]);
     }
     if !text.is_empty() || results.is_empty() {
-        results.push(chat(role, text));
+        results.push(ChatMessage::text(role, text));
     }
     Ok(results)
 }
@@ -272,7 +233,7 @@ pub fn translate(bytes: &[u8], count: bool) -> Result<Translated, ApiError> {
     };
     let mut messages = Vec::new();
     if let Some(s) = opt(&o, "system") {
-        messages.push(chat("system", text_blocks(s, "system")?));
+        messages.push(ChatMessage::text("system", text_blocks(s, "system")?));
     }
     let list = match o.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,

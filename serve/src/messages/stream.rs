@@ -16,6 +16,7 @@ use super::{error_body, Answer};
 use crate::api::ApiError;
 use crate::http;
 use crate::reasoning::Split;
+use crate::stream::{next_event, Next};
 use crate::tools;
 
 fn event(name: &str, data: &Value) -> Bytes {
@@ -167,17 +168,10 @@ pub(super) fn sse(a: Answer, mut merged: mpsc::UnboundedReceiver<(usize, Event)>
                     return;
                 }
             }
-            // Past the deadline nothing more goes out (checked by hand as well: a passed
-            // deadline may not fire within the timer wheel's tick).
-            let ev = if Instant::now() >= deadline {
-                None
-            } else {
-                tokio::select! {
-                    biased;
-                    _ = tokio::time::sleep_until(deadline) => None,
-                    _ = tx.closed() => return,
-                    ev = merged.recv() => Some(ev),
-                }
+            let ev = match next_event(&mut merged, deadline, Some(&tx)).await {
+                Next::Gone => return,
+                Next::TimedOut => None,
+                Next::Event(ev) => Some(ev),
             };
             let err = match ev {
                 None => http::timed_out(&w.a.st),

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 use crate::api::{self, ApiError, ChatMessage, Content};
+use crate::fields::{kind, opt, opt_bool, opt_f64, opt_i64};
 
 /// A checked Responses body: the chat body it means, and the Responses-only fields.
 #[derive(Debug)]
@@ -34,53 +35,6 @@ pub struct Translated {
 
 fn bad(param: &str, msg: impl Into<String>) -> ApiError {
     ApiError::bad(param, msg)
-}
-
-/// The kind of a JSON value, for messages.
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn opt<'a>(o: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    o.get(key).filter(|v| !v.is_null())
-}
-
-fn opt_f64(o: &Map<String, Value>, key: &str) -> Result<Option<f64>, ApiError> {
-    match opt(o, key) {
-        None => Ok(None),
-        Some(v) => v.as_f64().map(Some).ok_or_else(|| bad(key, format!("{key} must be a number, not {}", kind(v)))),
-    }
-}
-
-fn opt_i64(o: &Map<String, Value>, key: &str) -> Result<Option<i64>, ApiError> {
-    match opt(o, key) {
-        None => Ok(None),
-        Some(v) => v.as_i64().map(Some).ok_or_else(|| bad(key, format!("{key} must be an integer, not {}", kind(v)))),
-    }
-}
-
-fn opt_bool(o: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
-    match opt(o, key) {
-        None => Ok(None),
-        Some(v) => v.as_bool().map(Some).ok_or_else(|| bad(key, format!("{key} must be a boolean, not {}", kind(v)))),
-    }
-}
-
-fn chat(role: &str, text: String) -> ChatMessage {
-    ChatMessage {
-        role: role.into(),
-        content: Some(Content::Text(text)),
-        tool_calls: None,
-        tool_call_id: None,
-        name: None,
-    }
 }
 
 /// A message's or a call output's content: a string, or a list of text parts
@@ -148,7 +102,7 @@ fn items(
                     }
                 };
                 let Some(c) = field("content") else { return Err(bad(&at, format!("{at}.content is required"))) };
-                out.push(chat(role, text_parts(c, &format!("{at}.content"))?));
+                out.push(ChatMessage::text(role, text_parts(c, &format!("{at}.content"))?));
             }
             "function_call" => {
                 let (Some(Value::String(id)), Some(Value::String(name))) = (field("call_id"), field("name")) else {
@@ -167,7 +121,7 @@ fn items(
                         _ => m.tool_calls = Some(json!([call])),
                     },
                     _ => {
-                        let mut m = chat("assistant", String::new());
+                        let mut m = ChatMessage::text("assistant", String::new());
                         m.tool_calls = Some(json!([call]));
                         out.push(m);
                     }
@@ -317,7 +271,7 @@ pub fn translate(bytes: &[u8], history: &[Value]) -> Result<Translated, ApiError
     match opt(&o, "instructions") {
         None => {}
         Some(Value::String(s)) => {
-            messages.push(chat("system", s.clone()));
+            messages.push(ChatMessage::text("system", s.clone()));
             echo.insert("instructions".into(), json!(s));
         }
         Some(v) => return Err(bad("instructions", format!("instructions must be a string, not {}", kind(v)))),

@@ -22,6 +22,7 @@ use super::{new_id, Answer};
 use crate::api::ApiError;
 use crate::http;
 use crate::reasoning::Split;
+use crate::stream::{next_event, Next};
 use crate::tools;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -217,24 +218,11 @@ async fn drive(
                 tx.send(b).map_err(|_| Stopped::Gone)?;
             }
         }
-        // Past the deadline nothing more goes out (checked by hand as well: a passed
-        // deadline may not fire within the timer wheel's tick). Dropping `merged` on
-        // return cancels the sequence.
-        let ev = if Instant::now() >= deadline {
-            None
-        } else {
-            let closed = async {
-                match tx {
-                    Some(tx) => tx.closed().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                _ = tokio::time::sleep_until(deadline) => None,
-                _ = closed => return Err(Stopped::Gone),
-                ev = merged.recv() => Some(ev),
-            }
+        // Dropping `merged` on return cancels the sequence.
+        let ev = match next_event(&mut merged, deadline, tx).await {
+            Next::Gone => return Err(Stopped::Gone),
+            Next::TimedOut => None,
+            Next::Event(ev) => Some(ev),
         };
         match ev {
             None => return Err(Stopped::Error(http::timed_out(&w.a.st))),
