@@ -1,42 +1,21 @@
-//! Attention over the paged KV pool (f16 or q8 values), and the K/V writes into it.
+//! Attention over the paged KV pool (f16 or q8 values): the step's tasks, each a query
+//! tile of one KV head, run by the kernel in [`crate::attn_kernel`] (layout and arithmetic
+//! documented there).
 //!
-//! Layout (core/src/kv.rs): position `j` of a sequence lives in block `table[j / B]`, slot
-//! `j % B`; KV head `g`'s key is the `D` values of row `g * B + slot` of the layer's K
-//! slab (V likewise). So within a block one head's keys are consecutive rows of `D`, and
-//! the kernel reads them in place, widening 16 at a time in registers (F16C for f16; for
-//! q8, codes widened and times the row's scale, [`crate::kv_rows`]): `k_j[i]` and `v_j[i]`
-//! below are the stored values, exact in f32 for either element type.
-//!
-//! One task per (token, KV head): the `G = H / H_kv` query heads sharing that KV head run
-//! together (up to [`MAX_G`] per pass, their accumulators in registers), so each key and
-//! value is read and widened once for all of them, not once per query head.
-//!
-//! The arithmetic, the same on every path ([`crate::lanes`]), for query head `h`, its
-//! visible keys `j = lo .. n` (`n = pos + 1`; `lo = 0`, or `max(0, n - window)` on a
-//! windowed layer: key j is visible to query i iff `0 <= i - j < window`) in ascending
-//! position (the lane and tree indices below count from `lo`):
-//!
-//! - `s_j = hsum(acc) * scale` (16 keys' trees at once on AVX-512), where lane `l` of `acc` is the FMA chain over
-//!   `i = l, l + 16, ...` of `q[i] * k_j[i]` from +0.0 (a `D` that is not a multiple of 16
-//!   is padded with zeros, which leave the chains unchanged), and `hsum` is the fixed
-//!   pairwise tree; `scale` is [`Attn::scale`], `1 / sqrt(D)` unless the family says.
-//! - `m = max_j s_j`; `e_j = exp(s_j - m)` with [`crate::lanes::exp`];
-//!   `sum = hsum` of 16 lane sums, lane `l` adding `e_j` for `j = l, l + 16, ...`.
-//! - `out[i] = (FMA chain over j ascending of e_j * v_j[i], from +0.0) / sum`.
-//! - With a sink logit `z` for the head (gpt-oss): `m = max(max_j s_j, z)` and `sum`
-//!   gains `exp(z - m)` after the tree; nothing else changes (without one, nothing does).
-//!
-//! Token `t` reads exactly its visible keys of its own sequence and nothing is split
-//! across threads, so its result does not depend on the batch, the chunking or the
-//! thread count.
+//! A task is up to [`MAX_TILE`] consecutive positions of one sequence whose keys start at
+//! the same place (every position of a prefill chunk on a global layer), times one KV
+//! head's `G = H / H_kv` query heads (in passes of up to [`MAX_G`] heads and
+//! [`MAX_ROWS`] rows). Each row's result is one function of its own query and visible
+//! keys (ascending, nothing split across threads), so it does not depend on the batch, the
+//! chunking, the tiling or the thread count.
 
 use std::cell::RefCell;
 
 use rayon::prelude::*;
-use tl_core::{ForwardBatch, KvElem, KvSlabs, ModelError, Q8Slab};
+use tl_core::{ForwardBatch, KvElem, KvSlabs, ModelError};
 
-use crate::kv_rows::Rows;
-use crate::lanes::{exp, simd_entry, st_part, Isa, Path, W};
+use crate::attn_kernel::{Attend, Keys, KvView, Tile, MAX_G, MAX_ROWS};
+use crate::lanes::Path;
 use crate::plan::Plan;
 
 /// One layer's attention: the head counts, the score scale and the window.
@@ -106,259 +85,6 @@ pub struct Step<'a> {
     pub plan: &'a Plan,
 }
 
-/// Query heads per kernel pass: their accumulators (and the score rows) stay in registers.
-/// A larger group runs in passes of up to this many heads.
-pub const MAX_G: usize = 4;
-
-/// Where one task's keys and values are: its sequence's K and V slabs of one layer, in
-/// block-table order, and the row where its KV head's rows start in each slab.
-#[derive(Clone, Copy)]
-pub struct KvView<'a, S = &'a [u16]> {
-    /// K slabs, `(H_kv, B, D)` values each (f16, or q8 [`Q8Slab`]s).
-    pub k: &'a [S],
-    /// V slabs, likewise.
-    pub v: &'a [S],
-    /// `g * B`: this KV head's first row.
-    pub base: usize,
-    /// Positions per block (B).
-    pub b: usize,
-}
-
-impl<S: Rows> KvView<'_, S> {
-    /// Whether keys `lo .. n` of rows of `d` lie inside the slabs (checked once per task,
-    /// so the kernel's raw reads are in bounds). Blocks before `lo`'s are never read (a
-    /// windowed layer's, possibly given back: empty placeholders).
-    fn holds(&self, lo: usize, n: usize, d: usize) -> bool {
-        let blocks = n.div_ceil(self.b.max(1));
-        let first = lo / self.b.max(1);
-        let end = self.base + self.b;
-        self.b > 0
-            && d > 0
-            && first <= blocks
-            && self.k.len() >= blocks
-            && self.v.len() >= blocks
-            && self.k[first..blocks].iter().chain(&self.v[first..blocks]).all(|s| s.rows(d) >= end)
-    }
-}
-
-/// What a group of query heads attends over: keys `lo .. n` of `d` values in `kv`,
-/// scores scaled by `scale`.
-#[derive(Clone, Copy)]
-pub struct Keys<'a, S> {
-    kv: KvView<'a, S>,
-    lo: usize,
-    n: usize,
-    d: usize,
-    scale: f32,
-    /// The pass's query heads' sink logits (gpt-oss), one per head, or empty: none.
-    sinks: &'a [f32],
-}
-
-/// Keys `lo .. n` in ascending position, as `(j - lo, key row, value row)`. An iterator
-/// rather than a callback: the kernels' vector code must be inlined into its
-/// `target_feature` function, and a closure cannot be marked `inline(always)` (one LLVM
-/// declines to inline is compiled without the features: a call per intrinsic).
-struct KeyRows<'a, S> {
-    kv: KvView<'a, S>,
-    d: usize,
-    lo: usize,
-    n: usize,
-    /// The next key: its position, block and slot in the block.
-    pos: usize,
-    blk: usize,
-    slot: usize,
-}
-
-impl<'a, S: Rows> KeyRows<'a, S> {
-    /// Caller: `kv.holds(n, d)` (checked once per task), so every row read is in bounds.
-    #[inline(always)]
-    fn new(kv: &KvView<'a, S>, lo: usize, n: usize, d: usize) -> KeyRows<'a, S> {
-        KeyRows { kv: *kv, d, lo, n, pos: lo, blk: lo / kv.b, slot: lo % kv.b }
-    }
-}
-
-impl<S: Rows> Iterator for KeyRows<'_, S> {
-    type Item = (usize, S::Row, S::Row);
-
-    #[inline(always)]
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.pos >= self.n {
-            return None;
-        }
-        let r = self.kv.base + self.slot;
-        // SAFETY: pos < n and `holds(n, d)`: block `pos / b` exists in both slab lists and
-        // holds `base + b` rows of `d`.
-        let row = unsafe {
-            (
-                self.pos - self.lo,
-                self.kv.k.get_unchecked(self.blk).row(r, self.d),
-                self.kv.v.get_unchecked(self.blk).row(r, self.d),
-            )
-        };
-        self.pos += 1;
-        self.slot += 1;
-        if self.slot == self.kv.b {
-            (self.blk, self.slot) = (self.blk + 1, 0);
-        }
-        Some(row)
-    }
-}
-
-/// `G` query heads `q` `(G, D)` over keys `lo .. n`, into `out` `(G, D)`.
-/// `scratch` holds `(G, Dp)` zero-padded queries then `(G, Np)` scores (`Dp`, `Np`: `D`
-/// and `m = n - lo` rounded up to 16). Below, `j` counts keys from `lo`.
-#[inline(always)]
-unsafe fn heads<L: Isa, S: Rows, const G: usize>(
-    q: &[f32],
-    keys: &Keys<'_, S>,
-    scratch: &mut Vec<f32>,
-    out: &mut [f32],
-) {
-    let Keys { kv, lo, n, d, scale, sinks } = *keys;
-    let kv = &kv;
-    let m = n - lo;
-    let (dp, np) = (d.div_ceil(W) * W, m.div_ceil(W) * W);
-    let (full, tail) = (d / W, d % W);
-    if scratch.len() < G * (dp + np) {
-        scratch.resize(G * (dp + np), 0.0);
-    }
-    let (qs, sc) = scratch.split_at_mut(G * dp);
-    for (dst, src) in qs.chunks_exact_mut(dp).zip(q.chunks_exact(d)) {
-        dst[..d].copy_from_slice(src);
-        dst[d..].fill(0.0);
-    }
-    let (qs, sc) = (qs.as_ptr(), sc.as_mut_ptr());
-
-    // Scores: one pass over the keys, each widened once for the G heads. Each head's
-    // lane accumulators are kept for 16 keys and reduced together (`hsum16`), into the
-    // score row at `j0 .. j0 + 16` (inside the padded row: j0 is a multiple of 16).
-    let mut tile = [[L::zero(); W]; G];
-    let sv = L::splat(scale);
-    for (j, kr, _) in KeyRows::new(kv, lo, n, d) {
-        let mut acc = [L::zero(); G];
-        for c in 0..full {
-            let kx = S::ld::<L>(kr, c * W);
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = L::fma(L::ld(qs.add(h * dp + c * W)), kx, *a);
-            }
-        }
-        if tail > 0 {
-            let kx = S::ld_part::<L>(kr, full * W, tail);
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = L::fma(L::ld(qs.add(h * dp + full * W)), kx, *a);
-            }
-        }
-        let k = j % W;
-        for (t, a) in tile.iter_mut().zip(acc) {
-            t[k] = a;
-        }
-        if k == W - 1 || j + 1 == m {
-            for (h, t) in tile.iter().enumerate() {
-                L::st(sc.add(h * np + j - k), L::mul(L::hsum16(t), sv));
-            }
-        }
-    }
-
-    // Softmax numerators e_j = exp(s_j - max) in place, and their sums.
-    let mut sums = [0.0f32; G];
-    for (h, sum) in sums.iter_mut().enumerate() {
-        let row = std::slice::from_raw_parts_mut(sc.add(h * np), np);
-        let mut mx = row[..m].iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-        // A sink (gpt-oss) is one more logit in the softmax whose value is dropped: it
-        // joins the max, and its exp is added to the sum after the lanes' tree.
-        let sink = sinks.get(h).copied();
-        if let Some(s) = sink {
-            if s > mx {
-                mx = s;
-            }
-        }
-        let mv = L::splat(mx);
-        for c in row.chunks_exact_mut(W) {
-            L::st(c.as_mut_ptr(), exp::<L>(L::sub(L::ld(c.as_ptr()), mv)));
-        }
-        row[m..].fill(0.0); // padding adds +0.0 to its lane
-        let mut acc = L::zero();
-        for c in row.chunks_exact(W) {
-            acc = L::add(acc, L::ld(c.as_ptr()));
-        }
-        *sum = L::hsum(acc);
-        if let Some(s) = sink {
-            let mut e = [0.0f32; W];
-            L::st(e.as_mut_ptr(), exp::<L>(L::sub(L::splat(s), mv)));
-            *sum += e[0];
-        }
-    }
-
-    // Weighted values, 16 columns at a time: per-lane FMA chains over the keys.
-    for c in 0..dp / W {
-        let len = W.min(d - c * W);
-        let mut acc = [L::zero(); G];
-        for (j, _, vr) in KeyRows::new(kv, lo, n, d) {
-            let vx = if len == W { S::ld::<L>(vr, c * W) } else { S::ld_part::<L>(vr, c * W, len) };
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = L::fma(L::splat(*sc.add(h * np + j)), vx, *a);
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            let r = L::div(*a, L::splat(sums[h]));
-            st_part::<L>(out.as_mut_ptr().add(h * d + c * W), r, len);
-        }
-    }
-}
-
-/// Every query head of one KV head: `q` and `out` are `(group, D)`; passes of up to
-/// [`MAX_G`] heads. Caller: `kv.holds(n, d)`, `lo < n`, `q` and `out` `group * d` long.
-#[inline(always)]
-unsafe fn group_impl<L: Isa, S: Rows>(q: &[f32], keys: &Keys<'_, S>, scratch: &mut Vec<f32>, out: &mut [f32]) {
-    let d = keys.d;
-    for (pass, (q, o)) in q.chunks(MAX_G * d).zip(out.chunks_mut(MAX_G * d)).enumerate() {
-        let sinks = keys.sinks.get(pass * MAX_G..(pass * MAX_G + q.len() / d)).unwrap_or(&[]);
-        let keys = &Keys { sinks, ..*keys };
-        match q.len() / d {
-            1 => heads::<L, S, 1>(q, keys, scratch, o),
-            2 => heads::<L, S, 2>(q, keys, scratch, o),
-            3 => heads::<L, S, 3>(q, keys, scratch, o),
-            _ => heads::<L, S, 4>(q, keys, scratch, o),
-        }
-    }
-}
-
-#[inline(always)]
-unsafe fn group_f16<L: Isa>(q: &[f32], keys: &Keys<'_, &[u16]>, scratch: &mut Vec<f32>, out: &mut [f32]) {
-    group_impl::<L, &[u16]>(q, keys, scratch, out)
-}
-
-#[inline(always)]
-unsafe fn group_q8<L: Isa>(q: &[f32], keys: &Keys<'_, Q8Slab<'_>>, scratch: &mut Vec<f32>, out: &mut [f32]) {
-    group_impl::<L, Q8Slab<'_>>(q, keys, scratch, out)
-}
-
-simd_entry!(fn attend_f16_unchecked => group_f16(
-    q: &[f32], keys: &Keys<'_, &[u16]>, scratch: &mut Vec<f32>, out: &mut [f32]
-));
-
-simd_entry!(fn attend_q8_unchecked => group_q8(
-    q: &[f32], keys: &Keys<'_, Q8Slab<'_>>, scratch: &mut Vec<f32>, out: &mut [f32]
-));
-
-/// A slab type the kernel has an entry point for (one copy per instruction set each).
-pub trait Attend: Rows {
-    /// The kernel over `keys`; caller: `keys.kv.holds(n, d)` and the sizes of `attend_group`.
-    fn attend(path: Path, q: &[f32], keys: &Keys<'_, Self>, scratch: &mut Vec<f32>, out: &mut [f32]);
-}
-
-impl Attend for &[u16] {
-    fn attend(path: Path, q: &[f32], keys: &Keys<'_, Self>, scratch: &mut Vec<f32>, out: &mut [f32]) {
-        attend_f16_unchecked(path, q, keys, scratch, out)
-    }
-}
-
-impl Attend for Q8Slab<'_> {
-    fn attend(path: Path, q: &[f32], keys: &Keys<'_, Self>, scratch: &mut Vec<f32>, out: &mut [f32]) {
-        attend_q8_unchecked(path, q, keys, scratch, out)
-    }
-}
-
 /// Keys `lo .. n` of `d` values, scores scaled by `scale`: one task's span, for the tests.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -373,25 +99,87 @@ pub struct Span {
     pub scale: f32,
 }
 
-/// Checks what the kernel's raw reads and writes rely on, then runs it.
-/// `sinks`: the group's query heads' sink logits (one each), or empty.
-fn attend_group<S: Attend>(
+/// Most positions in one task's query tile.
+pub const MAX_TILE: usize = 8;
+
+/// A task's query rows: `tokens` positions `q_stride` floats apart in `q`, `out_stride`
+/// apart in the output, `heads` query heads of `D` at each.
+#[derive(Clone, Copy, Debug)]
+struct RowsAt {
+    tokens: usize,
+    heads: usize,
+    q_stride: usize,
+    out_stride: usize,
+}
+
+/// Where a task writes: the `len` floats from `ptr` hold its output rows (and other
+/// tasks' rows between them, which it never touches).
+#[derive(Clone, Copy)]
+struct OutRows {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: tasks share the step's output buffer through this pointer, each writing only
+// its own (position, KV head) rows: the tasks partition those rows, so no two writes
+// overlap and nothing reads them until every task has finished.
+unsafe impl Send for OutRows {}
+unsafe impl Sync for OutRows {}
+
+impl OutRows {
+    /// The rows from float `o` on (`o <= len`).
+    fn at(self, o: usize) -> OutRows {
+        OutRows { ptr: self.ptr.wrapping_add(o), len: self.len - o }
+    }
+}
+
+/// Checks what the kernel's raw reads and writes rely on, then runs it: `rows.tokens`
+/// consecutive positions (the last one's keys in `span`, each earlier one's one fewer)
+/// times `rows.heads` query heads, in passes of at most [`MAX_G`] heads and
+/// [`MAX_ROWS`] rows. `sinks`: the heads' sink logits (one each), or empty.
+fn attend_rows<S: Attend>(
     path: Path,
     q: &[f32],
     (kv, sinks): (&KvView<'_, S>, &[f32]),
-    span: Span,
+    (span, rows): (Span, RowsAt),
     scratch: &mut Vec<f32>,
-    out: &mut [f32],
+    out: OutRows,
 ) -> Result<(), String> {
     let Span { lo, n, d, scale } = span;
-    if d == 0 || lo >= n || q.len() != out.len() || !q.len().is_multiple_of(d) || !kv.holds(lo, n, d) {
-        return Err(format!("attention: keys {lo}..{n} of {d} values do not fit the slabs or q/out ({})", q.len()));
+    let RowsAt { tokens, heads, q_stride, out_stride } = rows;
+    let need = |stride: usize| (tokens - 1).checked_mul(stride).and_then(|x| x.checked_add(heads * d));
+    let fits =
+        |len: usize, stride: usize| (tokens == 1 || stride >= heads * d) && need(stride).is_some_and(|x| x <= len);
+    if d == 0
+        || heads == 0
+        || tokens == 0
+        || tokens > MAX_ROWS
+        || lo + tokens > n
+        || !fits(q.len(), q_stride)
+        || !fits(out.len, out_stride)
+        || !kv.holds(lo, n, d)
+    {
+        return Err(format!(
+            "attention: {tokens} positions x {heads} heads over keys {lo}..{n} of {d} values do not fit the slabs \
+             or q/out ({} / {})",
+            q.len(),
+            out.len
+        ));
     }
-    if !sinks.is_empty() && sinks.len() * d != q.len() {
-        return Err(format!("attention: {} sinks for {} query heads", sinks.len(), q.len() / d));
+    if !sinks.is_empty() && sinks.len() != heads {
+        return Err(format!("attention: {} sinks for {heads} query heads", sinks.len()));
     }
-    let keys = Keys { kv: *kv, lo, n, d, scale, sinks };
-    S::attend(path, q, &keys, scratch, out);
+    let per_pass = MAX_G.min(MAX_ROWS / tokens);
+    for h0 in (0..heads).step_by(per_pass) {
+        let gp = per_pass.min(heads - h0);
+        let tile = Tile { tokens, heads: gp, q_stride, out_stride };
+        let sinks = sinks.get(h0..h0 + gp).unwrap_or(&[]);
+        let keys = Keys { kv: *kv, lo, n, d, scale, sinks, tile };
+        // SAFETY: checked above: the keys lie in the slabs, every position sees at least
+        // one key, `tokens * gp <= MAX_ROWS`, `gp <= MAX_G`, and the rows of heads
+        // `h0 .. h0 + gp` of every position lie inside `q` and `out`.
+        unsafe { S::attend(path, q.as_ptr().add(h0 * d), &keys, scratch, out.ptr.add(h0 * d)) };
+    }
     Ok(())
 }
 
@@ -410,7 +198,7 @@ pub fn attend_span(
 }
 
 /// [`attend_span`] with one sink logit per query head (`sinks` `(G,)`), for the tests;
-/// the blocks are f16 slabs or q8 ones ([`Q8Slab`]: `(block_tokens, D)` codes and
+/// the blocks are f16 slabs or q8 ones ([`tl_core::Q8Slab`]: `(block_tokens, D)` codes and
 /// `(block_tokens,)` scales each), the kernel production runs on either pool.
 #[doc(hidden)]
 pub fn attend_span_sinks<S: Attend>(
@@ -421,8 +209,32 @@ pub fn attend_span_sinks<S: Attend>(
     (span, sinks): (Span, &[f32]),
     out: &mut [f32],
 ) -> Result<(), String> {
+    let d = span.d.max(1);
+    attend_tile(path, q, (k_blocks, v_blocks), block_tokens, (span, sinks, q.len() / d), 1, out)
+}
+
+/// A query tile for the tests: `q` `(T, G, D)` for the `T = tokens` positions before
+/// `span.n` (position `t` of the tile sees keys `span.lo .. span.n - T + 1 + t`), into
+/// `out` `(T, G, D)`; `heads` is `G`, `sinks` one per head or empty. Each row equals that
+/// position's [`attend_span_sinks`] alone, bit for bit.
+#[doc(hidden)]
+pub fn attend_tile<S: Attend>(
+    path: Path,
+    q: &[f32],
+    (k_blocks, v_blocks): (&[S], &[S]),
+    block_tokens: usize,
+    (span, sinks, heads): (Span, &[f32], usize),
+    tokens: usize,
+    out: &mut [f32],
+) -> Result<(), String> {
     let kv = KvView { k: k_blocks, v: v_blocks, base: 0, b: block_tokens };
-    attend_group(path, q, (&kv, sinks), span, &mut Vec::new(), out)
+    let stride = heads * span.d;
+    if q.len() != out.len() || q.len() != tokens * stride {
+        return Err(format!("attention: q ({}) and out ({}) are not {tokens} x {stride}", q.len(), out.len()));
+    }
+    let rows = RowsAt { tokens, heads, q_stride: stride, out_stride: stride };
+    let out = OutRows { ptr: out.as_mut_ptr(), len: out.len() };
+    attend_rows(path, q, (&kv, sinks), (span, rows), &mut Vec::new(), out)
 }
 
 /// One KV head's attention for tests: `q` `(G, D)` over keys `0 .. n` held in blocks of
@@ -542,7 +354,7 @@ pub fn attention_sinks(
 }
 
 /// The step's attention over `slabs` (one entry per sequence, blocks of `b` positions),
-/// one task per (token, KV head).
+/// one task per (query tile, KV head).
 fn attend_all<S: Attend>(
     step: &Step<'_>,
     slabs: &[SeqSlabs<S>],
@@ -552,26 +364,49 @@ fn attend_all<S: Attend>(
 ) -> Result<(), ModelError> {
     let Step { path, plan, .. } = *step;
     let (heads, kv_heads, d) = (attn.heads, attn.kv_heads, attn.head_dim);
-    let (q, q_stride) = (qkv, attn.qkv_width());
+    let q_stride = attn.qkv_width();
     let group = heads / kv_heads;
     let n_tok = plan.pos.len();
-    if q.len() < n_tok * q_stride || q_stride < heads * d || out.len() != n_tok * heads * d {
+    if qkv.len() < n_tok * q_stride || q_stride < heads * d || out.len() != n_tok * heads * d {
         return Err(ModelError::Other("attention: q or out has the wrong size".into()));
     }
-    // One task per (token, KV head): out rows `(t, g*group .. (g+1)*group, D)`.
-    out.par_chunks_mut(group * d).enumerate().try_for_each(|(i, o)| {
-        let (t, g) = (i / kv_heads, i % kv_heads);
-        let (ks, vs) = &slabs[plan.seq_of[t]];
+    // Tiles: runs of consecutive positions of one sequence whose keys start at the same
+    // place, as many as fill the kernel's rows with this group's heads.
+    let most = (MAX_ROWS / group.min(MAX_G)).clamp(1, MAX_TILE);
+    let mut tiles = Vec::with_capacity(n_tok.div_ceil(most));
+    let mut t = 0;
+    while t < n_tok {
+        let lo = attn.visible(plan.pos[t]).start;
+        let mut e = t + 1;
+        while e < n_tok
+            && e - t < most
+            && plan.seq_of[e] == plan.seq_of[t]
+            && plan.pos[e] == plan.pos[e - 1] + 1
+            && attn.visible(plan.pos[e]).start == lo
+        {
+            e += 1;
+        }
+        tiles.push((t, e - t));
+        t = e;
+    }
+    let all = OutRows { ptr: out.as_mut_ptr(), len: out.len() };
+    // One task per (tile, KV head): out rows `(t, g*group .. (g+1)*group, D)` of its
+    // positions; the tasks partition the output (see `OutRows`).
+    (0..tiles.len() * kv_heads).into_par_iter().try_for_each(|i| {
+        let ((t0, tokens), g) = (tiles[i / kv_heads], i % kv_heads);
+        let (ks, vs) = &slabs[plan.seq_of[t0]];
         let kv = KvView { k: ks, v: vs, base: g * b, b };
-        let q0 = t * q_stride + g * group * d;
-        let qh = &q[q0..q0 + group * d];
-        let keys = attn.visible(plan.pos[t]);
+        let keys = attn.visible(plan.pos[t0 + tokens - 1]);
         let span = Span { lo: keys.start, n: keys.end, d, scale: attn.scale };
+        let q = &qkv[t0 * q_stride + g * group * d..];
+        let o0 = (t0 * heads + g * group) * d;
+        let out = all.at(o0);
+        let rows = RowsAt { tokens, heads: group, q_stride, out_stride: heads * d };
         let sinks = sinks.get(g * group..(g + 1) * group).unwrap_or(&[]);
         SCRATCH
             .with(|s| match s.try_borrow_mut() {
-                Ok(mut s) => attend_group(path, qh, (&kv, sinks), span, &mut s, o),
-                Err(_) => attend_group(path, qh, (&kv, sinks), span, &mut Vec::new(), o),
+                Ok(mut s) => attend_rows(path, q, (&kv, sinks), (span, rows), &mut s, out),
+                Err(_) => attend_rows(path, q, (&kv, sinks), (span, rows), &mut Vec::new(), out),
             })
             .map_err(ModelError::Other)
     })

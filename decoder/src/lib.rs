@@ -45,6 +45,7 @@
 #![deny(missing_docs)]
 
 mod attention;
+mod attn_kernel;
 mod blocks;
 mod config;
 pub mod fields;
@@ -86,7 +87,8 @@ pub use weights::{dense_mlp, prenorm_stack, Loader};
 /// with the portable reference; not an API.
 #[doc(hidden)]
 pub mod kernels {
-    pub use crate::attention::{attend_one, attend_span, attend_span_sinks, Span, MAX_G};
+    pub use crate::attention::{attend_one, attend_span, attend_span_sinks, attend_tile, Span, MAX_TILE};
+    pub use crate::attn_kernel::{MAX_G, MAX_ROWS};
     pub use crate::kv_rows::{narrow_f16, widen};
     pub use crate::lanes::{exp16, Path};
     pub use crate::rowops::{clamped_swiglu_row, gelu_tanh_row, rms_norm_row, swiglu_row};

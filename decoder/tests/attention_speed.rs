@@ -4,7 +4,7 @@
 //! timing, not a check. On a busy machine take the minimum of several runs.
 
 use tl_core::{quantize_q8, Q8Slab};
-use tl_decoder::kernels::{attend_span_sinks, Path, Span};
+use tl_decoder::kernels::{attend_span_sinks, attend_tile, Path, Span};
 use tl_quant::f16_to_f32;
 
 /// ns per call of `f`, over `iters` calls.
@@ -20,7 +20,7 @@ fn time(iters: usize, mut f: impl FnMut()) -> f64 {
 #[ignore]
 fn attention_speed() {
     let (d, g, b) = (64usize, 3usize, 16usize);
-    for n in [150usize, 2048] {
+    for n in [150usize, 2048, 8000] {
         let blocks = n.div_ceil(b);
         // f16 values around 0.1 .. 0.2, varied.
         let slabs = |s: usize| -> Vec<Vec<u16>> {
@@ -57,6 +57,17 @@ fn attention_speed() {
                 f16 / n as f64,
                 q8 / n as f64,
                 q8 / f16
+            );
+            // A query tile of 4 positions (a prefill's task): ns per key per position.
+            let t = 4;
+            let qt: Vec<f32> = (0..t * g * d).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut ot = vec![0.0; t * g * d];
+            let tile16 = time(iters, || attend_tile(p, &qt, (&kr, &vr), b, (span, &[], g), t, &mut ot).expect("runs"));
+            let tile8 = time(iters, || attend_tile(p, &qt, (&k8r, &v8r), b, (span, &[], g), t, &mut ot).expect("runs"));
+            eprintln!(
+                "{p:?}, {n} keys, tiles of {t}: f16 {:.2} ns per key per position, q8 {:.2}",
+                tile16 / (n * t) as f64,
+                tile8 / (n * t) as f64
             );
         }
     }
