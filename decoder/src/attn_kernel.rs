@@ -199,6 +199,9 @@ struct Values<'a, S, const R: usize> {
 /// The chains of columns `cb .. cb + CN` (16 each) of every row over keys `kb .. ke`
 /// (counted from `lo`), every row seeing all of them, resumed from and returned to
 /// `v.acc`. One loop with no test inside, so the `R x CN` chains stay in registers.
+// Index loops on purpose: with `iter_mut` over the nested arrays LLVM kept the chains in
+// registers but stored every update back to the stack (one store per FMA).
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn value_block<L: Isa, S: Rows, const R: usize, const CN: usize>(
     v: &Values<'_, S, R>,
