@@ -10,8 +10,12 @@ use common::*;
 use tl_core::Q8Slab;
 use tl_decoder::kernels::{attend_span_sinks, attend_tile, Path, Span, MAX_ROWS};
 
+/// One run of the kernel: `(q, span, sinks, heads, tokens)` (tokens 0: one position
+/// through `attend_span_sinks`) to its output.
+type Run<'a> = &'a dyn Fn(&[f32], Span, &[f32], usize, usize) -> Vec<f32>;
+
 /// The blocks of a case as the kernel reads them, f16 or q8.
-fn run_both(c: &Case, f: &mut dyn FnMut(&str, &dyn Fn(&[f32], Span, &[f32], usize, usize) -> Vec<f32>)) {
+fn run_both(c: &Case, f: &mut dyn FnMut(&str, Run<'_>)) {
     let k: Vec<&[u16]> = c.k.iter().map(Vec::as_slice).collect();
     let v: Vec<&[u16]> = c.v.iter().map(Vec::as_slice).collect();
     let f16 = |q: &[f32], span: Span, sinks: &[f32], heads: usize, tokens: usize| -> Vec<f32> {
