@@ -44,6 +44,10 @@ struct Cli {
     /// Timed repetitions of each measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
+    /// Skip the untimed prefill before the timed ones (a 16k-token prompt's prefill takes
+    /// minutes; `llama-bench --no-warmup` beside it). Decode keeps its short warm-up.
+    #[arg(long)]
+    no_prefill_warmup: bool,
     /// Print only the JSON lines (no table).
     #[arg(long)]
     json_only: bool,
@@ -203,7 +207,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         println!("{:<30} {:>7} {:>11} {:>11}   (min .. max tok/s)", "measure", "tokens", "ms/token", "tokens/s");
     }
 
-    let prefill_s = timed(cli.repeats, |_| prefill(&mut r, &prompts[..1], &tables[..1]))?;
+    let prefill_s = if cli.no_prefill_warmup {
+        let mut secs = Vec::with_capacity(cli.repeats);
+        for _ in 0..cli.repeats {
+            let t = Instant::now();
+            prefill(&mut r, &prompts[..1], &tables[..1])?;
+            secs.push(t.elapsed().as_secs_f64());
+        }
+        secs
+    } else {
+        timed(cli.repeats, |_| prefill(&mut r, &prompts[..1], &tables[..1]))?
+    };
     let pre = Measure::new(format!("prefill 1 x {n}"), n, &prefill_s);
     if table {
         pre.print();
