@@ -35,7 +35,7 @@
 //! - [`add`] (the residual), and [`LmHead`] (final norm and logits over the rows asked);
 //! - [`f32_bytes`], `Proj::packed_bytes`, `Linear::packed_bytes` for `Model::weight_bytes`.
 //!
-//! Every block computes each row (or each (token, KV head) task) by one function of that
+//! Every block computes each row (or each (query tile, KV head) task) by one function of that
 //! row alone, the same bits on every instruction set ([`Path`]), which is what keeps a
 //! forward built from them batch- and chunk-invariant (docs/forward.md).
 //!
