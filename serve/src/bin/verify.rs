@@ -186,6 +186,7 @@ fn replay(cli: &Cli, weights: Weights, file: &std::path::Path) -> Result<bool, S
         spec_step_rows: 0,
         reasoning_format: Default::default(),
         kv_disk: None,
+        pooling: None,
     };
     let out = r.run(file, opts).map_err(|e| e.to_string())?;
     match &out.diff {
