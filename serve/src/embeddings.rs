@@ -142,6 +142,9 @@ pub(crate) fn tokens(st: &AppState, x: &Input, param: &str) -> Result<Vec<u32>, 
     if ids.is_empty() {
         return Err(ApiError::bad(param, "the input has no tokens"));
     }
+    if let Some(ctx) = st.engine.info().max_context.filter(|&c| ids.len() > c) {
+        return Err(ApiError::bad(param, format!("{} tokens exceed the model's context of {ctx}", ids.len())));
+    }
     Ok(ids)
 }
 
