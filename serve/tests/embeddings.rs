@@ -88,7 +88,10 @@ fn pooled_vectors_match_transformers() {
                 // The test can tell the poolings apart (a one-token input has one row).
                 for other in ["last", "mean", "cls"].into_iter().filter(|&o| o != key) {
                     let far = max_diff(v, &want[other]);
-                    assert!(want["ids"].as_array().is_some_and(|i| i.len() == 1) || far > 10.0 * TOL, "{key} vs {other}: {far}");
+                    assert!(
+                        want["ids"].as_array().is_some_and(|i| i.len() == 1) || far > 10.0 * TOL,
+                        "{key} vs {other}: {far}"
+                    );
                 }
             }
             // Token ids give the same bits as their text (the byte tokenizer's ids).
@@ -190,7 +193,8 @@ fn alone_equals_batched_and_beside_generation() {
         .collect();
     let answers: Vec<Resp> = threads.into_iter().map(|t| t.join().expect("thread")).collect();
     let v = answers[2].json();
-    let got: Vec<f32> = v["data"][0]["embedding"].as_array().expect("e").iter().map(|x| x.as_f64().expect("f") as f32).collect();
+    let got: Vec<f32> =
+        v["data"][0]["embedding"].as_array().expect("e").iter().map(|x| x.as_f64().expect("f") as f32).collect();
     assert_eq!(bits(&[got]), bits(&alone), "concurrent requests");
     let g = gen.join().expect("gen");
     assert_eq!(g.status, 200, "{}", String::from_utf8_lossy(&g.body));
