@@ -113,7 +113,7 @@ impl Pooler {
     /// position order with no gap (the scheduler feeds an embedding sequence's prompt
     /// from 0: it takes no prefix-cache hits).
     pub(crate) fn absorb(&mut self, rows: &[f32], start: usize, d: usize) -> Result<(), EngineError> {
-        if d == 0 || rows.len() % d != 0 || start != self.seen {
+        if d == 0 || !rows.len().is_multiple_of(d) || start != self.seen {
             return Err(EngineError::Internal(format!(
                 "embedding: {} hidden values of width {d} at position {start}, expected position {}",
                 rows.len(),
