@@ -1,7 +1,7 @@
 //! Embedding sequences: a prompt prefilled through the same steps as generation, with
 //! the final normed hidden state of its positions pooled into one vector.
 //!
-//! An embedding sequence is an ordinary [`crate::seq::Seq`] with a [`Pooler`]: the
+//! An embedding sequence is an ordinary sequence (seq.rs) with a [`Pooler`]: the
 //! scheduler plans and batches it like any prompt (chunked, beside decoding sequences),
 //! asks the forward for hidden rows in the steps it is part of, hands each step's rows to
 //! [`Pooler::absorb`], and once the whole prompt is fed sends one [`Embedding`] and frees
