@@ -8,12 +8,16 @@ use std::sync::Arc;
 
 use tl_arch_llama as _;
 use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
-use tl_engine::{EmbedRequest, Engine, EngineError, EngineOptions, Event, Pooling, Request};
+use tl_engine::{EmbedRequest, Engine, EngineError, EngineOptions, Event, Pooling, Request, Speculation};
 
 mod support;
 use support::tiny;
 
 fn engine(model: &Path, n_blocks: u32, prefill_chunk: usize) -> Engine {
+    engine_spec(model, n_blocks, prefill_chunk, None)
+}
+
+fn engine_spec(model: &Path, n_blocks: u32, prefill_chunk: usize, speculate: Option<Speculation>) -> Engine {
     let cfg = EngineConfig {
         max_batch_tokens: 64,
         max_seqs: 8,
@@ -24,7 +28,8 @@ fn engine(model: &Path, n_blocks: u32, prefill_chunk: usize) -> Engine {
     };
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    Engine::start(runner, tok, EngineOptions { max_queue: 64, ..Default::default() }).expect("start")
+    let opts = EngineOptions { max_queue: 64, speculate, spec_step_rows: usize::MAX, ..Default::default() };
+    Engine::start(runner, tok, opts).expect("start")
 }
 
 fn text(i: usize, len: usize) -> Vec<u32> {
@@ -145,5 +150,35 @@ fn bad_embedding_requests_are_refused() {
     let n = full[..8].iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
     for (c, f) in cut.iter().zip(&full) {
         assert!((f64::from(*c) - f64::from(*f) / n).abs() < 1e-6);
+    }
+}
+
+/// Steps that verify drafts (logits for several rows of a sequence) and pool embeddings at
+/// once: both keep their bits.
+#[test]
+fn embeddings_beside_speculative_decoding() {
+    let target = text(4, 50);
+    let alone = embed(&engine(&tiny(), 256, 24), vec![ereq(target.clone(), Pooling::Last)]);
+    let e = engine_spec(&tiny(), 256, 24, Some(Speculation::Ngram { k: 4 }));
+    // A prompt that repeats itself, so the n-gram lookup drafts.
+    let looping = |seed| {
+        let mut r = generation(seed, 40);
+        r.prompt = [text(5, 8), text(5, 8), text(5, 8)].concat();
+        r.params.temperature = 0.0;
+        r
+    };
+    let gens: Vec<_> = (0..2).map(|i| e.submit(looping(i)).expect("submit")).collect();
+    let mut got = Vec::new();
+    for _ in 0..6 {
+        got.extend(embed(&e, vec![ereq(target.clone(), Pooling::Last)]));
+    }
+    let outs: Vec<_> = gens.into_iter().map(tokens).collect();
+    assert!(e.stats().draft_tokens > 0, "nothing was drafted: {:?}", e.stats());
+    for v in &got {
+        assert_eq!(v, &alone[0], "an embedding differs beside drafting");
+    }
+    let plain = engine(&tiny(), 256, 24);
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o, &tokens(plain.submit(looping(i as u64)).expect("submit")), "generation {i}");
     }
 }
