@@ -178,6 +178,10 @@ pub(crate) async fn embed(
             Ok(None) => {
                 return Err(ApiError::from(tl_engine::EngineError::Internal("the engine dropped an embedding".into())))
             }
+            // A prompt the pool can never hold is the input's fault, not max_tokens'.
+            Ok(Some(Err(e @ tl_engine::EngineError::PoolTooSmall { .. }))) => {
+                return Err(ApiError::bad("input", e.to_string()))
+            }
             Ok(Some(r)) => out.push(r?),
         }
     }
