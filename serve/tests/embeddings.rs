@@ -253,3 +253,25 @@ fn reranking_head_is_refused() {
     let e = server(model("tiny-qwen3"), None);
     assert_eq!(e.post("/rerank", &json!({"query": "q", "documents": ["a"]})).status, 200);
 }
+
+/// The binary's `--pooling` flag: `cls` gives transformers' CLS vectors; a bad value is
+/// refused at start with the accepted names.
+#[test]
+fn the_binary_pools_as_the_flag_says() {
+    let g = goldens();
+    let want = &g["tiny-llama"]["inputs"][2];
+    let p = Proc::spawn(&["--pooling", "cls"], &[]);
+    let r = p.post("/v1/embeddings", &json!({"input": want["text"]}), &[]);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v: Vec<f32> =
+        r.json()["data"][0]["embedding"].as_array().expect("e").iter().map(|x| x.as_f64().expect("f") as f32).collect();
+    assert!(max_diff(&v, &want["cls"]) <= TOL);
+    assert!(max_diff(&v, &want["last"]) > 10.0 * TOL, "not the default (last)");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_serve"))
+        .args(["--model", &tiny().to_string_lossy(), "--port", "0", "--pooling", "max"])
+        .output()
+        .expect("run serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("last, mean or cls"), "{err}");
+}
