@@ -156,13 +156,23 @@ fn pooling(st: &AppState) -> Result<tl_engine::Pooling, ApiError> {
 }
 
 /// Embed `prompts` through the engine (one sequence each, batched with whatever runs),
-/// pooled as the model says, waiting until `deadline`.
+/// pooled as the model says, waiting until `deadline`. `param` names the inputs' field.
 pub(crate) async fn embed(
     st: &AppState,
     prompts: Vec<Vec<u32>>,
     dimensions: Option<usize>,
     deadline: Instant,
+    param: &str,
 ) -> Result<Vec<Embedding>, ApiError> {
+    // More inputs than the engine's queue holds could never be admitted together: not a
+    // busy server (503) but a request too big for this one.
+    let max = st.engine.info().max_queue;
+    if prompts.len() > max {
+        return Err(ApiError::bad(
+            param,
+            format!("{} inputs; this server embeds at most {max} per request (--max-queue)", prompts.len()),
+        ));
+    }
     let d = st.engine.info().hidden_size;
     if let Some(k) = dimensions.filter(|&k| k > d) {
         return Err(ApiError::bad("dimensions", format!("dimensions {k} exceeds the model's hidden size {d}")));
@@ -230,7 +240,7 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
     http::check_model(st, &b.model)?;
     let prompts = b.inputs.iter().map(|x| tokens(st, x, "input")).collect::<Result<Vec<_>, _>>()?;
     let n: usize = prompts.iter().map(Vec::len).sum();
-    let vectors = embed(st, prompts, b.dimensions, deadline).await?;
+    let vectors = embed(st, prompts, b.dimensions, deadline, "input").await?;
     let data = vectors
         .into_iter()
         .enumerate()

@@ -139,7 +139,7 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
         prompts.push(embeddings::tokens(st, &Input::Text(d.clone()), "documents")?);
     }
     let n: usize = prompts.iter().map(Vec::len).sum();
-    let vectors = embeddings::embed(st, prompts, None, deadline).await?;
+    let vectors = embeddings::embed(st, prompts, None, deadline, "documents").await?;
     let (query, docs) = vectors.split_first().ok_or_else(|| ApiError::bad("query", "nothing was embedded"))?;
     let scores: Vec<f64> = docs.iter().map(|d| cosine(&query.vector, &d.vector)).collect();
     let results: Vec<Value> = rank(&scores, b.top_n)

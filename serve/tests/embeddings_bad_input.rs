@@ -49,6 +49,7 @@ fn embeddings_bad_bodies_are_4xx() {
         json!([[1], [4_294_967_296u64]]),
         json!("x".repeat(300)),
         json!(vec![7; 300]),
+        json!(vec!["x"; 17]), // more inputs than the engine's queue (16) holds
     ] {
         bad(&s, p, json!({"input": input}), "input");
     }
@@ -83,6 +84,7 @@ fn rerank_bad_bodies_are_4xx() {
         }
         bad(&s, p, json!({"query": "q", "documents": ["a", "x".repeat(300)]}), "documents");
         bad(&s, p, json!({"query": "x".repeat(300), "documents": docs}), "query");
+        bad(&s, p, json!({"query": "q", "documents": vec!["d"; 16]}), "documents"); // 17 with the query
         for n in [json!(0), json!(-1), json!("2"), json!(1.5)] {
             bad(&s, p, json!({"query": "q", "documents": docs, "top_n": n}), "top_n");
         }
