@@ -195,3 +195,44 @@ pub fn json_schema(data: &[u8]) {
         assert!(n <= 64);
     }
 }
+
+/// The same bytes as a `/v1/embeddings` body and as a `/v1/rerank` body. An accepted
+/// embeddings body has 1..=MAX_INPUTS inputs, none empty, and a `dimensions` of at least
+/// 1; an accepted rerank body has a query, at least one document, none empty, and a
+/// `top_n` of at least 1. The ranking of the documents (scored by the cosine of their
+/// bytes with the query's) is sorted best first, ties by index, distinct indices, cut to
+/// `top_n`, every score in [-1, 1]. The base64 of the input's bytes as f32s has OpenAI's
+/// length.
+pub fn embed_request(data: &[u8]) {
+    use tl_serve::embeddings::{self, Input, MAX_INPUTS};
+    if let Ok(b) = embeddings::parse(data) {
+        assert!(!b.inputs.is_empty() && b.inputs.len() <= MAX_INPUTS);
+        for x in &b.inputs {
+            match x {
+                Input::Text(s) => assert!(!s.is_empty()),
+                Input::Tokens(t) => assert!(!t.is_empty()),
+            }
+        }
+        assert!(b.dimensions.is_none_or(|d| d >= 1));
+    }
+    if let Ok(r) = tl_serve::rerank::parse(data) {
+        assert!(!r.query.is_empty() && !r.documents.is_empty() && r.documents.len() < MAX_INPUTS);
+        assert!(r.documents.iter().all(|d| !d.is_empty()));
+        assert!(r.top_n.is_none_or(|n| n >= 1));
+        let vec = |s: &str| s.bytes().map(|b| f32::from(b) - 100.0).collect::<Vec<f32>>();
+        let q = vec(&r.query);
+        let scores: Vec<f64> = r.documents.iter().map(|d| tl_serve::rerank::cosine(&q, &vec(d))).collect();
+        let ranked = tl_serve::rerank::rank(&scores, r.top_n);
+        assert_eq!(ranked.len(), r.top_n.unwrap_or(usize::MAX).min(scores.len()));
+        let mut seen = std::collections::HashSet::new();
+        for w in ranked.windows(2) {
+            assert!(w[0].1.total_cmp(&w[1].1).then(w[1].0.cmp(&w[0].0)).is_gt());
+        }
+        for &(i, s) in &ranked {
+            assert!(seen.insert(i) && scores[i].to_bits() == s.to_bits());
+            assert!((-1.0 - 1e-9..=1.0 + 1e-9).contains(&s), "{s}");
+        }
+    }
+    let floats: Vec<f32> = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(embeddings::base64_f32(&floats).len(), (floats.len() * 4).div_ceil(3) * 4);
+}

@@ -247,6 +247,18 @@ for name, body in [
 ]:
     put("request", name, json.dumps(body))
 
+# /v1/embeddings and /v1/rerank bodies (the embed_request target parses every input as both).
+for name, body in [
+    ("embeddings", {"model": "m", "input": "hello world", "encoding_format": "float", "dimensions": 16}),
+    ("embeddings-list", {"input": ["a", "b c"], "encoding_format": "base64", "user": "u"}),
+    ("embeddings-ids", {"input": [1, 2, 3, 4294967295]}),
+    ("embeddings-id-lists", {"input": [[1, 2], [3], []], "dimensions": 0}),
+    ("rerank", {"model": "m", "query": "cache", "documents": ["a cache", "a dog", "cache"], "top_n": 2,
+                "return_documents": True}),
+    ("rerank-ties", {"query": "aa", "documents": ["aa", "aa", "b", "\u00e9"], "top_n": 9}),
+]:
+    put("embed_request", name, json.dumps(body))
+
 # JSON schemas as response_format brings them (the Pydantic shapes of
 # serve/tests/openai_parse.py, and ones llguidance must refuse).
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},

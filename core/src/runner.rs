@@ -215,6 +215,22 @@ impl ModelRunner {
         self.step(batch, true, false, None)
     }
 
+    /// [`ModelRunner::forward_tails`] (or, with `tails` `None`, [`ModelRunner::forward`])
+    /// that also returns every token's final hidden state: a serving step in which an
+    /// embedding sequence pools its rows beside sequences that sample (or verify drafts).
+    pub fn forward_tails_hidden(
+        &mut self,
+        batch: &ForwardBatch,
+        tails: Option<&[usize]>,
+    ) -> Result<ForwardOutput, RunnerError> {
+        if let Some(t) = tails {
+            if t.len() != batch.seqs.len() || t.iter().zip(&batch.seqs).any(|(&t, s)| t == 0 || t > s.tokens.len()) {
+                return Err(RunnerError::BadBatch(format!("{} tails for {} sequences", t.len(), batch.seqs.len())));
+            }
+        }
+        self.step(batch, true, false, tails)
+    }
+
     fn step(
         &self,
         batch: &ForwardBatch,

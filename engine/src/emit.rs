@@ -15,17 +15,26 @@ use tl_core::{SampleError, Tokenizer};
 use tl_sampling::{Constraint, Pcg32, SpecSampler};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::embed::{EmbedResult, Embedding};
 use crate::error::EngineError;
 use crate::request::{Event, FinishReason, Request, Timings, TokenInfo, Usage};
 use crate::text::TextOut;
 use crate::{Observer, Shared};
+
+/// Where a sequence's results go: a generation's events, or an embedding's one result.
+pub(crate) enum Sink {
+    /// Tokens, then `Done` or `Error`.
+    Tokens(UnboundedSender<Event>),
+    /// One embedding or an error (embed.rs).
+    Embedding(UnboundedSender<EmbedResult>),
+}
 
 /// One sequence's sampling and stopping state, and where its events go.
 pub(crate) struct Emission {
     rng: Pcg32,
     /// The grammar's state over this sequence's output (constrained requests only).
     matcher: Option<Matcher>,
-    tx: UnboundedSender<Event>,
+    tx: Sink,
     text: TextOut,
     pub(crate) arrived: Instant,
     last_token: Option<Instant>,
@@ -33,7 +42,7 @@ pub(crate) struct Emission {
 }
 
 impl Emission {
-    pub(crate) fn new(req: &Request, matcher: Option<Matcher>, tx: UnboundedSender<Event>) -> Emission {
+    pub(crate) fn new(req: &Request, matcher: Option<Matcher>, tx: Sink) -> Emission {
         Emission {
             rng: tl_sampling::choice_stream(req.seed, req.choice),
             matcher,
@@ -47,12 +56,31 @@ impl Emission {
 
     /// End the sequence's stream with an error (a closed receiver is not an error).
     pub(crate) fn fail(&self, err: EngineError) {
-        let _ = self.tx.send(Event::Error(err));
+        match &self.tx {
+            Sink::Tokens(tx) => drop(tx.send(Event::Error(err))),
+            Sink::Embedding(tx) => drop(tx.send(Err(err))),
+        }
     }
 
     /// The client went away (its receiver was dropped).
     pub(crate) fn closed(&self) -> bool {
-        self.tx.is_closed()
+        match &self.tx {
+            Sink::Tokens(tx) => tx.is_closed(),
+            Sink::Embedding(tx) => tx.is_closed(),
+        }
+    }
+
+    /// Send an embedding sequence's result (nothing for a generation).
+    pub(crate) fn embedded(&self, e: Embedding) {
+        if let Sink::Embedding(tx) = &self.tx {
+            let _ = tx.send(Ok(e));
+        }
+    }
+
+    fn send(&self, ev: Event) {
+        if let Sink::Tokens(tx) = &self.tx {
+            let _ = tx.send(ev);
+        }
     }
 }
 
@@ -146,7 +174,7 @@ impl Emitter {
         }
         out.last_token = Some(now);
         self.shared.generated.fetch_add(1, Ordering::Relaxed);
-        let _ = out.tx.send(Event::Token { token: TokenInfo { id, logprob, top }, text });
+        out.send(Event::Token { token: TokenInfo { id, logprob, top }, text });
         if stopped || grammar_done {
             return Ok(Some(FinishReason::Stop));
         }
@@ -159,6 +187,6 @@ impl Emitter {
     pub(crate) fn finish(&self, out: &mut Emission, finish: FinishReason, usage: Usage, preempted: u32) {
         let timings = Timings { ttft: out.ttft, total: out.arrived.elapsed(), preempted };
         let text = out.text.finish();
-        let _ = out.tx.send(Event::Done { finish, text, usage, timings });
+        out.send(Event::Done { finish, text, usage, timings });
     }
 }

@@ -16,6 +16,7 @@
 
 mod disk_cache;
 mod draft;
+mod embed;
 mod emit;
 mod error;
 mod fingerprint;
@@ -35,6 +36,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use disk_cache::{DiskCacheConfig, DiskCounts};
+pub use embed::{EmbedRequest, EmbedResult, Embedding, Pooling};
 pub use error::EngineError;
 pub use fingerprint::fingerprint;
 pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
@@ -188,6 +190,8 @@ pub struct EngineInfo {
     pub speculate: Speculation,
     /// A draft model is loaded (`Speculation::Draft` is allowed).
     pub draft_model: bool,
+    /// Width of the model's final hidden state (an embedding's full dimension).
+    pub hidden_size: usize,
 }
 
 enum Cmd {
@@ -244,6 +248,7 @@ impl Engine {
             max_queue,
             speculate: opts.speculate.unwrap_or(Speculation::Off),
             draft_model: draft.is_some(),
+            hidden_size: runner.hidden_size(),
         };
         if let Err(e) = info.speculate.check() {
             return Err(EngineError::BadRequest { field: "speculate", reason: e });
@@ -320,31 +325,77 @@ impl Engine {
             matchers.extend(self.grammars.compile(g, same)?.into_iter().map(Some));
             i += same;
         }
+        let mut seqs = Vec::with_capacity(reqs.len());
+        let mut out = Vec::with_capacity(reqs.len());
+        for (req, matcher) in reqs.into_iter().zip(matchers) {
+            let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
+            let spec = req.speculate.unwrap_or(self.info.speculate);
+            let mut seq = Seq::new(self.next.fetch_add(1, Ordering::SeqCst), req, spec, matcher, etx);
+            setup(&mut seq);
+            seqs.push(seq);
+            out.push(erx);
+        }
+        self.enqueue(seqs)?;
+        Ok(out)
+    }
+
+    /// Submit embedding sequences (the inputs of one request) all or nothing; each
+    /// receiver gets one [`EmbedResult`]. They are planned and batched with generation in
+    /// the same steps (embed.rs): an embedding is the same bits alone or among others.
+    pub fn embed_all(&self, reqs: Vec<EmbedRequest>) -> Result<Vec<UnboundedReceiver<EmbedResult>>, EngineError> {
+        for r in &reqs {
+            self.check_embed(r)?;
+        }
+        let mut seqs = Vec::with_capacity(reqs.len());
+        let mut out = Vec::with_capacity(reqs.len());
+        for req in &reqs {
+            let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
+            seqs.push(Seq::embedding(self.next.fetch_add(1, Ordering::SeqCst), req, etx));
+            out.push(erx);
+        }
+        self.enqueue(seqs)?;
+        Ok(out)
+    }
+
+    /// Queue `seqs` on the engine thread, all or nothing (within the queue bound).
+    fn enqueue(&self, seqs: Vec<Seq>) -> Result<(), EngineError> {
         if !self.shared.accepting.load(Ordering::SeqCst) {
             return Err(EngineError::ShuttingDown);
         }
-        let n = reqs.len();
+        let n = seqs.len();
         let max = self.info.max_queue;
         self.shared
             .queued
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| (q + n <= max).then_some(q + n))
             .map_err(|_| EngineError::QueueFull { max_queue: max })?;
         let guard = self.tx.lock().map_err(|_| EngineError::Internal("engine lock poisoned".into()))?;
-        let mut out = Vec::with_capacity(n);
-        for (k, (req, matcher)) in reqs.into_iter().zip(matchers).enumerate() {
-            let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
-            let spec = req.speculate.unwrap_or(self.info.speculate);
-            let mut seq = Seq::new(self.next.fetch_add(1, Ordering::SeqCst), req, spec, matcher, etx);
-            setup(&mut seq);
+        for (k, seq) in seqs.into_iter().enumerate() {
             let sent = guard.as_ref().is_some_and(|tx| tx.send(Cmd::Submit(Box::new(seq))).is_ok());
             if !sent {
                 // The ones already sent are counted down by the thread as it drops them.
                 self.shared.queued.fetch_sub(n - k, Ordering::SeqCst);
                 return Err(EngineError::ShuttingDown);
             }
-            out.push(erx);
         }
-        Ok(out)
+        Ok(())
+    }
+
+    fn check_embed(&self, r: &EmbedRequest) -> Result<(), EngineError> {
+        let bad = |field, reason: String| Err(EngineError::BadRequest { field, reason });
+        if r.prompt.is_empty() {
+            return bad("input", "no tokens".into());
+        }
+        if let Some(&t) = r.prompt.iter().find(|&&t| t as usize >= self.info.vocab_size) {
+            return bad("input", format!("token id {t} >= vocab_size {}", self.info.vocab_size));
+        }
+        if let Some(ctx) = self.info.max_context.filter(|&c| r.prompt.len() > c) {
+            return bad("input", format!("{} tokens exceed the context of {ctx}", r.prompt.len()));
+        }
+        let d = self.info.hidden_size;
+        if r.dimensions.is_some_and(|k| k == 0 || k > d) {
+            return bad("dimensions", format!("must be in 1..={d} (the model's hidden size)"));
+        }
+        Ok(())
     }
 
     fn check(&self, r: &Request) -> Result<(), EngineError> {

@@ -277,9 +277,12 @@ impl Scheduler {
             // none until admitted.
             let preloaded = s.blocks.len();
             // The longest cached prefix of full blocks, leaving at least one token to feed
-            // (its logits are the ones to sample from).
+            // (its logits are the ones to sample from). An embedding sequence takes no
+            // hits: mean and CLS pooling need the hidden row of every position it would
+            // skip (embed.rs), so it feeds its whole prompt (nor does it register blocks).
             let (mut hits, mut h) = (Vec::new(), 0);
-            if self.lim.prefix && preloaded == 0 {
+            let lookup = self.lim.prefix && preloaded == 0 && s.embed.is_none();
+            if lookup {
                 let max_hit = (len - 1) / b;
                 s.chain_upto(max_hit, b);
                 (hits, h) = prefix::hits(g.as_mut(), &s.chain[..max_hit], &self.lim.layout, b).map_err(kv_err)?;
@@ -292,7 +295,7 @@ impl Scheduler {
             // Below block granularity: a registered child of the last hit that shares
             // the next few tokens lends them (its pages stay held until copied).
             let mut partial: Option<(Vec<u32>, usize)> = None;
-            if self.lim.prefix && self.lim.partial && preloaded == 0 {
+            if lookup && self.lim.partial {
                 let room = (len - 1 - h * b).min(b);
                 let parent = h.checked_sub(1).map(|k| s.chain[k]);
                 for (hash, n) in self.partial.candidates(parent, &s.tokens[h * b..h * b + room]) {
@@ -410,17 +413,41 @@ impl Scheduler {
                 s.take == 1 && s.computed + 1 == s.tokens.len() && s.generated() > 0
             })
             .count();
-        let logits = if drafting { self.runner.forward_tails(&batch, &tails) } else { self.runner.forward(&batch) };
-        let logits = logits.map_err(kv_err)?;
+        // Hidden rows only when an embedding sequence is in the step (each row's bits are
+        // the same either way); `fed[k]`: the rows of the step's k-th sequence.
+        let fed: Vec<usize> = batch.seqs.iter().map(|s| s.tokens.len()).collect();
+        let (logits, hidden) = if planned.iter().any(|&i| self.running[i].embed.is_some()) {
+            let out = self.runner.forward_tails_hidden(&batch, drafting.then_some(&tails[..])).map_err(kv_err)?;
+            (out.logits, out.hidden)
+        } else if drafting {
+            (self.runner.forward_tails(&batch, &tails).map_err(kv_err)?, None)
+        } else {
+            (self.runner.forward(&batch).map_err(kv_err)?, None)
+        };
         let forward = t0.elapsed();
+        let d = self.runner.hidden_size();
+        let mut row0 = 0; // the first hidden row of the current sequence
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
         let mut first = 0; // the first logits row of the current sequence
-        for (&i, &rows) in planned.iter().zip(&tails) {
+        for ((&i, &rows), &n) in planned.iter().zip(&tails).zip(&fed) {
             let s = &mut self.running[i];
+            let pooled = match (s.embed.as_mut(), hidden.as_deref()) {
+                (Some(p), Some(h)) => h
+                    .get(row0 * d..(row0 + n) * d)
+                    .ok_or_else(|| EngineError::Internal("the step returned too few hidden rows".into()))
+                    .and_then(|rows| p.absorb(rows, s.computed, d)),
+                (Some(_), None) => Err(EngineError::Internal("the step returned no hidden rows".into())),
+                (None, _) => Ok(()),
+            };
+            row0 += n;
             s.computed += s.take;
             s.take = 0;
-            let outcome = if s.computed < s.tokens.len() {
+            let outcome = if let Err(e) = pooled {
+                Err(e)
+            } else if s.computed < s.tokens.len() {
                 Ok(None) // mid-prefill: this row's logits are not the sequence's next token
+            } else if s.embed.is_some() {
+                Ok(Some(FinishReason::Stop)) // pooled: finish() sends the embedding
             } else if s.draft().is_empty() {
                 s.sample(&mut self.emitter, logits.row(first))
             } else {
@@ -463,7 +490,8 @@ impl Scheduler {
     /// Register `running[i]`'s full blocks of computed tokens in the prefix index (only
     /// positions whose K/V belong to the sequence's accepted tokens).
     fn register_full(&mut self, i: usize) -> Result<(), EngineError> {
-        if !self.lim.prefix {
+        // An embedding sequence registers nothing: it takes no hits either (see plan).
+        if !self.lim.prefix || self.running[i].embed.is_some() {
             return Ok(());
         }
         let (b, n) = (self.lim.block_tokens, self.lim.groups);
@@ -510,6 +538,18 @@ impl Scheduler {
     }
 
     fn finish(&mut self, mut s: Seq, finish: FinishReason) -> Result<(), EngineError> {
+        if let Some(p) = s.embed.take() {
+            s.release_blocks(lock(&self.pool)?.as_mut())?;
+            self.shared.finished.fetch_add(1, Ordering::Relaxed);
+            if s.req.max_tokens > 0 {
+                // max_tokens 0: dropped with an error event already
+                match p.finish() {
+                    Ok(e) => s.out.embedded(e),
+                    Err(e) => s.out.fail(e),
+                }
+            }
+            return Ok(());
+        }
         match s.handoff.hold.take() {
             // A P/D prefill: its blocks wait for the decode server under the lease.
             Some(hold) if s.req.max_tokens > 0 => {

@@ -1,13 +1,15 @@
 //! One sequence, from submit to finish: its tokens and KV blocks (the scheduler's), and
 //! three parts with one owner each: sampling and stops ([`Emission`], emit.rs),
 //! speculation ([`Drafting`], speculator.rs; absent when the sequence does not
-//! speculate) and the P/D hand-off ([`Handoff`], pd.rs).
+//! speculate) and the P/D hand-off ([`Handoff`], pd.rs); an embedding sequence has a
+//! [`Pooler`] (embed.rs) instead of sampling.
 
 use llguidance::Matcher;
 use tl_core::KvBackend;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::emit::{Emission, Emitter};
+use crate::embed::{EmbedRequest, EmbedResult, Pooler};
+use crate::emit::{Emission, Emitter, Sink};
 use crate::error::{kv_err, EngineError};
 use crate::pd::Handoff;
 use crate::request::{Event, FinishReason, Request};
@@ -44,6 +46,8 @@ pub(crate) struct Seq {
     pub(crate) spec: Option<Drafting>,
     /// What P/D asked of this sequence (a prefill's lease, a decode's preload).
     pub(crate) handoff: Handoff,
+    /// An embedding sequence's pooling (embed.rs); `None` for a generation.
+    pub(crate) embed: Option<Pooler>,
 }
 
 impl Seq {
@@ -54,7 +58,7 @@ impl Seq {
         matcher: Option<Matcher>,
         tx: UnboundedSender<Event>,
     ) -> Seq {
-        let out = Emission::new(&req, matcher, tx);
+        let out = Emission::new(&req, matcher, Sink::Tokens(tx));
         Seq {
             order,
             tokens: req.prompt.clone(),
@@ -72,7 +76,29 @@ impl Seq {
             out,
             spec: Drafting::of(spec),
             handoff: Handoff::default(),
+            embed: None,
         }
+    }
+
+    /// An embedding sequence: its prompt is fed (hidden rows pooled), then it ends with
+    /// one result; it never samples nor speculates.
+    pub(crate) fn embedding(order: u64, e: &EmbedRequest, tx: UnboundedSender<EmbedResult>) -> Seq {
+        let req = Request {
+            prompt: e.prompt.clone(),
+            params: tl_core::SamplingParams::default(),
+            seed: 0,
+            choice: 0,
+            max_tokens: 1,
+            stop: Vec::new(),
+            logprobs: None,
+            grammar: None,
+            logit_bias: Vec::new(),
+            speculate: Some(Speculation::Off),
+        };
+        let mut s = Seq::new(order, req, Speculation::Off, None, tokio::sync::mpsc::unbounded_channel().0);
+        s.out = Emission::new(&s.req, None, Sink::Embedding(tx));
+        s.embed = Some(Pooler::new(e));
+        s
     }
 
     /// P/D decode: start from `blocks`, which hold this prompt's first `computed`
@@ -113,6 +139,9 @@ impl Seq {
         tl_core::release_all(pool, self.blocks.drain(..)).map_err(kv_err)?;
         self.computed = 0;
         self.registered = 0;
+        if let Some(p) = self.embed.as_mut() {
+            p.reset(); // its rows are fed again from position 0
+        }
         if let Some(d) = self.spec.as_mut() {
             d.kv = None; // its draft-pool blocks go back with it
         }

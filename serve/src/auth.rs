@@ -27,7 +27,7 @@ pub(crate) fn same_key(given: &[u8], key: &[u8]) -> bool {
 pub(crate) async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let Some(key) = &st.api_key else { return next.run(req).await };
     let path = req.uri().path();
-    if !(path.starts_with("/v1") || path == "/tokenize" || path == "/detokenize") {
+    if !(path.starts_with("/v1") || path == "/rerank" || path == "/tokenize" || path == "/detokenize") {
         return next.run(req).await;
     }
     let given = req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);

@@ -122,6 +122,11 @@ struct Cli {
     /// `reasoning_content`) or none (left in the answer).
     #[arg(long, default_value = "deepseek")]
     reasoning_format: tl_serve::reasoning::ReasoningFormat,
+    /// How /v1/embeddings and /v1/rerank pool the final hidden states: last, mean or cls.
+    /// Default: what the model's sentence-transformers files (modules.json,
+    /// 1_Pooling/config.json) declare, else last (with L2 normalisation).
+    #[arg(long)]
+    pooling: Option<tl_engine::Pooling>,
     /// Keep full prompt-prefix KV blocks in this directory too (one subdirectory per
     /// model fingerprint and KV element type), so they are found again after an eviction
     /// or a restart. Bad files are refused and recomputed.
@@ -216,6 +221,7 @@ fn run(cli: Cli) -> Result<(), String> {
         draft_model,
         spec_step_rows: cli.spec_step_rows,
         reasoning_format: cli.reasoning_format,
+        pooling: cli.pooling,
         kv_disk: cli.kv_disk.clone().map(|dir| tl_serve::KvDisk {
             dir,
             max_bytes: (cli.kv_disk_max_gib.max(0.0) * (1u64 << 30) as f64) as u64,

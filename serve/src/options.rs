@@ -66,6 +66,9 @@ pub struct Options {
     /// Prompt caches on disk (`--kv-disk DIR --kv-disk-max-gib N`): full prefix blocks
     /// kept under DIR, by fingerprint, found again after an eviction or a restart.
     pub kv_disk: Option<KvDisk>,
+    /// How `/v1/embeddings` and `/v1/rerank` pool hidden states (`--pooling`); `None`:
+    /// as the model's files say, else last-token (pooling.rs).
+    pub pooling: Option<tl_engine::Pooling>,
 }
 
 /// Where the disk cache keeps blocks and how much it may keep.

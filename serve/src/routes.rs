@@ -6,10 +6,10 @@ use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::state::AppState;
-use crate::{auth, chat, completions, extra, http, messages, page, pd, replica, responses};
+use crate::{auth, chat, completions, embeddings, extra, http, messages, page, pd, replica, rerank, responses};
 
-/// Every route. With an API key, every `/v1` path (unknown ones included), `/tokenize` and
-/// `/detokenize` answer 401 without `Authorization: Bearer <key>`; `/health` and
+/// Every route. With an API key, every `/v1` path (unknown ones included), `/rerank`,
+/// `/tokenize` and `/detokenize` answer 401 without `Authorization: Bearer <key>`; `/health` and
 /// `/metrics` stay open.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -20,6 +20,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/messages/{*rest}", any(messages::elsewhere))
         .route("/v1/responses", post(responses::create).fallback(responses::elsewhere))
         .route("/v1/responses/{id}", get(responses::get).fallback(responses::elsewhere))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/rerank", post(rerank::rerank))
         .route("/v1/models", get(extra::models))
         .route("/v1/models/{id}", get(extra::model))
         .route("/tokenize", post(extra::tokenize))

@@ -48,6 +48,8 @@ pub struct AppState {
     pub(crate) reasoning: ReasoningFormat,
     /// Finished Responses answers, for `previous_response_id` (responses.rs).
     pub(crate) responses: crate::responses::Store,
+    /// How embeddings pool, and whether the model has a reranking head (pooling.rs).
+    pub(crate) pooling: crate::pooling::ModelPooling,
 }
 
 impl AppState {
@@ -68,6 +70,7 @@ impl AppState {
                 Some(r)
             }
         };
+        let pooling = crate::pooling::ModelPooling::of(&opts.model, opts.pooling);
         let tok = Arc::new(Tokenizer::load(runner.config()).map_err(|e| fail(&e))?);
         let template = prompt::template_of(runner.config()).map_err(|e| fail(&e))?;
         let tool_format = tools::Format::of(&template);
@@ -115,6 +118,7 @@ impl AppState {
             load: Load::default(),
             reasoning: opts.reasoning_format,
             responses: crate::responses::Store::default(),
+            pooling,
         }))
     }
 }

@@ -1,7 +1,8 @@
 //! The promise end to end over HTTP: a seeded request's full answer (tokens and logprobs,
 //! byte for byte) is the same alone, beside 15 concurrent requests of other lengths and
 //! parameters sharing its system prompt, after a prefix-cache hit, and after preemption
-//! under a deliberately small KV pool. On the tiny fixture and on SmolLM2.
+//! under a deliberately small KV pool; and a text's embedding, alone and beside 15 chats.
+//! On the tiny fixture and on SmolLM2.
 
 mod common;
 
@@ -157,4 +158,56 @@ fn qwen3_moe_http_answers_do_not_depend_on_traffic() {
     // SGLang's deterministic modes do not keep this for MoE models).
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3-moe/tests/fixtures/tiny-qwen3-moe");
     promise(model, "tiny-qwen3-moe", 40, 90);
+}
+
+/// The embedding promise over HTTP on a real model: a text's vector (mean-pooled, so
+/// every position's row counts) has the same f32 bits alone, twice, and in the middle of
+/// 15 concurrent chat requests, under a pool small enough to preempt.
+fn embedding_promise(model: PathBuf, name: &str, small_pool: u32) {
+    let text = format!("{SYSTEM} What is a cache? A cache keeps answers close.");
+    let vector = |s: &Server| -> Vec<u32> {
+        let r = s.post("/v1/embeddings", &json!({"model": name, "input": text, "encoding_format": "base64"}));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r.json()["data"][0]["embedding"].as_str().expect("base64").bytes().map(u32::from).collect()
+    };
+    let mean = |m: PathBuf, n_blocks| {
+        let mut o = options(m, n_blocks, 4, 16, 64);
+        o.pooling = Some(tl_engine::Pooling::Mean);
+        Server::start(o)
+    };
+    let alone = vector(&mean(model.clone(), 2048));
+    for n_blocks in [2048, small_pool] {
+        let s = mean(model.clone(), n_blocks);
+        assert_eq!(vector(&s), alone, "twice");
+        let addr = s.addr;
+        let chats: Vec<_> = (0..15)
+            .map(|i| {
+                let body = neighbour(name, i, 24);
+                std::thread::spawn(move || {
+                    request(addr, "POST", "/v1/chat/completions", body.to_string().as_bytes(), &[])
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let crowded = vector(&s);
+        for c in chats {
+            assert_eq!(c.join().expect("chat").status, 200);
+        }
+        assert_eq!(crowded, alone, "the embedding changed beside 15 chats ({n_blocks} blocks)");
+        if n_blocks == small_pool {
+            assert!(s.metric("tl_preemptions_total") > 0.0, "the small pool never preempted");
+        }
+        s.assert_pool_clean();
+    }
+}
+
+#[test]
+fn tiny_embeddings_do_not_depend_on_traffic() {
+    embedding_promise(tiny(), "tiny-llama", 90);
+}
+
+#[test]
+fn smollm2_embeddings_do_not_depend_on_traffic() {
+    let Some(model) = smollm2() else { return };
+    embedding_promise(model, "SmolLM2-135M-Instruct.Q4_1", 40);
 }

@@ -88,6 +88,11 @@ fn request_inputs() {
 }
 
 #[test]
+fn embed_request_inputs() {
+    each("embed_request", checks::embed_request);
+}
+
+#[test]
 fn json_schema_inputs() {
     each("json_schema", checks::json_schema);
 }

@@ -302,3 +302,51 @@ fn first_difference_names_the_token_the_ids_and_the_logprob_difference() {
     let d = first_difference(&a, &e).expect("differs");
     assert!(d.starts_with("token 1: only the reference goes on (id 3)"), "{d}");
 }
+
+/// A `/v1/embeddings` pair and a `/v1/rerank` pair (no seed: they sample nothing) replay as
+/// identical; one changed value of a vector, or a changed score, is a difference naming it;
+/// `--pooling` replays a server that ran with it.
+#[test]
+fn replay_accepts_saved_embeddings_and_rerank_answers() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let mut o = options(tiny(), 256, 16, 8, 16);
+    o.pooling = Some(tl_engine::Pooling::Mean);
+    let s = Server::start(o);
+    let emb = json!({"model": "tiny-llama", "input": ["What is a cache?", "a second text"]});
+    let rr = json!({"model": "tiny-llama", "query": "cache", "documents": ["a cache", "a dog"], "top_n": 2});
+    let save = |name: &str, path: &str, request: &Value| {
+        let r = s.post(path, request);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let pair = json!({"request": request, "response": r.json()});
+        let p = d.path().join(name);
+        std::fs::write(&p, pair.to_string()).expect("write");
+        (p, pair)
+    };
+    let (emb_path, emb_pair) = save("embeddings.json", "/v1/embeddings", &emb);
+    let (rr_path, rr_pair) = save("rerank.json", "/v1/rerank", &rr);
+    drop(s);
+    let model = tiny();
+    let m = model.to_string_lossy();
+    for path in [&emb_path, &rr_path] {
+        let (code, out, err) = verify(&["--model", &m, "--pooling", "mean", "--replay", &path.to_string_lossy()]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains(": identical (2 choices"), "{out}");
+        // Another pooling is another answer.
+        let (code, out, err) = verify(&["--model", &m, "--pooling", "last", "--replay", &path.to_string_lossy()]);
+        assert_eq!(code, 1, "{out}{err}");
+    }
+    let mut bad = emb_pair.clone();
+    let x = &mut bad["response"]["data"][1]["embedding"][7];
+    *x = json!(x.as_f64().expect("a float") + 0.5);
+    let tampered = d.path().join("tampered.json");
+    std::fs::write(&tampered, bad.to_string()).expect("write");
+    let (code, out, err) = verify(&["--model", &m, "--pooling", "mean", "--replay", &tampered.to_string_lossy()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("DEPARTS at choice 1, embedding value 7"), "{out}");
+    let mut bad = rr_pair.clone();
+    bad["response"]["results"][0]["relevance_score"] = json!(0.5);
+    std::fs::write(&tampered, bad.to_string()).expect("write");
+    let (code, out, err) = verify(&["--model", &m, "--pooling", "mean", "--replay", &tampered.to_string_lossy()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("DEPARTS at choice 0"), "{out}");
+}

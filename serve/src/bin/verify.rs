@@ -45,6 +45,10 @@ struct Cli {
     /// A saved {"request": ..., "response": ...} pair of serve to reproduce.
     #[arg(long)]
     replay: Option<PathBuf>,
+    /// With --replay of an embeddings or rerank request: the pooling the server ran with
+    /// (`serve --pooling`); default, as serve: what the model's files declare.
+    #[arg(long, requires = "replay")]
+    pooling: Option<tl_engine::Pooling>,
     /// The seed.
     #[arg(long)]
     seed: Option<i64>,
@@ -186,6 +190,7 @@ fn replay(cli: &Cli, weights: Weights, file: &std::path::Path) -> Result<bool, S
         spec_step_rows: 0,
         reasoning_format: Default::default(),
         kv_disk: None,
+        pooling: cli.pooling,
     };
     let out = r.run(file, opts).map_err(|e| e.to_string())?;
     match &out.diff {

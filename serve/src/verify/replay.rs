@@ -4,7 +4,8 @@
 //! JSON answer>}` (a non-streamed `/v1/chat/completions`, `/v1/completions` or
 //! `/v1/messages` or `/v1/responses` answer with its `system_fingerprint`; a Messages
 //! answer's content blocks and stop reason, a Responses answer's output items and status,
-//! are compared as its one choice). The response's fingerprint must be this model's and build's:
+//! are compared as its one choice; a `/v1/embeddings` answer's vectors and a `/v1/rerank`
+//! answer's results are compared as its choices, and need no seed: they sample nothing). The response's fingerprint must be this model's and build's:
 //! only then does the promise hold (docs/serving.md), and a different one is an error, not
 //! a difference. The request goes through serve's own router in process, so the bytes
 //! compared are the ones serve would send.
@@ -26,7 +27,8 @@ pub struct Replay {
     pub request: Value,
     /// The saved answer.
     pub response: Value,
-    /// `/v1/chat/completions`, `/v1/completions`, `/v1/messages` or `/v1/responses`.
+    /// `/v1/chat/completions`, `/v1/completions`, `/v1/messages`, `/v1/responses`,
+    /// `/v1/embeddings` or `/v1/rerank`.
     pub endpoint: &'static str,
     /// The saved answer's `system_fingerprint`.
     pub fingerprint: String,
@@ -76,6 +78,15 @@ impl Replay {
             return Err(bad("the request continues a stored response (previous_response_id): replay needs the whole \
                  conversation in its input"
                 .into()));
+        }
+        let embeddings = response.get("object").and_then(Value::as_str) == Some("list");
+        let rerank = response.get("results").is_some_and(Value::is_array);
+        if embeddings && !response.get("data").is_some_and(Value::is_array) {
+            return Err(bad("the embeddings response has no \"data\" list".into()));
+        }
+        if embeddings || rerank {
+            let endpoint = if embeddings { "/v1/embeddings" } else { "/v1/rerank" };
+            return Ok(Replay { request: request.clone(), response: response.clone(), endpoint, fingerprint });
         }
         if message && !response.get("content").is_some_and(Value::is_array) {
             return Err(bad("the Messages response has no \"content\" list".into()));
@@ -147,6 +158,13 @@ impl Replay {
 /// the report); a Responses answer's output items (their fresh `id`s left out) and status
 /// likewise.
 fn choices(answer: &Value) -> Value {
+    // Embeddings: one choice per vector; rerank: one per result (the `id` is fresh).
+    if answer.get("object").and_then(Value::as_str) == Some("list") {
+        return answer["data"].clone();
+    }
+    if let Some(r) = answer.get("results") {
+        return r.clone();
+    }
     if answer.get("object").and_then(Value::as_str) == Some("response") {
         let mut items = answer["output"].as_array().cloned().unwrap_or_default();
         for i in &mut items {
@@ -240,6 +258,12 @@ pub fn compare(saved: &Value, now: &Value) -> Outcome {
                         tx.len(),
                         ty.len()
                     );
+                }
+            }
+            if let (Some(ex), Some(ey)) = (x["embedding"].as_array(), y["embedding"].as_array()) {
+                if let Some(k) = (0..ex.len().max(ey.len())).find(|&k| ex.get(k) != ey.get(k)) {
+                    let at = |e: &[Value]| e.get(k).map_or("nothing".into(), Value::to_string);
+                    return format!("choice {c}, embedding value {k}: saved {}, now {}", at(ex), at(ey));
                 }
             }
             let (sx, sy) = (text(x), text(y));

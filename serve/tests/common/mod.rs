@@ -40,6 +40,7 @@ pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize
         spec_step_rows: 0,
         reasoning_format: Default::default(),
         kv_disk: None,
+        pooling: None,
     }
 }
 

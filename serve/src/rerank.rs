@@ -1,0 +1,163 @@
+//! `POST /v1/rerank` (and `/rerank`, as llama-server answers both), in the shape
+//! llama-server, vLLM and Cohere share: `{model, query, documents, top_n?,
+//! return_documents?}` → `{id, model, usage, results: [{index, relevance_score,
+//! document?: {text}}]}`, best first (ties by index), `top_n` kept.
+//!
+//! For an embedding model the score is the cosine similarity of the query's and the
+//! document's pooled embeddings (what vLLM does for embedding models): the query and every
+//! document go to the engine together as embedding sequences (embeddings.rs), so they
+//! batch with each other and with generation. A model with a reranking head (a
+//! sequence-classification checkpoint, a cross-encoder: pooling.rs) is refused with 501:
+//! tl does not run such heads, and a similarity of its hidden states is not its score.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::api::ApiError;
+use crate::embeddings::{self, Input, MAX_INPUTS};
+use crate::fields::{kind, opt, opt_bool};
+use crate::http::{self, St};
+use crate::state::AppState;
+
+/// A checked rerank body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RerankBody {
+    /// Must name the served model when given.
+    pub model: Option<String>,
+    /// The query (not empty).
+    pub query: String,
+    /// The documents, in order (at least one, none empty).
+    pub documents: Vec<String>,
+    /// Keep the best `top_n` (at least 1); `None`: all.
+    pub top_n: Option<usize>,
+    /// Send each document's text back.
+    pub return_documents: bool,
+}
+
+/// Parse and check a rerank body.
+pub fn parse(bytes: &[u8]) -> Result<RerankBody, ApiError> {
+    let o = embeddings::object(bytes)?;
+    let model = embeddings::model(&o)?;
+    let query = match opt(&o, "query") {
+        None => return Err(ApiError::bad("query", "query is required")),
+        Some(Value::String(s)) if s.is_empty() => return Err(ApiError::bad("query", "query must not be empty")),
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => return Err(ApiError::bad("query", format!("query must be a string, not {}", kind(v)))),
+    };
+    let documents = match opt(&o, "documents") {
+        None => return Err(ApiError::bad("documents", "documents is required")),
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err(ApiError::bad("documents", "documents must not be an empty list"))
+        }
+        Some(Value::Array(a)) if a.len() >= MAX_INPUTS => {
+            return Err(ApiError::bad("documents", format!("{} documents; at most {}", a.len(), MAX_INPUTS - 1)))
+        }
+        Some(Value::Array(a)) => {
+            let mut docs = Vec::with_capacity(a.len());
+            for (i, d) in a.iter().enumerate() {
+                match d {
+                    Value::String(s) if !s.is_empty() => docs.push(s.clone()),
+                    Value::String(_) => return Err(ApiError::bad("documents", format!("documents[{i}] is empty"))),
+                    v => {
+                        return Err(ApiError::bad(
+                            "documents",
+                            format!("documents[{i}] must be a string, not {}", kind(v)),
+                        ))
+                    }
+                }
+            }
+            docs
+        }
+        Some(v) => {
+            return Err(ApiError::bad("documents", format!("documents must be a list of strings, not {}", kind(v))))
+        }
+    };
+    let top_n = match opt(&o, "top_n") {
+        None => None,
+        Some(v) => match v.as_u64() {
+            Some(k) if k >= 1 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
+            _ => return Err(ApiError::bad("top_n", format!("top_n must be a positive integer, not {v}"))),
+        },
+    };
+    let return_documents = opt_bool(&o, "return_documents")?.unwrap_or(false);
+    Ok(RerankBody { model, query, documents, top_n, return_documents })
+}
+
+/// Cosine similarity, in f64; 0 when either vector is all zeros.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x), f64::from(y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        return 0.0;
+    }
+    dot / (na.sqrt() * nb.sqrt())
+}
+
+/// `(index, score)` best first, ties by index, the best `top_n` kept.
+pub fn rank(scores: &[f64], top_n: Option<usize>) -> Vec<(usize, f64)> {
+    let mut r: Vec<(usize, f64)> = scores.iter().copied().enumerate().collect();
+    r.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    r.truncate(top_n.unwrap_or(usize::MAX));
+    r
+}
+
+/// POST /v1/rerank and /rerank.
+pub(crate) async fn rerank(State(st): St, headers: HeaderMap, body: Body) -> Response {
+    let r = inner(&st, &headers, body).await;
+    http::counted(&st, "/v1/rerank", r)
+}
+
+async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let deadline = Instant::now() + st.limits.request_timeout;
+    let bytes = http::read_bytes(st, headers, body).await?;
+    let b = parse(&bytes)?;
+    http::check_model(st, &b.model)?;
+    if let Some(why) = &st.pooling.rerank_head {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "invalid_request_error",
+            "not_implemented",
+            format!(
+                "reranking heads are not implemented: {why}; tl ranks by the cosine similarity of pooled \
+                 embeddings, which is not this model's score"
+            ),
+        ));
+    }
+    let mut prompts = vec![embeddings::tokens(st, &Input::Text(b.query.clone()), "query")?];
+    for d in &b.documents {
+        prompts.push(embeddings::tokens(st, &Input::Text(d.clone()), "documents")?);
+    }
+    let n: usize = prompts.iter().map(Vec::len).sum();
+    let vectors = embeddings::embed(st, prompts, None, deadline, "documents").await?;
+    let (query, docs) = vectors.split_first().ok_or_else(|| ApiError::bad("query", "nothing was embedded"))?;
+    let scores: Vec<f64> = docs.iter().map(|d| cosine(&query.vector, &d.vector)).collect();
+    let results: Vec<Value> = rank(&scores, b.top_n)
+        .into_iter()
+        .map(|(index, score)| {
+            let mut r = json!({"index": index, "relevance_score": score});
+            if b.return_documents {
+                r["document"] = json!({"text": b.documents[index]});
+            }
+            r
+        })
+        .collect();
+    let v = json!({
+        "id": crate::responses::new_id("rerank"),
+        "model": st.model_id,
+        "usage": {"prompt_tokens": n, "total_tokens": n},
+        "results": results,
+        "system_fingerprint": st.fingerprint,
+    });
+    Ok((StatusCode::OK, axum::Json(v)).into_response())
+}
