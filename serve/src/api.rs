@@ -386,3 +386,8 @@ pub fn message(i: usize, m: &ChatMessage) -> Result<tl_core::Message, ApiError> 
     }
     Ok(msg)
 }
+
+/// A fresh id with OpenAI's prefix (`resp`, `msg`, `fc`, `rs`; `rerank`).
+pub(crate) fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{:016x}{:016x}", random_seed(), random_seed())
+}

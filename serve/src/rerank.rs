@@ -153,7 +153,7 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
         })
         .collect();
     let v = json!({
-        "id": crate::responses::new_id("rerank"),
+        "id": crate::api::new_id("rerank"),
         "model": st.model_id,
         "usage": {"prompt_tokens": n, "total_tokens": n},
         "results": results,

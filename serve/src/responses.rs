@@ -13,81 +13,30 @@
 //! `previous_response_id`: the follow-up's turns are the chain's input items and outputs,
 //! then its own input.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::api::{self, ApiError};
+use crate::api::ApiError;
 use crate::chat;
 use crate::generate;
 use crate::http::{self, St};
 use crate::state::AppState;
-use crate::tools;
 
+mod answer;
 mod request;
 mod stream;
 
+use crate::api::new_id;
+use answer::Answer;
+
+pub use crate::response_store::{Store, STORE_CAPACITY};
 pub use request::{translate, Translated};
-
-/// How many finished responses the store keeps (the least recently used goes first).
-pub const STORE_CAPACITY: usize = 256;
-
-/// One stored response: the conversation as input items (its output included) and the
-/// answer as sent.
-struct Stored {
-    items: Arc<Vec<Value>>,
-    response: Value,
-}
-
-/// Finished responses by id, at most [`STORE_CAPACITY`], least recently used evicted.
-/// In memory only: a restart forgets them (a follow-up then gets a 404).
-#[derive(Default)]
-pub struct Store {
-    inner: Mutex<(HashMap<String, Stored>, VecDeque<String>)>,
-}
-
-impl Store {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (HashMap<String, Stored>, VecDeque<String>)> {
-        // A panic while holding the lock leaves consistent data (each edit is one call).
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn touch(order: &mut VecDeque<String>, id: &str) {
-        if let Some(at) = order.iter().position(|k| k == id) {
-            order.remove(at);
-        }
-        order.push_back(id.to_string());
-    }
-
-    fn put(&self, id: String, items: Vec<Value>, response: Value) {
-        let mut g = self.lock();
-        let (map, order) = &mut *g;
-        Self::touch(order, &id);
-        map.insert(id, Stored { items: Arc::new(items), response });
-        while map.len() > STORE_CAPACITY {
-            let Some(old) = order.pop_front() else { break };
-            map.remove(&old);
-        }
-    }
-
-    fn items(&self, id: &str) -> Option<Arc<Vec<Value>>> {
-        let mut g = self.lock();
-        let (map, order) = &mut *g;
-        let items = map.get(id).map(|s| Arc::clone(&s.items))?;
-        Self::touch(order, id);
-        Some(items)
-    }
-
-    fn response(&self, id: &str) -> Option<Value> {
-        self.lock().0.get(id).map(|s| s.response.clone())
-    }
-}
 
 fn not_found(id: &str) -> ApiError {
     ApiError {
@@ -128,16 +77,6 @@ pub(crate) async fn elsewhere(method: axum::http::Method, uri: axum::http::Uri) 
     .into_response()
 }
 
-/// One answer's fixed parts.
-pub(crate) struct Answer {
-    st: Arc<AppState>,
-    id: String,
-    created: u64,
-    tools: Option<tools::Active>,
-    think: Option<bool>,
-    t: Translated,
-}
-
 async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     let deadline = Instant::now() + st.limits.request_timeout;
     let bytes = http::read_bytes(st, headers, body).await?;
@@ -165,67 +104,4 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
 fn previous_id(bytes: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(bytes).ok()?;
     v.get("previous_response_id")?.as_str().map(String::from)
-}
-
-/// A fresh id with OpenAI's prefix (`resp`, `msg`, `fc`, `rs`).
-pub(crate) fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{:016x}{:016x}", api::random_seed(), api::random_seed())
-}
-
-impl Answer {
-    /// The response object around `output`. `finish`: `None` while it runs (status
-    /// `in_progress`); `Some(cut)` once done, `cut` when `max_output_tokens` ended it.
-    fn response(&self, output: &[Value], finish: Option<bool>, usage: Option<&tl_engine::Usage>) -> Value {
-        let status = match finish {
-            None => "in_progress",
-            Some(true) => "incomplete",
-            Some(false) => "completed",
-        };
-        let mut r = Map::new();
-        r.insert("id".into(), json!(self.id));
-        r.insert("object".into(), json!("response"));
-        r.insert("created_at".into(), json!(self.created));
-        r.insert("status".into(), json!(status));
-        r.insert("model".into(), json!(self.st.model_id));
-        r.insert("output".into(), json!(output));
-        r.insert("error".into(), Value::Null);
-        let incomplete = if finish == Some(true) { json!({"reason": "max_output_tokens"}) } else { Value::Null };
-        r.insert("incomplete_details".into(), incomplete);
-        for k in ["instructions", "max_output_tokens", "temperature", "top_p", "metadata"] {
-            r.insert(k.into(), self.t.echo.get(k).cloned().unwrap_or(Value::Null));
-        }
-        r.insert("tools".into(), self.t.echo.get("tools").cloned().unwrap_or(json!([])));
-        r.insert("tool_choice".into(), self.t.echo.get("tool_choice").cloned().unwrap_or(json!("auto")));
-        r.insert("parallel_tool_calls".into(), self.t.echo.get("parallel_tool_calls").cloned().unwrap_or(json!(true)));
-        r.insert("text".into(), self.t.echo.get("text").cloned().unwrap_or(json!({"format": {"type": "text"}})));
-        r.insert("previous_response_id".into(), json!(self.t.previous));
-        r.insert("store".into(), json!(self.t.store));
-        r.insert("usage".into(), usage.map_or(Value::Null, Self::usage));
-        // tl's extension (not OpenAI's): what `verify --replay` checks.
-        r.insert("system_fingerprint".into(), json!(self.st.fingerprint));
-        Value::Object(r)
-    }
-
-    /// `usage`: OpenAI counts cached prompt tokens inside `input_tokens`. Reasoning tokens
-    /// are not counted apart (the engine counts tokens, the split reads text).
-    fn usage(u: &tl_engine::Usage) -> Value {
-        json!({
-            "input_tokens": u.prompt_tokens,
-            "input_tokens_details": {"cached_tokens": u.cached_tokens.min(u.prompt_tokens), "cache_write_tokens": 0},
-            "output_tokens": u.completion_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": u.prompt_tokens + u.completion_tokens,
-        })
-    }
-
-    /// Keep a finished answer for `previous_response_id` (unless `store: false`): the
-    /// conversation so far, then the output items as the input items that mean them.
-    fn keep(&mut self, output: &[Value], response: &Value) {
-        if !self.t.store {
-            return;
-        }
-        let mut items = std::mem::take(&mut self.t.items);
-        items.extend(output.iter().filter(|o| o["type"] != "reasoning").cloned());
-        self.st.responses.put(self.id.clone(), items, response.clone());
-    }
 }

@@ -10,7 +10,7 @@ use tl_engine::{Engine, EngineOptions};
 
 use crate::metrics;
 use crate::options::{Limits, Options, ScaleOptions, ServeError};
-use crate::pd::node::Pd;
+use crate::pd_node::Pd;
 use crate::prompt;
 use crate::reasoning::ReasoningFormat;
 use crate::tools;
@@ -47,7 +47,7 @@ pub struct AppState {
     /// How a thinking model's reasoning is returned (reasoning.rs).
     pub(crate) reasoning: ReasoningFormat,
     /// Finished Responses answers, for `previous_response_id` (responses.rs).
-    pub(crate) responses: crate::responses::Store,
+    pub(crate) responses: crate::response_store::Store,
     /// How embeddings pool, and whether the model has a reranking head (pooling.rs).
     pub(crate) pooling: crate::pooling::ModelPooling,
 }
@@ -117,7 +117,7 @@ impl AppState {
             pd: Pd::new(),
             load: Load::default(),
             reasoning: opts.reasoning_format,
-            responses: crate::responses::Store::default(),
+            responses: crate::response_store::Store::default(),
             pooling,
         }))
     }

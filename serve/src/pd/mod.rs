@@ -24,8 +24,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tl_engine::{Request, UnboundedReceiver};
 
-pub(crate) mod node;
-
 use crate::error::ApiError;
 use crate::http::counted;
 use crate::options::FetchFailure;

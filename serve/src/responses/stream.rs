@@ -18,7 +18,8 @@ use tl_engine::{Event, FinishReason};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{new_id, Answer};
+use super::answer::Answer;
+use crate::api::new_id;
 use crate::api::ApiError;
 use crate::http;
 use crate::reasoning::Split;

@@ -1,5 +1,5 @@
 //! This server's P/D identity (engine id, advertised address) and counters: a part of
-//! [`crate::state::AppState`], kept apart from the hand-off logic in mod.rs so the state
+//! [`crate::state::AppState`], kept apart from the hand-off logic in pd/mod.rs so the state
 //! can hold it without importing the handlers that read the state.
 
 use std::sync::atomic::AtomicUsize;
@@ -9,21 +9,21 @@ use std::sync::OnceLock;
 #[derive(Default)]
 pub struct Pd {
     /// `remote_engine_id`: random per process, as vLLM's engine id.
-    pub(super) engine_id: String,
+    pub(crate) engine_id: String,
     /// `host:port` others reach this server at (set once listening).
-    pub(super) addr: OnceLock<(String, u16)>,
-    pub(super) imported_blocks: AtomicUsize,
-    pub(super) local_blocks: AtomicUsize,
-    pub(super) computed_tokens: AtomicUsize,
-    pub(super) remote_prefills: AtomicUsize,
+    pub(crate) addr: OnceLock<(String, u16)>,
+    pub(crate) imported_blocks: AtomicUsize,
+    pub(crate) local_blocks: AtomicUsize,
+    pub(crate) computed_tokens: AtomicUsize,
+    pub(crate) remote_prefills: AtomicUsize,
     /// Hand-offs: KV fetched, checked and imported.
-    pub(super) kv_fetches: AtomicUsize,
+    pub(crate) kv_fetches: AtomicUsize,
     /// Prompt positions hand-offs started with (the sum of their `cached_tokens`).
-    pub(super) preloaded_tokens: AtomicUsize,
-    pub(super) fetch_failed: AtomicUsize,
-    pub(super) recomputed: AtomicUsize,
+    pub(crate) preloaded_tokens: AtomicUsize,
+    pub(crate) fetch_failed: AtomicUsize,
+    pub(crate) recomputed: AtomicUsize,
     /// Prefill legs answered without a lease: their decode legs get no KV to fetch.
-    pub(super) unleased_prefills: AtomicUsize,
+    pub(crate) unleased_prefills: AtomicUsize,
 }
 
 impl Pd {
