@@ -380,14 +380,21 @@ impl Engine {
         Ok(())
     }
 
+    /// A prompt (named `field` in the error) has tokens, each below the vocabulary size.
+    fn check_tokens(&self, prompt: &[u32], field: &'static str) -> Result<(), EngineError> {
+        let bad = |reason: String| Err(EngineError::BadRequest { field, reason });
+        if prompt.is_empty() {
+            return bad("no tokens".into());
+        }
+        if let Some(&t) = prompt.iter().find(|&&t| t as usize >= self.info.vocab_size) {
+            return bad(format!("token id {t} >= vocab_size {}", self.info.vocab_size));
+        }
+        Ok(())
+    }
+
     fn check_embed(&self, r: &EmbedRequest) -> Result<(), EngineError> {
         let bad = |field, reason: String| Err(EngineError::BadRequest { field, reason });
-        if r.prompt.is_empty() {
-            return bad("input", "no tokens".into());
-        }
-        if let Some(&t) = r.prompt.iter().find(|&&t| t as usize >= self.info.vocab_size) {
-            return bad("input", format!("token id {t} >= vocab_size {}", self.info.vocab_size));
-        }
+        self.check_tokens(&r.prompt, "input")?;
         if let Some(ctx) = self.info.max_context.filter(|&c| r.prompt.len() > c) {
             return bad("input", format!("{} tokens exceed the context of {ctx}", r.prompt.len()));
         }
@@ -400,12 +407,7 @@ impl Engine {
 
     fn check(&self, r: &Request) -> Result<(), EngineError> {
         let bad = |field, reason: String| Err(EngineError::BadRequest { field, reason });
-        if r.prompt.is_empty() {
-            return bad("prompt", "no tokens".into());
-        }
-        if let Some(&t) = r.prompt.iter().find(|&&t| t as usize >= self.info.vocab_size) {
-            return bad("prompt", format!("token id {t} >= vocab_size {}", self.info.vocab_size));
-        }
+        self.check_tokens(&r.prompt, "prompt")?;
         if r.max_tokens == 0 {
             return bad("max_tokens", "must be at least 1".into());
         }
