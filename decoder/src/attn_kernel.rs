@@ -184,14 +184,14 @@ impl<const R: usize> Cols<R> {
     const N: usize = cols(R);
 }
 
-/// The value pass's buffers: `(Np, R)` numerators (key-major: a key's `R` numerators side
-/// by side), `(R, Dp)` chains at rest, each row's key count.
+/// The value pass's buffers: the numerators ([`at`]'s layout), `(R, Dp)` chains at rest,
+/// each row's key count.
 struct Values<'a, S, const R: usize> {
     kv: &'a KvView<'a, S>,
     lo: usize,
     d: usize,
     dp: usize,
-    et: *const f32,
+    e: *const f32,
     acc: *mut f32,
     ms: &'a [usize; R],
 }
@@ -208,7 +208,7 @@ unsafe fn value_block<L: Isa, S: Rows, const R: usize, const CN: usize>(
     (kb, ke): (usize, usize),
     cb: usize,
 ) {
-    let Values { kv, lo, d, dp, et, acc: rest, .. } = *v;
+    let Values { kv, lo, d, dp, e, acc: rest, .. } = *v;
     let mut acc = [[L::zero(); CN]; R];
     for r in 0..R {
         for c in 0..CN {
@@ -216,20 +216,20 @@ unsafe fn value_block<L: Isa, S: Rows, const R: usize, const CN: usize>(
         }
     }
     let whole = (cb + CN) * W <= d;
-    let mut e = et.add(kb * R);
-    for (_, _, vr) in KeyRows::new(kv, lo + kb, lo + ke, d) {
+    for (j, _, vr) in KeyRows::new(kv, lo + kb, lo + ke, d) {
+        // Key `kb + j`'s numerators: row r's `r x 16` floats after row 0's.
+        let e = e.add(at(R, 0, kb + j));
         let mut vx = [L::zero(); CN];
         for c in 0..CN {
             let col = (cb + c) * W;
             vx[c] = if whole || col + W <= d { S::ld::<L>(vr, col) } else { S::ld_part::<L>(vr, col, d - col) };
         }
         for r in 0..R {
-            let er = L::splat(*e.add(r));
+            let er = L::splat(*e.add(r * W));
             for c in 0..CN {
                 acc[r][c] = L::fma(er, vx[c], acc[r][c]);
             }
         }
-        e = e.add(R);
     }
     for r in 0..R {
         for c in 0..CN {
@@ -242,14 +242,14 @@ unsafe fn value_block<L: Isa, S: Rows, const R: usize, const CN: usize>(
 /// positions do not), every column, chains read and written in place.
 #[inline(always)]
 unsafe fn value_tail<L: Isa, S: Rows, const R: usize>(v: &Values<'_, S, R>, (kb, ke): (usize, usize)) {
-    let Values { kv, lo, d, dp, et, acc: rest, ms } = *v;
+    let Values { kv, lo, d, dp, e: et, acc: rest, ms } = *v;
     for (j, _, vr) in KeyRows::new(kv, lo + kb, lo + ke, d) {
         let j = kb + j;
         for (r, &mr) in ms.iter().enumerate() {
             if j >= mr {
                 continue;
             }
-            let e = L::splat(*et.add(j * R + r));
+            let e = L::splat(*et.add(at(R, r, j)));
             for col in (0..d).step_by(W) {
                 let x = if col + W <= d { S::ld::<L>(vr, col) } else { S::ld_part::<L>(vr, col, d - col) };
                 let a = rest.add(r * dp + col);
@@ -259,48 +259,43 @@ unsafe fn value_tail<L: Isa, S: Rows, const R: usize>(v: &Values<'_, S, R>, (kb,
     }
 }
 
-/// `R` rows ([`Keys::tile`]) from `q` over their keys, into `out`. `scratch` holds `(R, Dp)`
-/// zero-padded queries, `(R, Np)` scores, the `(Np, R)` numerators and `(R, Dp)` value
-/// chains (`Dp`, `Np`: `D` and `m = n - lo` rounded up to 16). Below, `j` counts keys from
-/// `lo`.
-/// Caller: `R = tokens * heads`, `kv.holds(lo, n, d)`, `lo + tokens <= n`, and `q` / `out`
-/// valid for the tile's rows.
+/// Where row `r`'s score (then numerator) of key `j` is among `rows` rows: chunk-major,
+/// each chunk of 16 keys holding its rows' 16 side by side. A score row is 16 floats at a
+/// time with a stride, and a key's numerators for all rows are at fixed offsets (`r x 16`)
+/// from one pointer, so the value pass reads them with no transposed copy.
 #[inline(always)]
-unsafe fn rows<L: Isa, S: Rows, const R: usize>(
-    q: *const f32,
-    keys: &Keys<'_, S>,
-    scratch: &mut Vec<f32>,
-    out: *mut f32,
-) {
-    let Keys { kv, lo, n, d, scale, sinks, tile } = *keys;
-    let kv = &kv;
-    let heads = tile.heads;
-    let m = n - lo;
-    // Row r: position r / heads of the tile, which sees the first `ms[r]` keys.
-    let mut ms = [0usize; R];
-    for (r, mr) in ms.iter_mut().enumerate() {
-        *mr = m + 1 + r / heads - tile.tokens;
-    }
-    let (dp, np) = (d.div_ceil(W) * W, m.div_ceil(W) * W);
-    let (full, tail) = (d / W, d % W);
-    if scratch.len() < R * (2 * dp + 2 * np) {
-        scratch.resize(R * (2 * dp + 2 * np), 0.0);
-    }
-    let qs = scratch.as_mut_ptr();
-    let (sc, et, va) = (qs.add(R * dp), qs.add(R * (dp + np)), qs.add(R * (dp + 2 * np)));
-    for r in 0..R {
-        let src = q.add((r / heads) * tile.q_stride + (r % heads) * d);
-        std::ptr::copy_nonoverlapping(src, qs.add(r * dp), d);
-        std::ptr::write_bytes(qs.add(r * dp + d), 0, dp - d);
-        std::ptr::write_bytes(va.add(r * dp), 0, dp);
-    }
+fn at(rows: usize, r: usize, j: usize) -> usize {
+    ((j / W) * rows + r) * W + j % W
+}
 
-    // Scores: one pass over the keys, each widened once for the R rows. Each row's lane
-    // accumulators are kept for 16 keys and reduced together (`hsum16`), into the score
-    // row at `j0 .. j0 + 16` (inside the padded row: j0 is a multiple of 16).
+/// The score pass's operands: keys `lo .. lo + m` of `d` values, the `(R, Dp)` padded
+/// queries at `qs`, the `R` score rows at `sc` ([`at`]).
+struct Scores<'a, S> {
+    rows: usize,
+    kv: &'a KvView<'a, S>,
+    lo: usize,
+    m: usize,
+    d: usize,
+    dp: usize,
+    qs: *const f32,
+    sc: *mut f32,
+    scale: f32,
+}
+
+/// Keys per block of the score pass with held queries: the block's key rows stay in L1
+/// while each group of rows walks them (8 KiB of f16 keys at `D = 64`).
+const SCORE_KEYS: usize = 64;
+
+/// Scores for any `D`: one pass over the keys, each widened once for the `R` rows, whose
+/// queries are read from `qs` at every key. Each row's lane accumulators are kept for 16
+/// keys and reduced together (`hsum16`).
+#[inline(always)]
+unsafe fn scores_any<L: Isa, S: Rows, const R: usize>(s: &Scores<'_, S>) {
+    let Scores { rows: _, kv, lo, m, d, dp, qs, sc, scale } = *s;
+    let (full, tail) = (d / W, d % W);
     let mut tile16 = [[L::zero(); W]; R];
     let sv = L::splat(scale);
-    for (j, kr, _) in KeyRows::new(kv, lo, n, d) {
+    for (j, kr, _) in KeyRows::new(kv, lo, lo + m, d) {
         let mut acc = [L::zero(); R];
         for c in 0..full {
             let kx = S::ld::<L>(kr, c * W);
@@ -320,24 +315,136 @@ unsafe fn rows<L: Isa, S: Rows, const R: usize>(
         }
         if k == W - 1 || j + 1 == m {
             for (r, t) in tile16.iter().enumerate() {
-                L::st(sc.add(r * np + j - k), L::mul(L::hsum16(t), sv));
+                L::st(sc.add(at(R, r, j - k)), L::mul(L::hsum16(t), sv));
             }
         }
     }
+}
+
+/// Scores for `D = 16 * CH`, with the queries held in registers: with 12 rows of 4 chunks
+/// the queries do not fit, and reading them at every key made the pass wait on loads
+/// (5 per row and key). Rows in groups of `G` (`G x CH <= 16` registers of queries), each
+/// group walking a block of [`SCORE_KEYS`] keys. Each row's arithmetic is `scores_any`'s:
+/// the same chains and trees, so the same bits.
+#[inline(always)]
+unsafe fn scores_held<L: Isa, S: Rows, const R: usize, const CH: usize, const G: usize>(s: &Scores<'_, S>) {
+    let mut kb = 0;
+    while kb < s.m {
+        let ke = (kb + SCORE_KEYS).min(s.m);
+        let mut g0 = 0;
+        while g0 + G <= R {
+            score_group::<L, S, G, CH>(s, g0, (kb, ke));
+            g0 += G;
+        }
+        // R is a constant: one arm is compiled in.
+        match R - g0 {
+            0 => {}
+            1 => score_group::<L, S, 1, CH>(s, g0, (kb, ke)),
+            2 => score_group::<L, S, 2, CH>(s, g0, (kb, ke)),
+            _ => score_group::<L, S, 3, CH>(s, g0, (kb, ke)),
+        }
+        kb = ke;
+    }
+}
+
+/// Rows `g0 .. g0 + G`'s scores over keys `kb .. ke` (from `lo`; `kb` a multiple of 16).
+#[allow(clippy::needless_range_loop)] // index loops keep the arrays in registers
+#[inline(always)]
+unsafe fn score_group<L: Isa, S: Rows, const G: usize, const CH: usize>(
+    s: &Scores<'_, S>,
+    g0: usize,
+    (kb, ke): (usize, usize),
+) {
+    let Scores { rows, kv, lo, d, dp, qs, sc, scale, .. } = *s;
+    let mut q = [[L::zero(); CH]; G];
+    for r in 0..G {
+        for c in 0..CH {
+            q[r][c] = L::ld(qs.add((g0 + r) * dp + c * W));
+        }
+    }
+    let sv = L::splat(scale);
+    let mut tile16 = [[L::zero(); W]; G];
+    for (j, kr, _) in KeyRows::new(kv, lo + kb, lo + ke, d) {
+        let j = kb + j;
+        let mut acc = [L::zero(); G];
+        for c in 0..CH {
+            let kx = S::ld::<L>(kr, c * W);
+            for r in 0..G {
+                acc[r] = L::fma(q[r][c], kx, acc[r]);
+            }
+        }
+        let k = j % W;
+        for r in 0..G {
+            tile16[r][k] = acc[r];
+        }
+        if k == W - 1 || j + 1 == ke {
+            for r in 0..G {
+                L::st(sc.add(at(rows, g0 + r, j - k)), L::mul(L::hsum16(&tile16[r]), sv));
+            }
+        }
+    }
+}
+
+/// `R` rows ([`Keys::tile`]) from `q` over their keys, into `out`. `scratch` holds `(R, Dp)`
+/// zero-padded queries, `R x Np` scores, then numerators in their place ([`at`]), and
+/// `(R, Dp)` value chains (`Dp`, `Np`: `D` and `m = n - lo` rounded up to 16). Below, `j`
+/// counts keys from `lo`.
+/// Caller: `R = tokens * heads`, `kv.holds(lo, n, d)`, `lo + tokens <= n`, and `q` / `out`
+/// valid for the tile's rows.
+#[inline(always)]
+unsafe fn rows<L: Isa, S: Rows, const R: usize>(
+    q: *const f32,
+    keys: &Keys<'_, S>,
+    scratch: &mut Vec<f32>,
+    out: *mut f32,
+) {
+    let Keys { kv, lo, n, d, scale, sinks, tile } = *keys;
+    let kv = &kv;
+    let heads = tile.heads;
+    let m = n - lo;
+    // Row r: position r / heads of the tile, which sees the first `ms[r]` keys.
+    let mut ms = [0usize; R];
+    for (r, mr) in ms.iter_mut().enumerate() {
+        *mr = m + 1 + r / heads - tile.tokens;
+    }
+    let (dp, np) = (d.div_ceil(W) * W, m.div_ceil(W) * W);
+    if scratch.len() < R * (2 * dp + np) {
+        scratch.resize(R * (2 * dp + np), 0.0);
+    }
+    let qs = scratch.as_mut_ptr();
+    let (sc, va) = (qs.add(R * dp), qs.add(R * (dp + np)));
+    for r in 0..R {
+        let src = q.add((r / heads) * tile.q_stride + (r % heads) * d);
+        std::ptr::copy_nonoverlapping(src, qs.add(r * dp), d);
+        std::ptr::write_bytes(qs.add(r * dp + d), 0, dp - d);
+        std::ptr::write_bytes(va.add(r * dp), 0, dp);
+    }
+
+    // Scores, 16 keys of a row at a time (each row padded to Np: the padding's scores are
+    // never read).
+    let s = Scores { rows: R, kv, lo, m, d, dp, qs, sc, scale };
+    match d {
+        64 => scores_held::<L, S, R, 4, 4>(&s),
+        128 => scores_held::<L, S, R, 8, 2>(&s),
+        _ => scores_any::<L, S, R>(&s),
+    }
 
     // Softmax numerators e_j = exp(s_j - max) in place over each row's own keys, and
-    // their sums.
+    // their sums. Row r's chunk c (keys 16c ..) is at `at(R, r, 16c)`.
     let mut sums = [0.0f32; R];
     for (r, sum) in sums.iter_mut().enumerate() {
         let mr = ms[r];
-        let row = std::slice::from_raw_parts_mut(sc.add(r * np), mr.div_ceil(W) * W);
+        let (nc, part) = (mr.div_ceil(W), mr % W);
+        let chunk = |c: usize| sc.add(at(R, r, c * W));
         // The max 16 lanes at a time (`max(x, m)` is `if x > m { x } else { m }`, as the
         // one-at-a-time fold): the same value, up to the sign of a zero maximum, which
-        // changes no `s_j - m` below and no comparison.
-        row[mr..].fill(f32::NEG_INFINITY);
+        // changes no `s_j - m` below and no comparison. Keys past the row's own are -inf.
+        if part > 0 {
+            std::slice::from_raw_parts_mut(chunk(nc - 1).add(part), W - part).fill(f32::NEG_INFINITY);
+        }
         let mut lanes = L::splat(f32::NEG_INFINITY);
-        for c in row.chunks_exact(W) {
-            lanes = L::max(L::ld(c.as_ptr()), lanes);
+        for c in 0..nc {
+            lanes = L::max(L::ld(chunk(c)), lanes);
         }
         let mut l16 = [0.0f32; W];
         L::st(l16.as_mut_ptr(), lanes);
@@ -351,13 +458,17 @@ unsafe fn rows<L: Isa, S: Rows, const R: usize>(
             }
         }
         let mv = L::splat(mx);
-        for c in row.chunks_exact_mut(W) {
-            L::st(c.as_mut_ptr(), exp::<L>(L::sub(L::ld(c.as_ptr()), mv)));
-        }
-        row[mr..].fill(0.0); // padding adds +0.0 to its lane
+        // exp, and each lane's sum over the chunks in ascending order; the padding past
+        // the row's keys adds +0.0 to its lane.
         let mut acc = L::zero();
-        for c in row.chunks_exact(W) {
-            acc = L::add(acc, L::ld(c.as_ptr()));
+        for c in 0..nc {
+            let mut e = exp::<L>(L::sub(L::ld(chunk(c)), mv));
+            L::st(chunk(c), e);
+            if c + 1 == nc && part > 0 {
+                std::slice::from_raw_parts_mut(chunk(c).add(part), W - part).fill(0.0);
+                e = L::ld(chunk(c));
+            }
+            acc = L::add(acc, e);
         }
         *sum = L::hsum(acc);
         if let Some(s) = sink {
@@ -365,14 +476,11 @@ unsafe fn rows<L: Isa, S: Rows, const R: usize>(
             L::st(e.as_mut_ptr(), exp::<L>(L::sub(L::splat(s), mv)));
             *sum += e[0];
         }
-        for (j, &e) in row[..mr].iter().enumerate() {
-            *et.add(j * R + r) = e;
-        }
     }
 
     // Weighted values: per-lane FMA chains over the keys, key block by key block.
     let chunks = dp / W;
-    let values = Values { kv, lo, d, dp, et, acc: va, ms: &ms };
+    let values = Values { kv, lo, d, dp, e: sc, acc: va, ms: &ms };
     // Keys every row sees, in blocks; then the tile's last keys, which only its later
     // positions see (each chain still takes its keys in ascending order).
     let shared = ms[0];
