@@ -271,7 +271,6 @@ fn at(rows: usize, r: usize, j: usize) -> usize {
 /// The score pass's operands: keys `lo .. lo + m` of `d` values, the `(R, Dp)` padded
 /// queries at `qs`, the `R` score rows at `sc` ([`at`]).
 struct Scores<'a, S> {
-    rows: usize,
     kv: &'a KvView<'a, S>,
     lo: usize,
     m: usize,
@@ -291,7 +290,7 @@ const SCORE_KEYS: usize = 64;
 /// keys and reduced together (`hsum16`).
 #[inline(always)]
 unsafe fn scores_any<L: Isa, S: Rows, const R: usize>(s: &Scores<'_, S>) {
-    let Scores { rows: _, kv, lo, m, d, dp, qs, sc, scale } = *s;
+    let Scores { kv, lo, m, d, dp, qs, sc, scale } = *s;
     let (full, tail) = (d / W, d % W);
     let mut tile16 = [[L::zero(); W]; R];
     let sv = L::splat(scale);
@@ -333,29 +332,30 @@ unsafe fn scores_held<L: Isa, S: Rows, const R: usize, const CH: usize, const G:
         let ke = (kb + SCORE_KEYS).min(s.m);
         let mut g0 = 0;
         while g0 + G <= R {
-            score_group::<L, S, G, CH>(s, g0, (kb, ke));
+            score_group::<L, S, R, G, CH>(s, g0, (kb, ke));
             g0 += G;
         }
         // R is a constant: one arm is compiled in.
         match R - g0 {
             0 => {}
-            1 => score_group::<L, S, 1, CH>(s, g0, (kb, ke)),
-            2 => score_group::<L, S, 2, CH>(s, g0, (kb, ke)),
-            _ => score_group::<L, S, 3, CH>(s, g0, (kb, ke)),
+            1 => score_group::<L, S, R, 1, CH>(s, g0, (kb, ke)),
+            2 => score_group::<L, S, R, 2, CH>(s, g0, (kb, ke)),
+            _ => score_group::<L, S, R, 3, CH>(s, g0, (kb, ke)),
         }
         kb = ke;
     }
 }
 
-/// Rows `g0 .. g0 + G`'s scores over keys `kb .. ke` (from `lo`; `kb` a multiple of 16).
+/// Rows `g0 .. g0 + G` (of `R`)'s scores over keys `kb .. ke` (from `lo`; `kb` a multiple
+/// of 16).
 #[allow(clippy::needless_range_loop)] // index loops keep the arrays in registers
 #[inline(always)]
-unsafe fn score_group<L: Isa, S: Rows, const G: usize, const CH: usize>(
+unsafe fn score_group<L: Isa, S: Rows, const R: usize, const G: usize, const CH: usize>(
     s: &Scores<'_, S>,
     g0: usize,
     (kb, ke): (usize, usize),
 ) {
-    let Scores { rows, kv, lo, d, dp, qs, sc, scale, .. } = *s;
+    let Scores { kv, lo, d, dp, qs, sc, scale, .. } = *s;
     let mut q = [[L::zero(); CH]; G];
     for r in 0..G {
         for c in 0..CH {
@@ -379,7 +379,7 @@ unsafe fn score_group<L: Isa, S: Rows, const G: usize, const CH: usize>(
         }
         if k == W - 1 || j + 1 == ke {
             for r in 0..G {
-                L::st(sc.add(at(rows, g0 + r, j - k)), L::mul(L::hsum16(&tile16[r]), sv));
+                L::st(sc.add(at(R, g0 + r, j - k)), L::mul(L::hsum16(&tile16[r]), sv));
             }
         }
     }
@@ -422,7 +422,7 @@ unsafe fn rows<L: Isa, S: Rows, const R: usize>(
 
     // Scores, 16 keys of a row at a time (each row padded to Np: the padding's scores are
     // never read).
-    let s = Scores { rows: R, kv, lo, m, d, dp, qs, sc, scale };
+    let s = Scores { kv, lo, m, d, dp, qs, sc, scale };
     match d {
         64 => scores_held::<L, S, R, 4, 4>(&s),
         128 => scores_held::<L, S, R, 8, 2>(&s),
