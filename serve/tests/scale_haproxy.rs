@@ -10,6 +10,7 @@
 mod cluster;
 mod common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use cluster::*;
@@ -113,16 +114,20 @@ fn a_replica_killed_mid_load_loses_no_request_and_retries_answer_as_one_server()
 
 #[test]
 fn a_stream_cut_by_a_killed_replica_is_not_retried() {
-    let mut rs = vec![Replica::tiny(&[]), Replica::tiny(&[]), Replica::tiny(&[])];
+    // tiny-llama with a 4096-token context (serve's tool fixture): a 3000-token stream
+    // takes ~0.5 s on one thread where tiny-llama's 230 took 30 ms, less than a loaded
+    // CI machine needs between reading the gauges and the kill landing.
+    let long = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-generic");
+    let mut rs = vec![Replica::spawn(&long, &[]), Replica::spawn(&long, &[]), Replica::spawn(&long, &[])];
     let refs: Vec<&Replica> = rs.iter().collect();
     let h = haproxy(&config("balance roundrobin", &refs));
     ready(&h);
     drop(refs);
     // The documented limit: bytes already sent to the client cannot be taken back, so
     // no router retries a stream; the client sees it end without [DONE]. A stream may
-    // finish before the kill lands: try a few times.
+    // still be queued when the gauges are read: try a few times.
     for attempt in 0..5 {
-        let body = json!({"prompt": "A long story:", "max_tokens": 230, "temperature": 0.8, "seed": attempt,
+        let body = json!({"prompt": "A long story:", "max_tokens": 3000, "temperature": 0.8, "seed": attempt,
                           "stream": true});
         let mut c = common::connect(h.addr, "POST", "/v1/completions", body.to_string().as_bytes(), &[]);
         let (status, _) = common::read_head(&mut c);
