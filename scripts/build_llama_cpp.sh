@@ -14,6 +14,10 @@
 #   refuses the tile state), and the native build then dies of SIGILL in its repacked
 #   (`--repack 1`, llama-bench's default) path; this build runs llama.cpp as its users
 #   run it there, repacking included. The default build is left as it is.
+#   It also leaves out AVX512-FP16, and on CPUs that have it (Sapphire Rapids and later)
+#   that build is the faster llama.cpp for f16 KV caches: with FP16 ggml's f16 vectors are
+#   128 halves a step, so at head size 64 its flash-attention decode adds every value in
+#   a scalar loop (docs/benchmarks.md, "llama.cpp's f16 decode on AVX512-FP16 CPUs").
 # - `--source`: only fetch and unpack the source; print its directory (its
 #   models/templates/ holds real chat templates: scripts/check_chat_templates.sh).
 # - `--serve`: also build llama-server, llama-speculative and llama-lookup (the serving
