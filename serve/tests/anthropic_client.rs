@@ -64,7 +64,7 @@ fn the_official_anthropic_sdk_works_including_a_tool_loop() {
     let mut o = options(tiny(), 256, 16, 8, 64);
     o.api_key = Some("sdk-key".into());
     let s = Server::start(o);
-    let mut t = options(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-hermes"), 4096, 16, 8, 64);
+    let mut t = options(fixture("tiny-hermes"), 4096, 16, 8, 64);
     t.model_name = Some("tiny-hermes".into());
     let tools = Server::start(t);
     run(&py, &s, "tiny-llama", "sdk-key", &tools, "tiny-hermes");

@@ -139,7 +139,7 @@ fn smollm2_http_answers_do_not_depend_on_traffic() {
 
 #[test]
 fn qwen3_http_answers_do_not_depend_on_traffic() {
-    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3/tests/fixtures/tiny-qwen3");
+    let model = crate_fixture("arch-qwen3", "tiny-qwen3");
     promise(model, "tiny-qwen3", 40, 90);
 }
 
@@ -149,7 +149,7 @@ fn mistral_http_answers_do_not_depend_on_traffic() {
     // past the window. A sequence past its prefill holds only its window's pages (issue 33
     // part 2), so 90 blocks let the 16 requests fit in most runs and preemption was a
     // matter of timing; 40 makes them preempt each other every run.
-    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-mistral/tests/fixtures/tiny-mistral");
+    let model = crate_fixture("arch-mistral", "tiny-mistral");
     promise(model, "tiny-mistral", 40, 40);
 }
 
@@ -158,7 +158,7 @@ fn qwen3_moe_http_answers_do_not_depend_on_traffic() {
     // A mixture of experts: each step's tokens are grouped per expert, so the 15 concurrent
     // requests share the target's experts' products; its answer must not move (vLLM's and
     // SGLang's deterministic modes do not keep this for MoE models).
-    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3-moe/tests/fixtures/tiny-qwen3-moe");
+    let model = crate_fixture("arch-qwen3-moe", "tiny-qwen3-moe");
     promise(model, "tiny-qwen3-moe", 40, 90);
 }
 

@@ -5,15 +5,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::*;
 use serde_json::{json, Value};
 use tl_core::{EngineConfig, ModelRunner};
-
-fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-gemma3/tests/fixtures/tiny-gemma3")
-}
 
 const PROMPT: &str = "Pack my box with five dozen liquor jugs!";
 
@@ -48,7 +42,7 @@ fn greedy_direct(model: &std::path::Path, steps: usize) -> Vec<u32> {
 
 #[test]
 fn serve_runs_gemma3_past_the_window_deterministically() {
-    let dir = fixture();
+    let dir = crate_fixture("arch-gemma3", "tiny-gemma3");
     let gguf = dir.join("model.gguf");
     for model in [dir, gguf] {
         let s = Server::start(options(model.clone(), 512, 4, 16, 64));

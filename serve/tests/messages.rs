@@ -359,7 +359,7 @@ fn x_api_key_is_accepted_as_well_as_bearer() {
 }
 
 fn hermes() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-hermes")
+    fixture("tiny-hermes")
 }
 
 fn weather() -> Value {
@@ -435,7 +435,7 @@ const OPENS: &str = "{% for message in messages %}{{'<|im_start|>' + message['ro
     '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}";
 
 fn qwen3(dir: &Path) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3/tests/fixtures/tiny-qwen3");
+    let src = crate_fixture("arch-qwen3", "tiny-qwen3");
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
     }

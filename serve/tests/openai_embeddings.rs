@@ -16,7 +16,7 @@ use common::*;
 #[test]
 fn the_official_client_creates_embeddings() {
     let Some(py) = openai_python() else { return };
-    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3/tests/fixtures/tiny-qwen3");
+    let model = crate_fixture("arch-qwen3", "tiny-qwen3");
     let s = Server::start(options(model, 64, 16, 8, 64));
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_embeddings.py");
     let out = Command::new(py)

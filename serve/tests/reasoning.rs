@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{openai_python, options, Server};
+use common::{crate_fixture, openai_python, options, Server};
 use serde_json::{json, Value};
 use tl_serve::reasoning::ReasoningFormat;
 
@@ -25,7 +25,7 @@ const MENTIONS: &str = "{# a thinking template: <think> #}{% for message in mess
 
 /// The tiny Qwen3 fixture with `template` as its chat template.
 fn model(dir: &Path, template: &str) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3/tests/fixtures/tiny-qwen3");
+    let src = crate_fixture("arch-qwen3", "tiny-qwen3");
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
     }

@@ -438,7 +438,7 @@ fn a_late_answer_is_a_timeout_error_streamed_or_not() {
 }
 
 fn hermes() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-hermes")
+    fixture("tiny-hermes")
 }
 
 fn weather_params() -> Value {
@@ -499,7 +499,7 @@ const OPENS: &str = "{% for message in messages %}{{'<|im_start|>' + message['ro
     '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}";
 
 fn qwen3(dir: &std::path::Path) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3/tests/fixtures/tiny-qwen3");
+    let src = crate_fixture("arch-qwen3", "tiny-qwen3");
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
     }

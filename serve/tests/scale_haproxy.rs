@@ -10,7 +10,6 @@
 mod cluster;
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use cluster::*;
@@ -117,7 +116,7 @@ fn a_stream_cut_by_a_killed_replica_is_not_retried() {
     // tiny-llama with a 4096-token context (serve's tool fixture): a 3000-token stream
     // takes ~0.5 s on one thread where tiny-llama's 230 took 30 ms, less than a loaded
     // CI machine needs between reading the gauges and the kill landing.
-    let long = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-generic");
+    let long = common::fixture("tiny-generic");
     let mut rs = vec![Replica::spawn(&long, &[]), Replica::spawn(&long, &[]), Replica::spawn(&long, &[])];
     let refs: Vec<&Replica> = rs.iter().collect();
     let h = haproxy(&config("balance roundrobin", &refs));

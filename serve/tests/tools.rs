@@ -16,10 +16,6 @@ use serde_json::{json, Value};
 use tl_engine::{Allowed, GrammarCompiler};
 use tl_serve::tools::{self, Format, ToolChoice};
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
-
 fn server(model: PathBuf) -> Server {
     Server::start(options(model, 4096, 16, 8, 64))
 }

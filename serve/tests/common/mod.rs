@@ -300,3 +300,13 @@ pub fn assert_pool_clean(addr: SocketAddr, tries: usize) {
     }
     panic!("pool not clean");
 }
+
+/// serve's fixture model `name` (its tests/fixtures/).
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// Another crate's fixture model: `krate`/tests/fixtures/`name`.
+pub fn crate_fixture(krate: &str, name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(krate).join("tests/fixtures").join(name)
+}
