@@ -19,7 +19,7 @@ use tl_engine::{
 };
 
 mod support;
-use support::{smollm2, tiny};
+use support::{crate_fixture, smollm2, tiny};
 
 const NGRAM: Speculation = Speculation::Ngram { k: 4 };
 
@@ -59,10 +59,6 @@ fn start(model: &Path, draft: Option<&Path>, cfg: EngineConfig, opts: EngineOpti
     let draft = draft.map(|d| ModelRunner::load(d, &cfg).expect("load draft"));
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
     Engine::start_with_draft(runner, draft, tok, opts)
-}
-
-fn fixture(name: &str) -> std::path::PathBuf {
-    tiny().parent().expect("fixtures").join(name)
 }
 
 /// Everything a sequence returned, logprobs as bits; usage without `cached_tokens`
@@ -279,7 +275,7 @@ fn tiny_draft_model_changes_nothing() {
     let off = run_alone(&engine(&tiny(), 512, 96, None), &reqs);
     for (draft, k) in [("tiny-llama-int4", 4), ("tiny-llama3", 3), ("tiny-llama", 6)] {
         let spec = Speculation::Draft { k };
-        let e = with_draft(&tiny(), Some(&fixture(draft)), 512, 96, Some(spec)).expect("start");
+        let e = with_draft(&tiny(), Some(&crate_fixture("arch-llama", draft)), 512, 96, Some(spec)).expect("start");
         let on = run_alone(&e, &reqs);
         assert_same(&off, &on, &reqs, &format!("draft {draft} alone"));
         let on = run_together(&e, &reqs);
@@ -297,15 +293,21 @@ fn tiny_draft_model_changes_nothing() {
                 })
                 .cloned()
                 .collect();
-            let e = with_draft(&tiny(), Some(&fixture(draft)), 512, 96, Some(spec)).expect("start");
+            let e = with_draft(&tiny(), Some(&crate_fixture("arch-llama", draft)), 512, 96, Some(spec)).expect("start");
             run_alone(&e, &greedy);
             let (proposed, accepted) = counters(&e);
             assert!(accepted > 0 && proposed - accepted <= greedy.len() * k, "self-draft: {accepted} of {proposed}");
         }
     }
     // Under preemption (a pool too small for all) with a tight budget.
-    let e = with_draft(&tiny(), Some(&fixture("tiny-llama-int4")), 40, 24, Some(Speculation::Draft { k: 5 }))
-        .expect("start");
+    let e = with_draft(
+        &tiny(),
+        Some(&crate_fixture("arch-llama", "tiny-llama-int4")),
+        40,
+        24,
+        Some(Speculation::Draft { k: 5 }),
+    )
+    .expect("start");
     let on = run_together(&e, &reqs);
     assert_same(&off, &on, &reqs, "draft under preemption");
     assert!(e.stats().preemptions > 0 && e.stats().draft_accepted > 0, "{:?}", e.stats());

@@ -20,21 +20,16 @@ use tl_engine::Pooling;
 /// not at all; a wrong pooling lands more than 10 tolerances away (checked below).
 const TOL: f64 = 1e-3;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
 fn goldens() -> Value {
-    let text = std::fs::read_to_string(fixtures().join("embeddings/goldens.json")).expect("goldens");
+    let text = std::fs::read_to_string(fixture("embeddings/goldens.json")).expect("goldens");
     serde_json::from_str(&text).expect("goldens json")
 }
 
 fn model(name: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     match name {
-        "tiny-llama" => root.join("arch-llama/tests/fixtures/tiny-llama"),
-        "tiny-qwen3" => root.join("arch-qwen3/tests/fixtures/tiny-qwen3"),
-        other => fixtures().join(other),
+        "tiny-llama" => crate_fixture("arch-llama", "tiny-llama"),
+        "tiny-qwen3" => crate_fixture("arch-qwen3", "tiny-qwen3"),
+        other => fixture(other),
     }
 }
 

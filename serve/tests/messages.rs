@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use common::*;
 use serde_json::{json, Value};
@@ -430,25 +430,12 @@ fn tool_use_blocks_and_a_tool_result_turn() {
     s.assert_pool_clean();
 }
 
-/// The generation prompt opens the thinking (as DeepSeek-R1's and Qwen3's templates do).
-const OPENS: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + \
-    '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}";
-
-fn qwen3(dir: &Path) -> PathBuf {
-    let src = crate_fixture("arch-qwen3", "tiny-qwen3");
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
-    }
-    std::fs::write(dir.join("chat_template.jinja"), OPENS).expect("template");
-    dir.to_path_buf()
-}
-
 /// A thinking template: the reasoning split's thinking is a `thinking` block first (empty
 /// signature), streamed as thinking_delta; the same text as chat's `reasoning_content`.
 #[test]
 fn thinking_blocks_come_from_the_reasoning_split() {
     let d = tempfile::tempdir().expect("tempdir");
-    let s = Server::start(options(qwen3(d.path()), 64, 16, 4, 64));
+    let s = Server::start(options(qwen3_with_template(d.path(), OPENS), 64, 16, 4, 64));
     // Sampling fields too: on this fixture they change the tokens, so a field lost in the
     // translation shows (the tiny Llama's peaked distributions hide them).
     let m = json!({"max_tokens": 24, "seed": 11, "thinking": {"type": "enabled", "budget_tokens": 1024},

@@ -7,31 +7,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-use common::{crate_fixture, openai_python, options, Server};
+use common::{openai_python, options, qwen3_with_template, Server, OPENS};
 use serde_json::{json, Value};
 use tl_serve::reasoning::ReasoningFormat;
-
-/// The generation prompt opens the thinking: the answer starts inside it.
-const OPENS: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + \
-    '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}";
 
 /// A template that knows the tags (a comment here) but leaves the answer to open them.
 const MENTIONS: &str = "{# a thinking template: <think> #}{% for message in messages %}{{'<|im_start|>' + \
     message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}\
     {% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-/// The tiny Qwen3 fixture with `template` as its chat template.
-fn model(dir: &Path, template: &str) -> PathBuf {
-    let src = crate_fixture("arch-qwen3", "tiny-qwen3");
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
-    }
-    std::fs::write(dir.join("chat_template.jinja"), template).expect("template");
-    dir.to_path_buf()
-}
 
 fn server(model: PathBuf, format: ReasoningFormat) -> Server {
     let mut o = options(model, 64, 16, 4, 64);
@@ -101,7 +87,7 @@ fn expected(text: &str) -> (Option<String>, String) {
 #[test]
 fn an_opened_thinking_comes_back_as_reasoning_content_streamed_or_not() {
     let d = tempfile::tempdir().expect("tempdir");
-    let m = model(d.path(), OPENS);
+    let m = qwen3_with_template(d.path(), OPENS);
     let raw = server(m.clone(), ReasoningFormat::None);
     let split = server(m, ReasoningFormat::Deepseek);
     for seed in [1, 2, 3] {
@@ -122,7 +108,7 @@ fn an_opened_thinking_comes_back_as_reasoning_content_streamed_or_not() {
 #[test]
 fn a_template_that_only_mentions_the_tags_leaves_an_answer_that_does_not_think_whole() {
     let d = tempfile::tempdir().expect("tempdir");
-    let m = model(d.path(), MENTIONS);
+    let m = qwen3_with_template(d.path(), MENTIONS);
     let raw = server(m.clone(), ReasoningFormat::None);
     let split = server(m, ReasoningFormat::Deepseek);
     for seed in [4, 5] {
@@ -139,7 +125,7 @@ fn a_template_that_only_mentions_the_tags_leaves_an_answer_that_does_not_think_w
 fn the_official_openai_client_reads_reasoning_content() {
     let Some(py) = openai_python() else { return };
     let d = tempfile::tempdir().expect("tempdir");
-    let s = server(model(d.path(), OPENS), ReasoningFormat::Deepseek);
+    let s = server(qwen3_with_template(d.path(), OPENS), ReasoningFormat::Deepseek);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_reasoning.py");
     let out = Command::new(py)
         .arg(script)
@@ -183,7 +169,7 @@ fn qwen3_template() -> Option<String> {
 fn qwen3s_template_honours_enable_thinking_and_splits_only_what_thinks() {
     let Some(template) = qwen3_template() else { return };
     let d = tempfile::tempdir().expect("tempdir");
-    let m = model(d.path(), &template);
+    let m = qwen3_with_template(d.path(), &template);
     let raw = server(m.clone(), ReasoningFormat::None);
     let split = server(m, ReasoningFormat::Deepseek);
     for seed in [6, 7] {

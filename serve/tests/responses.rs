@@ -494,26 +494,13 @@ fn function_call_items_and_a_function_call_output_turn() {
     s.assert_pool_clean();
 }
 
-/// The generation prompt opens the thinking (as DeepSeek-R1's and Qwen3's templates do).
-const OPENS: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + \
-    '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}";
-
-fn qwen3(dir: &std::path::Path) -> PathBuf {
-    let src = crate_fixture("arch-qwen3", "tiny-qwen3");
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
-    }
-    std::fs::write(dir.join("chat_template.jinja"), OPENS).expect("template");
-    dir.to_path_buf()
-}
-
 /// A thinking template: the reasoning split's thinking is a `reasoning` item first
 /// (`reasoning_text` content), streamed as reasoning_text deltas; the same text as chat's
 /// `reasoning_content`, the message the same as chat's content.
 #[test]
 fn reasoning_items_come_from_the_reasoning_split() {
     let d = tempfile::tempdir().expect("tempdir");
-    let s = Server::start(options(qwen3(d.path()), 64, 16, 4, 64));
+    let s = Server::start(options(qwen3_with_template(d.path(), OPENS), 64, 16, 4, 64));
     // Sampling fields too: on this fixture they change the tokens, so a field lost in the
     // translation shows.
     let r = json!({"max_output_tokens": 24, "seed": 11, "reasoning": {"effort": "high"}, "temperature": 0.9,

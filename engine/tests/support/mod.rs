@@ -4,9 +4,19 @@
 
 use std::path::PathBuf;
 
+/// This crate's fixture model `name` (its tests/fixtures/).
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// Another crate's fixture model: `krate`/tests/fixtures/`name`.
+pub fn crate_fixture(krate: &str, name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(krate).join("tests/fixtures").join(name)
+}
+
 /// The tiny random Llama fixture.
 pub fn tiny() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-llama/tests/fixtures/tiny-llama")
+    crate_fixture("arch-llama", "tiny-llama")
 }
 
 /// SmolLM2, or None (loudly) when it is missing and TL_REQUIRE_MODEL is unset.

@@ -15,7 +15,7 @@ use tl_serve::{AppState, Options};
 #[path = "../../../engine/tests/support/mod.rs"]
 mod support;
 #[allow(unused_imports)] // not every test file uses both
-pub use support::{smollm2, tiny};
+pub use support::{crate_fixture, fixture, smollm2, tiny};
 
 pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize, max_queue: usize) -> Options {
     Options {
@@ -301,12 +301,17 @@ pub fn assert_pool_clean(addr: SocketAddr, tries: usize) {
     panic!("pool not clean");
 }
 
-/// serve's fixture model `name` (its tests/fixtures/).
-pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
+/// A thinking chat template whose generation prompt opens the thinking (as DeepSeek-R1's
+/// and Qwen3's do): the answer starts inside it.
+pub const OPENS: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + \
+    '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}";
 
-/// Another crate's fixture model: `krate`/tests/fixtures/`name`.
-pub fn crate_fixture(krate: &str, name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(krate).join("tests/fixtures").join(name)
+/// The tiny Qwen3 fixture copied into `dir` with `template` as its chat template.
+pub fn qwen3_with_template(dir: &std::path::Path, template: &str) -> PathBuf {
+    let src = crate_fixture("arch-qwen3", "tiny-qwen3");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), dir.join(f)).expect("copy fixture");
+    }
+    std::fs::write(dir.join("chat_template.jinja"), template).expect("template");
+    dir.to_path_buf()
 }
