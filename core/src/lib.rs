@@ -17,10 +17,12 @@ pub mod batch;
 pub mod chat;
 pub mod config;
 pub mod engine;
+pub mod envelope;
 pub mod error;
 pub mod gguf;
 pub mod gguf_arch;
 pub mod gguf_vocab;
+mod hash;
 pub mod kv;
 pub mod layout;
 pub mod load;
@@ -39,9 +41,11 @@ pub use batch::{ForwardBatch, ForwardSeq, Logits};
 pub use chat::{ChatError, ChatTemplate, Message, ToolCall};
 pub use config::{ConfigError, ModelConfig, TokenizerKind};
 pub use engine::{EngineConfig, KvConfig, PrefixCache, SchedPolicy, Weights};
+pub use envelope::Envelope;
 pub use error::RegistryError;
 pub use gguf::{Gguf, TensorMap};
 pub use gguf_arch::{GgufArch, GgufPreTokenizer, GgufRegistration, GgufVocab};
+pub use hash::{block_hash, fnv1a64, group_hash};
 pub use kv::{
     quantize_q8, KvBackend, KvElem, KvError, KvGeometry, KvRegistration, KvSlabs, KvSpec, Q8Slab, Q8SlabMut, SharedPool,
 };

@@ -47,32 +47,37 @@
 mod attention;
 mod attn_kernel;
 mod blocks;
+mod build;
 mod config;
+mod cx;
 pub mod fields;
 pub mod gguf;
 mod head;
 mod kv_rows;
 mod kv_write;
 mod lanes;
+mod loader;
+mod mlp;
 mod moe;
 mod plan;
 mod proj;
 mod rope;
 mod rowops;
 mod stack;
-mod weights;
 
 use tl_core::{BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError};
 
 pub use attention::{attention, attention_sinks, Attn, Step};
-pub use blocks::{
-    Act, AttnBlock, AttnSpec, Ffn, Mlp, MlpNames, MlpScratch, NormReader, PreNorm, QkNorm, QkNormKind, MLP_NAMES,
-};
+pub use blocks::{AttnBlock, AttnSpec, Ffn, NormReader, PreNorm, QkNorm, QkNormKind};
+pub use build::{dense_mlp, prenorm_stack};
 pub use config::{global_layers, layer_types, sliding_window, DecoderConfig, LayerAttn, Variant};
+pub use cx::{Buffers, Cx, LayerBody, MoeBuffers};
 pub use head::{embed, LmHead};
 pub use kv_write::write_kv;
 pub use lanes::Path;
-pub use moe::{Moe, MoeBuffers, MoeSpec, Routing};
+pub use loader::Loader;
+pub use mlp::{Act, Mlp, MlpNames, MlpScratch, MLP_NAMES};
+pub use moe::{Moe, MoeSpec, Routing};
 pub use plan::{Plan, StepShape};
 pub use proj::{f32_bytes, grow, linear, Proj};
 pub use rope::{
@@ -80,8 +85,7 @@ pub use rope::{
     RopeTables, YarnScaling,
 };
 pub use rowops::{add, clamped_swiglu, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, rms_norm, swiglu};
-pub use stack::{Buffers, Cx, Ends, LayerBody, Stack, StackParts};
-pub use weights::{dense_mlp, prenorm_stack, Loader};
+pub use stack::{Ends, Stack, StackParts};
 
 /// The forward's vector kernels, exposed for the tests that compare every instruction set
 /// with the portable reference; not an API.
@@ -109,5 +113,5 @@ pub fn kv_windows(config: &ModelConfig) -> Result<Option<Vec<Option<usize>>>, Co
 /// [`DecoderConfig`]) from its weights.
 pub fn build(ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
     let cfg = ctx.config.arch_config::<DecoderConfig>()?.clone();
-    Ok(Box::new(weights::load(&cfg, &ctx)?))
+    Ok(Box::new(build::load(&cfg, &ctx)?))
 }

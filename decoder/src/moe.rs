@@ -23,11 +23,11 @@ use rayon::prelude::*;
 use tl_core::{ModelError, WeightError};
 use tl_quant::Linear;
 
-use crate::blocks::{add_bias, Act, Mlp, MlpNames, MlpScratch};
+use crate::cx::{Cx, MoeBuffers};
 use crate::lanes::{exp16, Path, W};
+use crate::loader::Loader;
+use crate::mlp::{add_bias, Act, Mlp, MlpNames, MlpScratch};
 use crate::proj::{f32_bytes, grow, linear};
-use crate::stack::Cx;
-use crate::weights::Loader;
 
 /// How a token's router logits become its experts' weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,17 +55,6 @@ pub struct Moe {
     pub top_k: usize,
     /// How logits become weights.
     pub routing: Routing,
-}
-
-/// The block's scratch, kept between steps.
-#[derive(Default)]
-pub struct MoeBuffers {
-    /// `(N, E)` router logits.
-    logits: Vec<f32>,
-    /// `(N, k)` each token's experts and weights, ascending expert id.
-    chosen: Vec<(usize, f32)>,
-    /// `(expert, row, weight)` of every token's choices, by expert then batch order.
-    routed: Vec<(usize, usize, f32)>,
 }
 
 /// `e^(x - max)` of every value in place, by the decoder's [`exp16`] (the same bits on

@@ -19,17 +19,17 @@
 use std::sync::Mutex;
 
 use candle_core::Device;
-use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, KvSlabs, Model, ModelError};
+use tl_core::{ForwardBatch, ForwardCtx, ForwardOutput, Model, ModelError};
 use tl_quant::Linear;
 
 use crate::attention::Step;
+use crate::cx::{Buffers, Cx, LayerBody};
 use crate::head::{embed, LmHead};
 use crate::lanes::Path;
+use crate::loader::Loader;
 use crate::plan::{Plan, StepShape};
 use crate::proj::{f32_bytes, grow};
 use crate::rope::{Rope, RopeTables};
-use crate::rowops::{add, rms_norm};
-use crate::weights::Loader;
 
 /// The two ends of a decoder: the embedding table, the final norm and the LM head.
 pub struct Ends {
@@ -64,88 +64,6 @@ impl Ends {
     fn bytes(&self) -> usize {
         self.embed.as_ref().map_or(0, Linear::packed_bytes) + self.lm_head.packed_bytes() + f32_bytes(&self.norm)
     }
-}
-
-/// A step's buffers, kept between steps so a step allocates nothing once they have grown
-/// to its size (the largest step seen so far). Blocks grow the ones they use.
-#[derive(Default)]
-pub struct Buffers {
-    /// `(N, d)` the residual stream.
-    pub x: Vec<f32>,
-    /// `(N, d)` a norm's output: a sublayer's input, or its normed output.
-    pub h: Vec<f32>,
-    /// `(N, H*D + 2*H_kv*D)` queries, keys, values side by side.
-    pub qkv: Vec<f32>,
-    /// `(N, H*D)` attention output, heads concatenated.
-    pub att: Vec<f32>,
-    /// `(N, d)` a sublayer's output (the o or down projection), before the residual add.
-    pub proj: Vec<f32>,
-    /// `(N, 2*I)` gate and up side by side.
-    pub gu: Vec<f32>,
-    /// `(N, I)` the gated activation.
-    pub act: Vec<f32>,
-    /// Scratch for projections that could not be fused, and the LM head's rows.
-    pub tmp: Vec<f32>,
-    /// One `(N, D/2)` cos/sin table per RoPE frequency vector of the model.
-    pub ropes: Vec<RopeTables>,
-    /// The mixture-of-experts block's scratch.
-    pub moe: crate::moe::MoeBuffers,
-}
-
-/// What a layer body is handed for one step: the step, the KV slabs and the buffers.
-pub struct Cx<'s, 'a> {
-    /// Path, batch and plan.
-    pub step: Step<'a>,
-    /// The KV slabs the attention blocks write and read.
-    pub kv: &'s mut dyn KvSlabs,
-    /// Tokens in the step, N.
-    pub n: usize,
-    /// Hidden size d.
-    pub dm: usize,
-    /// The model's RMSNorm epsilon.
-    pub eps: f32,
-    /// The step's buffers.
-    pub b: &'s mut Buffers,
-}
-
-impl Cx<'_, '_> {
-    /// The vector path of the step.
-    pub fn path(&self) -> Path {
-        self.step.path
-    }
-
-    /// `h = rms_norm(x) * w`: a sublayer's input.
-    pub fn norm_x(&mut self, w: &[f32]) {
-        let n = self.n * self.dm;
-        rms_norm(self.step.path, &self.b.x[..n], w, self.eps, grow(&mut self.b.h, n));
-    }
-
-    /// `h = rms_norm(proj) * w`: a sublayer's output normed (Gemma's post-norms).
-    pub fn norm_proj(&mut self, w: &[f32]) {
-        let n = self.n * self.dm;
-        rms_norm(self.step.path, &self.b.proj[..n], w, self.eps, grow(&mut self.b.h, n));
-    }
-
-    /// The residual add `x += proj`.
-    pub fn add_proj(&mut self) {
-        let n = self.n * self.dm;
-        add(&mut self.b.x[..n], &self.b.proj[..n], self.dm);
-    }
-
-    /// The residual add `x += h`.
-    pub fn add_h(&mut self) {
-        let n = self.n * self.dm;
-        add(&mut self.b.x[..n], &self.b.h[..n], self.dm);
-    }
-}
-
-/// One layer of a family: reads the residual stream `cx.b.x` `(N, d)` and leaves it
-/// updated. A function of each row alone (through the blocks), so batch-invariant.
-pub trait LayerBody: Send + Sync {
-    /// Run layer `layer` (its index: the KV slab it writes) over the step.
-    fn forward(&self, layer: u32, cx: &mut Cx<'_, '_>) -> Result<(), ModelError>;
-    /// Bytes its weights hold, for `Model::weight_bytes`.
-    fn weight_bytes(&self) -> usize;
 }
 
 /// What a family hands [`Stack::new`].

@@ -215,17 +215,12 @@ impl DiskCache {
     }
 }
 
-/// Whether `env` claims to hold exactly one full block registered under `hash`, read
-/// from its header and first record (the pool's import checks everything else, the
-/// checksum included, which covers these fields).
+/// Whether `env` is an envelope of exactly one full block registered under `hash` (the
+/// pool's import checks it against its own geometry and element type).
 pub(crate) fn holds_block(env: &[u8], hash: u64, block_tokens: usize) -> bool {
-    let u32_at = |o: usize| env.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    let u64_at = |o: usize| env.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-    let h = tl_kv::HEADER_BYTES;
-    u32_at(32) == Some(1)
-        && u32_at(h) == Some(block_tokens as u32)
-        && u32_at(h + 4) == Some(1)
-        && u64_at(h + 8) == Some(hash)
+    tl_core::Envelope::read(env).is_ok_and(|e| {
+        e.header().n_blocks == 1 && e.record(0).fill == block_tokens as u32 && e.record(0).hash == Some(hash)
+    })
 }
 
 /// Extend a prefix hit of `h` blocks with the blocks the disk has of `chain[h..]`,

@@ -175,7 +175,7 @@ impl Drop for Preload {
 fn chain(tokens: &[u32], b: usize) -> Vec<u64> {
     let mut out: Vec<u64> = Vec::with_capacity(tokens.len() / b);
     for blk in tokens.chunks_exact(b) {
-        out.push(tl_kv::block_hash(out.last().copied(), blk));
+        out.push(tl_core::block_hash(out.last().copied(), blk));
     }
     out
 }
@@ -299,7 +299,7 @@ impl Engine {
         // Whole blocks only: every group's page (a windowed page given back or evicted
         // ends the local part; the import brings the rest).
         for h in hashes {
-            let row: Vec<Option<u32>> = (0..p.groups).map(|j| g.lookup(tl_kv::group_hash(h, j))).collect();
+            let row: Vec<Option<u32>> = (0..p.groups).map(|j| g.lookup(tl_core::group_hash(h, j))).collect();
             if row.iter().all(Option::is_some) {
                 p.blocks.extend(row.into_iter().flatten());
             } else {
@@ -322,14 +322,19 @@ impl Engine {
         let first = p.blocks.len();
         let need = p.needed(prompt.len());
         let want = need.saturating_sub(first);
-        let records = records(envelope, want)?;
+        let env = tl_core::Envelope::read(envelope)?;
+        let n = env.header().n_blocks;
+        if n < want {
+            return Err(PdError::Mismatch { reason: format!("the envelope holds {n} blocks, {want} are needed") });
+        }
         let hashes = chain(prompt, b);
         let usable = prompt.len() - 1;
-        for (j, &(fill, hash)) in records.iter().enumerate() {
+        for (j, rec) in env.records().take(want).enumerate() {
+            let (fill, hash) = (rec.fill, rec.hash);
             // Record j is page `first + j`: group `% G` of block `/ G`.
             let (k, grp) = ((first + j) / p.groups, (first + j) % p.groups);
             let upto = (usable - k * b).min(b); // positions of block k that must hold data
-            let want = hashes.get(k).map(|&h| tl_kv::group_hash(h, grp));
+            let want = hashes.get(k).map(|&h| tl_core::group_hash(h, grp));
             match hash {
                 Some(h) if want == Some(h) => {}
                 Some(h) => {
@@ -349,9 +354,15 @@ impl Engine {
             }
         }
         // Only the records needed: re-export is not possible here, so cut the envelope.
-        let buf = if records.len() == record_count(envelope) { envelope.to_vec() } else { truncate(envelope, want)? };
+        let cut;
+        let buf = if n == want {
+            envelope
+        } else {
+            cut = env.first(want);
+            &cut[..]
+        };
         let mut g = self.pool.lock().map_err(|_| poisoned())?;
-        let ids = g.import(&buf)?;
+        let ids = g.import(buf)?;
         republish(&self.shared, g.as_ref());
         p.blocks.extend(ids);
         Ok(())
@@ -383,58 +394,4 @@ impl Engine {
         let mut v = r?;
         v.pop().ok_or_else(|| EngineError::Internal("no receiver".into()))
     }
-}
-
-/// Records in an envelope (0 when too short to say: `import` reports that).
-fn record_count(buf: &[u8]) -> usize {
-    buf.get(32..36).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-}
-
-/// The (fill, hash) of the first `want` records (docs/formats/kv-block.md); an envelope
-/// with fewer is an error. Everything else is checked by the pool's import.
-fn records(buf: &[u8], want: usize) -> Result<Vec<(u32, Option<u64>)>, PdError> {
-    let bad = |reason: String| PdError::Mismatch { reason };
-    let n = record_count(buf);
-    if n < want {
-        return Err(bad(format!("the envelope holds {n} blocks, {want} are needed")));
-    }
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let body = buf.len().checked_sub(48).ok_or_else(|| bad("truncated envelope".into()))?;
-    if body % n != 0 {
-        return Err(bad(format!("{body} record bytes do not divide into {n} blocks")));
-    }
-    let rec = body / n;
-    let u32_at = |at: usize| u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
-    let mut out = Vec::with_capacity(want);
-    for i in 0..want {
-        let at = 40 + i * rec;
-        if rec < 16 {
-            return Err(bad("records shorter than their header".into()));
-        }
-        let flags = u32_at(at + 4);
-        let mut h = [0u8; 8];
-        h.copy_from_slice(&buf[at + 8..at + 16]);
-        out.push((u32_at(at), (flags & 1 != 0).then(|| u64::from_le_bytes(h))));
-    }
-    Ok(out)
-}
-
-/// The envelope of its first `want` records, checksum recomputed. The original checksum
-/// is verified first, so a corrupted transfer is still refused.
-fn truncate(buf: &[u8], want: usize) -> Result<Vec<u8>, PdError> {
-    let n = record_count(buf);
-    let body = buf.len() - 8;
-    let mut stored = [0u8; 8];
-    stored.copy_from_slice(&buf[body..]);
-    if tl_kv::fnv1a64(&buf[..body]) != u64::from_le_bytes(stored) {
-        return Err(PdError::Kv(tl_core::KvError::BadEnvelope { reason: "checksum mismatch".into() }));
-    }
-    let rec = (buf.len() - 48) / n;
-    let mut out = buf[..40 + want * rec].to_vec();
-    out[32..36].copy_from_slice(&(want as u32).to_le_bytes());
-    let sum = tl_kv::fnv1a64(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    Ok(out)
 }

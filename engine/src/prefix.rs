@@ -124,7 +124,7 @@ pub(crate) fn hits(
     // (rows, G) what the pool has, walked until a global group misses.
     let mut found: Vec<Option<u32>> = Vec::with_capacity(chain.len() * n);
     for &h in chain {
-        let row: Vec<Option<u32>> = (0..n).map(|j| pool.lookup(tl_kv::group_hash(h, j))).collect();
+        let row: Vec<Option<u32>> = (0..n).map(|j| pool.lookup(tl_core::group_hash(h, j))).collect();
         if (0..n).any(|j| row[j].is_none() && global(j)) {
             tl_core::release_all(pool, row.into_iter().flatten())?;
             break;

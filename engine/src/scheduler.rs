@@ -301,7 +301,7 @@ impl Scheduler {
                 for (hash, n) in self.partial.candidates(parent, &s.tokens[h * b..h * b + room]) {
                     // Every group's page of that block, or none of them.
                     let srcs: Vec<Option<u32>> =
-                        (0..self.lim.groups).map(|j| g.lookup(tl_kv::group_hash(hash, j))).collect();
+                        (0..self.lim.groups).map(|j| g.lookup(tl_core::group_hash(hash, j))).collect();
                     if srcs.iter().all(Option::is_some) {
                         partial = Some((srcs.into_iter().flatten().collect(), n.min(room)));
                         break;
@@ -503,7 +503,7 @@ impl Scheduler {
             // Each group's page under its own hash (group 0's is the block's).
             for (j, &id) in s.blocks[k * n..(k + 1) * n].iter().enumerate() {
                 if id != NO_BLOCK {
-                    g.register(id, tl_kv::group_hash(s.chain[k], j)).map_err(kv_err)?;
+                    g.register(id, tl_core::group_hash(s.chain[k], j)).map_err(kv_err)?;
                 }
             }
             // On disk too, once (write-through: see disk_cache.rs).

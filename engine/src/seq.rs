@@ -119,7 +119,7 @@ impl Seq {
         while self.chain.len() < n {
             let k = self.chain.len();
             let parent = self.chain.last().copied();
-            self.chain.push(tl_kv::block_hash(parent, &self.tokens[k * b..(k + 1) * b]));
+            self.chain.push(tl_core::block_hash(parent, &self.tokens[k * b..(k + 1) * b]));
         }
     }
 

@@ -32,7 +32,7 @@ fn kv_path(path: &Path) -> PathBuf {
 
 fn tokens_fnv(tokens: &[u32]) -> u64 {
     let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
-    tl_kv::fnv1a64(&bytes)
+    tl_core::fnv1a64(&bytes)
 }
 
 /// Write `path` in whole: a temporary file beside it, then a rename.

@@ -16,16 +16,17 @@
 mod backend;
 mod check;
 mod envelope;
-mod hash;
 mod pool;
 mod q8;
 
-pub use envelope::{
-    ENVELOPE_MAGIC, ENVELOPE_VERSION, ENVELOPE_VERSION_2, HEADER_BYTES, RECORD_HEADER_BYTES, TRAILER_BYTES,
-};
-pub use hash::{block_hash, fnv1a64, group_hash};
+// The envelope's format and the hashes live in tl-core (one reader and writer for the
+// pool, P/D and the disk cache); named here too for the crates and tests that knew them here.
 pub use pool::{n_blocks_for_budget, BlockState, F16Slabs, KvPool, DTYPE_F16, DTYPE_Q8, FORMAT_F16_SLAB};
 pub use q8::{Q8Slabs, Q8_BACKEND_NAME};
+pub use tl_core::envelope::{
+    ENVELOPE_MAGIC, ENVELOPE_VERSION, ENVELOPE_VERSION_2, HEADER_BYTES, RECORD_HEADER_BYTES, TRAILER_BYTES,
+};
+pub use tl_core::{block_hash, fnv1a64, group_hash};
 pub use tl_core::{KvElem, KvError, KvGeometry, KvSlabs, KvSpec};
 
 /// The name this backend registers under in tl-core's registry.

@@ -4,6 +4,10 @@
 
 use std::path::PathBuf;
 
+// The engine names no KV backend (they are plugins): link tl-kv's "f16-slab" and
+// "q8-slab" registrations into every test that builds a runner.
+use tl_kv as _;
+
 /// This crate's fixture model `name` (its tests/fixtures/).
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)

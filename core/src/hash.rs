@@ -1,4 +1,6 @@
-//! Stable 64-bit hashes: FNV-1a 64 for block hashes and envelope checksums.
+//! Stable 64-bit hashes: FNV-1a 64 for block hashes and envelope checksums. Core owns
+//! them, so the engine, the pool and the envelope agree on every hash without one naming
+//! another.
 //!
 //! Both may cross machines (a prefix hash computed by one engine, an envelope checked by
 //! another), so neither may use the std hasher, whose keys are random per process.
