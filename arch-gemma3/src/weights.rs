@@ -43,7 +43,15 @@ pub fn load(cfg: &Gemma3Config, ctx: &BuildCtx<'_>) -> Result<Stack<Gemma3Layer>
             LayerKind::Global => ROPE_GLOBAL,
         };
         let attn = Attn { window: cfg.window(kind), ..global };
-        let spec = AttnSpec { attn, rope, qkv_bias: false, o_bias: false, qk_norm: QkNormKind::PerHead, sinks: false };
+        let spec = AttnSpec {
+            attn,
+            rope,
+            qkv_bias: false,
+            o_bias: false,
+            qk_norm: QkNormKind::PerHead,
+            sinks: false,
+            out_gate: false,
+        };
         let norm = |name: &str| norm(&w, &format!("{p}.{name}.weight"), d, cfg);
         layers.push(Gemma3Layer {
             input_norm: norm("input_layernorm")?,

@@ -196,7 +196,15 @@ impl Architecture for GptOssArch {
         let global = Attn::new(b.num_attention_heads, b.num_key_value_heads, b.head_dim);
         let stack = prenorm_stack(&ctx, b, "gpt-oss", |w, i| {
             let attn = Attn { window: b.layer_attn[i].window(), ..global };
-            let spec = AttnSpec { attn, rope: 0, qkv_bias: true, o_bias: true, qk_norm: QkNormKind::None, sinks: true };
+            let spec = AttnSpec {
+                attn,
+                rope: 0,
+                qkv_bias: true,
+                o_bias: true,
+                qk_norm: QkNormKind::None,
+                sinks: true,
+                out_gate: false,
+            };
             Ok((spec, Ffn::Moe(moe(w, cfg, &format!("model.layers.{i}.mlp"))?)))
         })?;
         Ok(Box::new(stack))

@@ -100,8 +100,15 @@ impl Architecture for MixtralArch {
         };
         let stack = prenorm_stack(&ctx, b, "Mixtral", |w, i| {
             let attn = Attn { window: b.layer_attn[i].window(), ..global };
-            let spec =
-                AttnSpec { attn, rope: 0, qkv_bias: false, o_bias: false, qk_norm: QkNormKind::None, sinks: false };
+            let spec = AttnSpec {
+                attn,
+                rope: 0,
+                qkv_bias: false,
+                o_bias: false,
+                qk_norm: QkNormKind::None,
+                sinks: false,
+                out_gate: false,
+            };
             let p = format!("model.layers.{i}.block_sparse_moe");
             Ok((spec, Ffn::Moe(Moe::load(w, &p, b.hidden_size, moe)?)))
         })?;

@@ -83,6 +83,7 @@ impl Architecture for OlmoeArch {
             o_bias: false,
             qk_norm: QkNormKind::Full,
             sinks: false,
+            out_gate: false,
         };
         let moe = MoeSpec {
             experts: cfg.num_experts,

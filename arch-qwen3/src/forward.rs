@@ -26,6 +26,7 @@ pub fn attn_spec(cfg: &DecoderConfig) -> AttnSpec {
         o_bias: false,
         qk_norm: QkNormKind::PerHead,
         sinks: false,
+        out_gate: false,
     }
 }
 

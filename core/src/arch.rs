@@ -122,8 +122,25 @@ pub trait Architecture: Send + Sync {
         let _ = config;
         Ok(None)
     }
+    /// The layers that are not attention (docs/spec/kv.md, "Recurrent state beside the
+    /// pages"): their model indices, ascending, and the f32 values one layer's state takes.
+    /// The runner gives them a state column of slots instead of KV pages. The default,
+    /// `None`: every layer is attention.
+    fn recurrent(&self, config: &ModelConfig) -> Result<Option<Recurrent>, ConfigError> {
+        let _ = config;
+        Ok(None)
+    }
     /// Build the model from its weights.
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError>;
+}
+
+/// A hybrid model's recurrent layers ([`Architecture::recurrent`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recurrent {
+    /// Their model layer indices, ascending.
+    pub layers: Vec<u32>,
+    /// f32 values of one layer's state (the same for every recurrent layer).
+    pub floats: u32,
 }
 
 /// An architecture registration: `inventory::submit!(ArchRegistration { name, make })`.

@@ -56,6 +56,29 @@ impl KvGeometry {
     }
 }
 
+/// The shape of one recurrent-state slot (docs/spec/kv.md, "Recurrent state beside the
+/// pages"): the state of every recurrent layer of one sequence after one position, f32,
+/// layer-major.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StateGeometry {
+    /// Recurrent layers R (their model indices are the layout's state group).
+    pub n_layers: u32,
+    /// f32 values of one layer's state F (the architecture's, from the config alone).
+    pub floats: u32,
+}
+
+impl StateGeometry {
+    /// f32 values in one slot, `R * F`, or `None` on overflow.
+    pub fn slot_floats(&self) -> Option<usize> {
+        (self.n_layers as usize).checked_mul(self.floats as usize)
+    }
+
+    /// Bytes of one slot, or `None` on overflow.
+    pub fn slot_bytes(&self) -> Option<usize> {
+        self.slot_floats()?.checked_mul(4)
+    }
+}
+
 /// The element type a pool stores K and V in (docs/spec/kv.md, "Other element types").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvElem {
@@ -156,6 +179,9 @@ pub struct KvSpec {
     pub n_blocks: u32,
     /// Keep released full, registered blocks findable (the prefix cache).
     pub prefix_cache: bool,
+    /// Recurrent-state slots beside the pages, for a hybrid model: their geometry and how
+    /// many (allocated once, like the pages); `None` for a model of attention layers only.
+    pub state: Option<(StateGeometry, u32)>,
 }
 
 /// Every way a KV pool operation can fail. Messages name the block id or the field.
@@ -237,6 +263,19 @@ pub enum KvError {
         /// The pool's.
         stored: KvElem,
     },
+    /// A recurrent-state operation on a pool that holds no state slots (a backend
+    /// written before hybrid models, or a pool built for an attention-only model).
+    #[error("KV pool: this pool holds no recurrent-state slots (needed by a hybrid model's {what})")]
+    NoState {
+        /// What asked for them.
+        what: &'static str,
+    },
+    /// A state slot id that is not one (a page id, or past the slots).
+    #[error("KV pool: {id} is not a recurrent-state slot")]
+    BadSlot {
+        /// The id.
+        id: u32,
+    },
     /// A backend-specific failure.
     #[error("KV backend: {0}")]
     Backend(String),
@@ -271,6 +310,28 @@ pub trait KvSlabs: Send {
         let _ = (id, layer, is_v);
         Err(KvError::WrongElem { asked: KvElem::Q8, stored: self.elem() })
     }
+    /// Recurrent-state slot `slot`'s values of state layer `layer` (`StateGeometry::floats`
+    /// f32, as the forward left them). A pool without state slots has none.
+    fn state(&self, slot: u32, layer: u32) -> Result<&[f32], KvError> {
+        let _ = (slot, layer);
+        Err(KvError::NoState { what: "forward" })
+    }
+    /// Mutable [`KvSlabs::state`], for the forward's writes.
+    fn state_mut(&mut self, slot: u32, layer: u32) -> Result<&mut [f32], KvError> {
+        let _ = (slot, layer);
+        Err(KvError::NoState { what: "forward" })
+    }
+    /// Copy state layer `layer` of slot `from` into slot `to` (a row's start: the state
+    /// after the previous row's last position becomes the new row's live state; the
+    /// forward runs layer by layer, so it copies one layer at a time).
+    fn copy_state(&mut self, from: u32, to: u32, layer: u32) -> Result<(), KvError> {
+        let _ = (from, to, layer);
+        Err(KvError::NoState { what: "forward" })
+    }
+    /// The state slots' geometry, if this pool has any.
+    fn state_geometry(&self) -> Option<StateGeometry> {
+        None
+    }
     /// Check that `id` and `layer` are slabs this pool can serve, whatever its element
     /// type (the forward's plan asks before it writes anything).
     fn check_slab(&self, id: u32, layer: u32) -> Result<(), KvError> {
@@ -293,6 +354,18 @@ pub trait KvBackend: KvSlabs + Any {
     fn n_blocks(&self) -> u32;
     /// Take `n` blocks, all or nothing; each comes back with ref 1 and fill 0.
     fn alloc(&mut self, n: usize) -> Result<Vec<u32>, KvError>;
+    /// Take `n` recurrent-state slots, all or nothing, each with ref 1 and fill 0 (its
+    /// values whatever the last user left: the forward writes before it reads). Slot ids
+    /// are never page ids; every other operation (retain, release, fill, register,
+    /// lookup) takes either. A pool without slots refuses.
+    fn alloc_slots(&mut self, n: usize) -> Result<Vec<u32>, KvError> {
+        let _ = n;
+        Err(KvError::NoState { what: "sequence" })
+    }
+    /// Free state slots (0 without slots).
+    fn n_free_slots(&self) -> usize {
+        0
+    }
     /// ref += 1 on a block in use.
     fn retain(&mut self, id: u32) -> Result<(), KvError>;
     /// ref -= 1; at 0 the block becomes cached (registered, prefix cache on) or free.

@@ -11,6 +11,13 @@
 //! group's page whose positions no future query can see is given back early; its entry
 //! becomes [`NO_BLOCK`]. The forward never reads it: a windowed layer's query at
 //! position `i` reads keys `i + 1 - w ..= i` only.
+//!
+//! A hybrid model's recurrent layers (docs/spec/kv.md, "Recurrent state beside the
+//! pages") hold no pages: they form one more column, the **state column**, last in each
+//! row, whose entries are state slots of the same pool (`KvBackend::alloc_slots`). Entry
+//! `r` holds the state after row `r`'s last computed position; a query at `next` needs the
+//! state after `next - 1`, so the column behaves as a window of 2 and every windowed rule
+//! (given back early, `NO_BLOCK` entries, the prefix hit) serves it unchanged.
 
 use crate::kv::{KvBackend, KvError, KvGeometry};
 
@@ -21,11 +28,19 @@ pub const NO_BLOCK: u32 = u32::MAX;
 /// One group: its layers, in order, and their window (all the same).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvGroup {
-    /// The model's layer indices in this group; slab `i` of a page is `layers[i]`.
+    /// The model's layer indices in this group; slab `i` of a page is `layers[i]` (for
+    /// the state column: layer `i` of a state slot).
     pub layers: Vec<u32>,
     /// `Some(w)`: every layer of the group sees the last `w` keys (its own included).
+    /// The state column's is `Some(2)`: a query reads the state its predecessor left.
     pub window: Option<usize>,
+    /// The state column: entries are state slots, not pages.
+    pub state: bool,
 }
+
+/// The window the state column behaves as: the query at `next` reads the state after
+/// `next - 1`, so rows before `(next - 1) / B` are needed by no later query.
+const STATE_WINDOW: usize = 2;
 
 /// How a model's layers map onto pool pages.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +62,7 @@ impl KvLayout {
     /// One group of all `n_layers` layers, no window: a page is a whole block.
     pub fn uniform(n_layers: u32) -> KvLayout {
         KvLayout::from_windows(&vec![None; n_layers.max(1) as usize]).unwrap_or_else(|_| KvLayout {
-            groups: vec![KvGroup { layers: vec![0], window: None }],
+            groups: vec![KvGroup { layers: vec![0], window: None, state: false }],
             slot_of: vec![(0, 0)],
         })
     }
@@ -58,23 +73,48 @@ impl KvLayout {
     /// ordered by their first layer. A model of 15 windowed and 3 global layers: `g = 3`, six
     /// groups; a model of one kind: one group.
     pub fn from_windows(windows: &[Option<usize>]) -> Result<KvLayout, KvError> {
+        KvLayout::hybrid(windows, &[])
+    }
+
+    /// Groups of the attention layers from their windows (`windows` has an entry for
+    /// every layer; a recurrent layer's is ignored), as [`KvLayout::from_windows`], then
+    /// the state column of the `recurrent` layers (ascending model indices), when any.
+    pub fn hybrid(windows: &[Option<usize>], recurrent: &[u32]) -> Result<KvLayout, KvError> {
         if windows.is_empty() {
             return Err(KvError::ZeroCapacity { field: "n_layers" });
         }
         if windows.contains(&Some(0)) {
             return Err(KvError::ZeroCapacity { field: "window" });
         }
+        if recurrent.iter().any(|&l| l as usize >= windows.len()) || !recurrent.is_sorted_by(|a, b| a < b) {
+            return Err(KvError::Backend(format!(
+                "recurrent layers {recurrent:?} are not ascending layers of a {}-layer model",
+                windows.len()
+            )));
+        }
         let mut kinds: Vec<(Option<usize>, Vec<u32>)> = Vec::new();
         for (l, &w) in windows.iter().enumerate() {
+            if recurrent.contains(&(l as u32)) {
+                continue;
+            }
             match kinds.iter_mut().find(|(k, _)| *k == w) {
                 Some((_, ls)) => ls.push(l as u32),
                 None => kinds.push((w, vec![l as u32])),
             }
         }
+        if kinds.is_empty() {
+            // Every page would be empty: a model of recurrent layers only is not built yet.
+            return Err(KvError::ZeroCapacity { field: "attention layers" });
+        }
         let g = kinds.iter().fold(0, |g, (_, ls)| gcd(g, ls.len()));
-        let mut groups: Vec<KvGroup> =
-            kinds.iter().flat_map(|(w, ls)| ls.chunks(g).map(|c| KvGroup { layers: c.to_vec(), window: *w })).collect();
+        let mut groups: Vec<KvGroup> = kinds
+            .iter()
+            .flat_map(|(w, ls)| ls.chunks(g).map(|c| KvGroup { layers: c.to_vec(), window: *w, state: false }))
+            .collect();
         groups.sort_by_key(|gr| gr.layers[0]);
+        if !recurrent.is_empty() {
+            groups.push(KvGroup { layers: recurrent.to_vec(), window: Some(STATE_WINDOW), state: true });
+        }
         let mut slot_of = vec![(0, 0); windows.len()];
         for (k, gr) in groups.iter().enumerate() {
             for (i, &l) in gr.layers.iter().enumerate() {
@@ -89,9 +129,25 @@ impl KvLayout {
         &self.groups
     }
 
-    /// Groups G: pages per block-table row.
+    /// Groups G: entries per block-table row (the pages, and the state slot when the
+    /// model has recurrent layers).
     pub fn n_groups(&self) -> usize {
         self.groups.len()
+    }
+
+    /// Page groups: pages per block-table row (G less the state column).
+    pub fn n_page_groups(&self) -> usize {
+        self.groups.len() - usize::from(self.state_column().is_some())
+    }
+
+    /// The state column's index in a row (always the last), when the model has one.
+    pub fn state_column(&self) -> Option<usize> {
+        self.groups.last().filter(|g| g.state).map(|_| self.groups.len() - 1)
+    }
+
+    /// Recurrent layers (the state column's), 0 for an attention-only model.
+    pub fn state_layers(&self) -> usize {
+        self.state_column().map_or(0, |k| self.groups[k].layers.len())
     }
 
     /// Layers per group (and slabs per page), `g`.
@@ -133,8 +189,19 @@ impl KvLayout {
     /// back (next query at `len - 1`): `ceil(len / B)` per global group and at most
     /// `ceil((w - 1) / B) + 1` per windowed one. The scheduler's admission count.
     pub fn pages_for(&self, len: usize, b: usize) -> usize {
+        self.count(len, b, false)
+    }
+
+    /// State slots a sequence of `len` positions holds ([`KvLayout::pages_for`] of the
+    /// state column: at most 2), 0 for an attention-only model.
+    pub fn slots_for(&self, len: usize, b: usize) -> usize {
+        self.count(len, b, true)
+    }
+
+    fn count(&self, len: usize, b: usize, state: bool) -> usize {
         let rows = len.div_ceil(b.max(1));
-        (0..self.groups.len()).map(|k| rows - self.first_live_row(k, len.saturating_sub(1), b).min(rows)).sum()
+        let live = |k: usize| rows - self.first_live_row(k, len.saturating_sub(1), b).min(rows);
+        (0..self.groups.len()).filter(|&k| self.groups[k].state == state).map(live).sum()
     }
 
     /// The most pages a sequence of `len` positions holds at once when fed in steps of
@@ -143,9 +210,48 @@ impl KvLayout {
     /// at most `(chunk + w - 2) / B + 2` blocks). A pool smaller than this can never run
     /// the sequence through.
     pub fn peak_pages(&self, len: usize, chunk: usize, b: usize) -> usize {
+        self.peak(len, chunk, b, false)
+    }
+
+    /// [`KvLayout::peak_pages`] of the state column: the slots one step's rows hold.
+    pub fn peak_slots(&self, len: usize, chunk: usize, b: usize) -> usize {
+        self.peak(len, chunk, b, true)
+    }
+
+    fn peak(&self, len: usize, chunk: usize, b: usize, state: bool) -> usize {
         let (rows, b) = (len.div_ceil(b.max(1)), b.max(1));
         let span = |w: usize| (chunk.max(1) + w).saturating_sub(2) / b + 2;
-        self.groups.iter().map(|g| g.window.map_or(rows, |w| rows.min(span(w)))).sum()
+        self.groups.iter().filter(|g| g.state == state).map(|g| g.window.map_or(rows, |w| rows.min(span(w)))).sum()
+    }
+
+    /// Grow `table` to `entries` entries (whole rows of G), allocating each new entry from
+    /// the pool by its column: a page, or a state slot for the state column. All or
+    /// nothing: on an error nothing stays taken and `table` is unchanged.
+    pub fn alloc_entries(&self, pool: &mut dyn KvBackend, table: &mut Vec<u32>, entries: usize) -> Result<(), KvError> {
+        let have = table.len();
+        if entries <= have {
+            return Ok(());
+        }
+        let state = self.state_column();
+        let is_slot = |e: usize| Some(e % self.groups.len()) == state;
+        let n_slots = (have..entries).filter(|&e| is_slot(e)).count();
+        let pages = pool.alloc(entries - have - n_slots)?;
+        let slots = match n_slots {
+            0 => Vec::new(),
+            n => match pool.alloc_slots(n) {
+                Ok(s) => s,
+                Err(e) => {
+                    release_all(pool, pages)?;
+                    return Err(e);
+                }
+            },
+        };
+        let (mut pages, mut slots) = (pages.into_iter(), slots.into_iter());
+        for e in have..entries {
+            let next = if is_slot(e) { slots.next() } else { pages.next() };
+            table.push(next.unwrap_or(NO_BLOCK));
+        }
+        Ok(())
     }
 
     /// Give back every page of `table` (rows of G, [`NO_BLOCK`] entries skipped) that no

@@ -36,6 +36,7 @@ pub mod weights;
 
 pub use arch::{
     ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError, ModelTypeRegistration,
+    Recurrent,
 };
 pub use batch::{ForwardBatch, ForwardSeq, Logits};
 pub use chat::{ChatError, ChatTemplate, Message, ToolCall};
@@ -47,7 +48,8 @@ pub use gguf::{Gguf, TensorMap};
 pub use gguf_arch::{GgufArch, GgufPreTokenizer, GgufRegistration, GgufVocab};
 pub use hash::{block_hash, fnv1a64, group_hash};
 pub use kv::{
-    quantize_q8, KvBackend, KvElem, KvError, KvGeometry, KvRegistration, KvSlabs, KvSpec, Q8Slab, Q8SlabMut, SharedPool,
+    quantize_q8, KvBackend, KvElem, KvError, KvGeometry, KvRegistration, KvSlabs, KvSpec, Q8Slab, Q8SlabMut,
+    SharedPool, StateGeometry,
 };
 pub use layout::{release_all, KvGroup, KvLayout, NO_BLOCK};
 pub use runner::{ModelRunner, RunnerError};

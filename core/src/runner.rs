@@ -10,7 +10,7 @@ use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
 use crate::engine::{EngineConfig, PrefixCache};
 use crate::gguf::gguf_source;
-use crate::kv::{KvBackend, KvElem, KvError, KvGeometry, KvSlabs, KvSpec, SharedPool};
+use crate::kv::{KvBackend, KvElem, KvError, KvGeometry, KvSlabs, KvSpec, SharedPool, StateGeometry};
 use crate::layout::{release_all, KvLayout, NO_BLOCK};
 use crate::load;
 use crate::registry::{self, RegistryError};
@@ -95,6 +95,20 @@ fn pool_blocks(
     Ok(wanted.min(budget).clamp(1, u32::MAX as usize) as u32)
 }
 
+/// State slots for a hybrid model: what `max_seqs` sequences hold at their peak (a step's
+/// rows, [`KvLayout::peak_slots`]), twice over when released snapshots may stay cached for
+/// the prefix cache; at least one slot.
+fn state_slots(layout: &KvLayout, engine: &EngineConfig) -> u32 {
+    if let Some(n) = engine.kv.n_blocks {
+        return n.max(1); // a slot per block row, as a table allocated whole holds
+    }
+    let b = engine.kv.block_tokens.max(1) as usize;
+    let peak = layout.peak_slots(usize::MAX / 2, engine.prefill_chunk.max(1), b);
+    let live = engine.max_seqs.max(1).saturating_mul(peak);
+    let cached = if engine.prefix_cache == PrefixCache::On { live } else { 0 };
+    (live + cached).clamp(1, u32::MAX as usize) as u32
+}
+
 impl ModelRunner {
     /// Load `dir` (config.json + weights) with the architecture named by `tl_arch` and the
     /// KV backend named in `cfg.kv.backend`. `dir` may also be a `.gguf` file, or a
@@ -131,6 +145,7 @@ impl ModelRunner {
         cfg: &EngineConfig,
     ) -> Result<Self, RunnerError> {
         let model_geometry = arch.kv_geometry(&config, cfg.kv.block_tokens)?;
+        let recurrent = arch.recurrent(&config)?;
         let layout = match arch.kv_windows(&config)? {
             Some(w) if w.len() != model_geometry.n_layers as usize => {
                 return Err(RunnerError::Other(format!(
@@ -139,8 +154,11 @@ impl ModelRunner {
                     model_geometry.n_layers
                 )))
             }
-            Some(w) => KvLayout::from_windows(&w)?,
-            None => KvLayout::uniform(model_geometry.n_layers),
+            Some(w) => KvLayout::hybrid(&w, recurrent.as_ref().map_or(&[], |r| &r.layers))?,
+            None => match &recurrent {
+                Some(r) => KvLayout::hybrid(&vec![None; model_geometry.n_layers as usize], &r.layers)?,
+                None => KvLayout::uniform(model_geometry.n_layers),
+            },
         };
         // Pool pages hold one group's layers (all of them without windows).
         let geometry = layout.page_geometry(model_geometry);
@@ -150,11 +168,22 @@ impl ModelRunner {
         // about twice the f16 positions); a one-block pool tells its element type.
         let elem = match cfg.kv.n_blocks {
             Some(_) => KvElem::F16, // unused: the block count is given
-            None => make(&KvSpec { geometry, n_blocks: 1, prefix_cache })?.elem(),
+            None => make(&KvSpec { geometry, n_blocks: 1, prefix_cache, state: None })?.elem(),
         };
-        let n_blocks = pool_blocks(&geometry, layout.n_groups(), elem, &config, cfg)?;
-        let spec = KvSpec { geometry, n_blocks, prefix_cache };
+        let n_blocks = pool_blocks(&geometry, layout.n_page_groups(), elem, &config, cfg)?;
+        let state = recurrent.map(|r| {
+            let g = StateGeometry { n_layers: r.layers.len() as u32, floats: r.floats };
+            (g, state_slots(&layout, cfg))
+        });
+        let spec = KvSpec { geometry, n_blocks, prefix_cache, state };
         let pool: Box<dyn KvBackend> = make(&spec)?;
+        if state.is_some() && pool.state_geometry() != state.map(|s| s.0) {
+            return Err(RunnerError::Other(format!(
+                "KV backend {:?} holds no recurrent-state slots of {:?}, which this hybrid model needs",
+                cfg.kv.backend,
+                state.map(|s| s.0)
+            )));
+        }
         if pool.geometry() != geometry {
             return Err(RunnerError::Other(format!(
                 "KV backend {:?} built geometry {:?}, the model needs {:?}",
@@ -266,7 +295,7 @@ impl ModelRunner {
             let end = s.start + s.tokens.len();
             for (r, row) in s.blocks.chunks_exact(n).enumerate().take(end.div_ceil(b)).skip(s.start / b) {
                 let upto = (end - r * b).min(b) as u32;
-                for &id in row {
+                for &id in row.iter().filter(|&&id| id != NO_BLOCK) {
                     if kv.fill(id)? < upto {
                         kv.set_fill(id, upto)?;
                     }
@@ -318,11 +347,20 @@ impl ModelRunner {
                 if id == NO_BLOCK && e / n < self.layout.first_live_row(e % n, s.start, b) {
                     continue;
                 }
+                // A state column's rows inside the step need no slot but the last (the
+                // running state): a row without one keeps no snapshot (kv.md).
+                if id == NO_BLOCK
+                    && Some(e % n) == self.layout.state_column()
+                    && e / n >= s.start / b
+                    && e / n + 1 != needed
+                {
+                    continue;
+                }
                 if id == NO_BLOCK || kv.refs(id)? == 0 {
                     return bad(format!("sequence {i}: block {id} is not allocated (ref 0)"));
                 }
             }
-            for &id in &s.blocks[s.start / b * n..needed * n] {
+            for &id in s.blocks[s.start / b * n..needed * n].iter().filter(|&&id| id != NO_BLOCK) {
                 if written.contains(&id) {
                     return bad(format!("block {id} is written by two sequences of the step"));
                 }
@@ -338,7 +376,7 @@ impl ModelRunner {
         if tokens.is_empty() {
             return Err(RunnerError::BadBatch("run_once: no tokens".into()));
         }
-        let blocks = self.lock()?.alloc(self.table_len(tokens.len()))?;
+        let blocks = self.alloc_table(tokens.len())?;
         let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), true, false, None);
         release_all(self.lock()?.as_mut(), blocks)?;
         let out = out?;
@@ -352,7 +390,7 @@ impl ModelRunner {
         if tokens.is_empty() {
             return Err(RunnerError::BadBatch("score: no tokens".into()));
         }
-        let blocks = self.lock()?.alloc(self.table_len(tokens.len()))?;
+        let blocks = self.alloc_table(tokens.len())?;
         let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), false, true, None);
         release_all(self.lock()?.as_mut(), blocks)?;
         Ok(out?.logits)
@@ -369,9 +407,18 @@ impl ModelRunner {
         &self.layout
     }
 
-    /// Block-table entries for `positions` positions: G pages per `B` positions.
+    /// Block-table entries for `positions` positions: G entries (pages, and a hybrid
+    /// model's state slot) per `B` positions.
     pub fn table_len(&self, positions: usize) -> usize {
         positions.div_ceil(self.block_tokens().max(1)) * self.layout.n_groups()
+    }
+
+    /// A fresh block table for `positions` positions: every entry allocated (pages, and
+    /// state slots for a hybrid model's state column).
+    pub fn alloc_table(&self, positions: usize) -> Result<Vec<u32>, RunnerError> {
+        let mut table = Vec::new();
+        self.layout.alloc_entries(self.lock()?.as_mut(), &mut table, self.table_len(positions))?;
+        Ok(table)
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Box<dyn KvBackend>>, RunnerError> {

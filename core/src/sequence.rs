@@ -142,10 +142,7 @@ impl ModelRunner {
             let need = self.table_len(start + piece.len());
             let pool = self.pool();
             let lock = || pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()));
-            if need > seq.blocks.len() {
-                let more = lock()?.alloc(need - seq.blocks.len())?;
-                seq.blocks.extend(more);
-            }
+            seq.layout.alloc_entries(lock()?.as_mut(), &mut seq.blocks, need)?;
             last = self.forward(&ForwardBatch::single(piece, start, &seq.blocks))?.data;
             seq.tokens.extend_from_slice(piece);
             let next = seq.tokens.len();

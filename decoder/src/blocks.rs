@@ -16,7 +16,7 @@ use crate::loader::Loader;
 use crate::mlp::{add_bias, Mlp};
 use crate::moe::Moe;
 use crate::proj::{f32_bytes, grow, linear, Proj};
-use crate::rowops::{full_qk_rms_norm, head_rms_norm};
+use crate::rowops::{full_qk_rms_norm, head_rms_norm, sigmoid_gate};
 
 /// Reads a norm weight `(len,)` by its tensor name, as the family's norms are applied
 /// (Gemma adds its `1 +` here).
@@ -69,6 +69,10 @@ pub struct AttnSpec {
     pub qk_norm: QkNormKind,
     /// `sinks` `(H,)`: one logit per query head in the softmax (gpt-oss).
     pub sinks: bool,
+    /// An output gate in `q_proj` (Qwen3.5's gated attention): `q_proj` is `[H*2D, d]`,
+    /// each head's `D` query rows then its `D` gate rows, and the attention output is
+    /// multiplied by `sigmoid(gate)` before `o_proj`.
+    pub out_gate: bool,
 }
 
 /// The attention sublayer: `proj = o(attention(rope(norm_qk(qkv(h) + b))))`, K and V of
@@ -90,6 +94,8 @@ pub struct AttnBlock {
     pub o_bias: Option<Vec<f32>>,
     /// `(H,)` the query heads' sink logits, or empty.
     pub sinks: Vec<f32>,
+    /// `[H*D, d]` the output gate's rows of `q_proj`, when the family has one.
+    pub gate: Option<Linear>,
 }
 
 impl AttnBlock {
@@ -106,7 +112,18 @@ impl AttnBlock {
         let a = spec.attn;
         let (qw, kvw) = (a.heads * a.head_dim, a.kv_heads * a.head_dim);
         let proj = |name: &str, out, inp| w.proj(&format!("{p}.{name}"), out, inp);
-        let qkv = Proj::new(vec![proj("q_proj", qw, d)?, proj("k_proj", kvw, d)?, proj("v_proj", kvw, d)?]);
+        // A gated q_proj holds per head D query rows then D gate rows: read as two.
+        let (q, gate) = if spec.out_gate {
+            let rows =
+                |off: usize| (0..a.heads).flat_map(move |h| (0..a.head_dim).map(move |i| h * 2 * a.head_dim + off + i));
+            let name = format!("{p}.q_proj");
+            let q: Vec<usize> = rows(0).collect();
+            let g: Vec<usize> = rows(a.head_dim).collect();
+            (w.proj_rows(&name, &q, 2 * qw, d)?, Some(w.proj_rows(&name, &g, 2 * qw, d)?))
+        } else {
+            (proj("q_proj", qw, d)?, None)
+        };
+        let qkv = Proj::new(vec![q, proj("k_proj", kvw, d)?, proj("v_proj", kvw, d)?]);
         let qkv_bias = if spec.qkv_bias {
             let mut b = w.vector(&format!("{p}.q_proj.bias"), qw)?;
             b.extend(w.vector(&format!("{p}.k_proj.bias"), kvw)?);
@@ -124,7 +141,7 @@ impl AttnBlock {
         let o_bias = if spec.o_bias { Some(w.vector(&format!("{p}.o_proj.bias"), d)?) } else { None };
         let sinks = if spec.sinks { w.vector(&format!("{p}.sinks"), a.heads)? } else { Vec::new() };
         let o = proj("o_proj", d, qw)?;
-        Ok(AttnBlock { qkv, qkv_bias, qk_norm, attn: a, rope: spec.rope, o, o_bias, sinks })
+        Ok(AttnBlock { qkv, qkv_bias, qk_norm, attn: a, rope: spec.rope, o, o_bias, sinks, gate })
     }
 
     /// `proj` `(N, d)` from `h` `(N, d)`, for layer `layer`.
@@ -143,10 +160,15 @@ impl AttnBlock {
             QkNorm::PerHead { q, k } => head_rms_norm(path, qkv, qkv_w, (a.heads, q), (a.kv_heads, k), eps),
             QkNorm::Full { q, k } => full_qk_rms_norm(path, qkv, qkv_w, q, k, eps),
         }
-        b.ropes[self.rope].apply(qkv, qkv_w, 0, a.heads + a.kv_heads); // q and k heads
+        b.ropes[self.rope].apply(qkv, qkv_w, 0, a.heads + a.kv_heads, a.head_dim); // q and k heads
         write_kv(step, &mut **kv, layer, a, qkv)?;
         let att = grow(&mut b.att, n * qw); // (N, H*D)
         attention_sinks(step, &**kv, (layer, a, &self.sinks), qkv, att)?;
+        if let Some(gate) = &self.gate {
+            let g = grow(&mut b.mix, n * qw); // (N, H*D)
+            linear(gate, &b.h[..n * dm], n, g, "q_proj (gate)")?;
+            sigmoid_gate(path, att, g, qw);
+        }
         let proj = grow(&mut b.proj, n * dm); // (N, d)
         linear(&self.o, att, n, proj, "o_proj")?;
         if let Some(bias) = &self.o_bias {
@@ -166,6 +188,7 @@ impl AttnBlock {
             + self.qkv_bias.as_deref().map_or(0, f32_bytes)
             + self.o_bias.as_deref().map_or(0, f32_bytes)
             + f32_bytes(&self.sinks)
+            + self.gate.as_ref().map_or(0, Linear::packed_bytes)
             + norms
     }
 }

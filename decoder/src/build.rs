@@ -64,6 +64,7 @@ pub fn load(cfg: &DecoderConfig, ctx: &BuildCtx<'_>) -> Result<Stack<PreNorm>, M
             o_bias: false,
             qk_norm: QkNormKind::None,
             sinks: false,
+            out_gate: false,
         };
         Ok((spec, dense_mlp(w, cfg, i)?))
     })

@@ -30,6 +30,9 @@ pub struct Buffers {
     pub act: Vec<f32>,
     /// Scratch for projections that could not be fused, and the LM head's rows.
     pub tmp: Vec<f32>,
+    /// A token mixer's second buffer: the Gated DeltaNet's conv output, the attention
+    /// output gate.
+    pub mix: Vec<f32>,
     /// One `(N, D/2)` cos/sin table per RoPE frequency vector of the model.
     pub ropes: Vec<RopeTables>,
     /// The mixture-of-experts block's scratch.

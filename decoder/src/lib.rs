@@ -50,6 +50,7 @@ mod blocks;
 mod build;
 mod config;
 mod cx;
+mod delta;
 pub mod fields;
 pub mod gguf;
 mod head;
@@ -72,6 +73,7 @@ pub use blocks::{AttnBlock, AttnSpec, Ffn, NormReader, PreNorm, QkNorm, QkNormKi
 pub use build::{dense_mlp, prenorm_stack};
 pub use config::{global_layers, layer_types, sliding_window, DecoderConfig, LayerAttn, Variant};
 pub use cx::{Buffers, Cx, LayerBody, MoeBuffers};
+pub use delta::{DeltaLayer, DeltaNet, DeltaShape};
 pub use head::{embed, LmHead};
 pub use kv_write::write_kv;
 pub use lanes::Path;

@@ -145,6 +145,47 @@ impl<'a> Loader<'a> {
         Ok(projection(self.store, base, out, inp, self.fmt)?.with_activations(self.act))
     }
 
+    /// Rows `rows` of the `[out, inp]` projection `<base>.weight`, as a `[rows.len(), inp]`
+    /// projection under the weight mode (a stored row is whole in every format, so the
+    /// rows are cut from the stored bytes): Qwen3.5's `q_proj`, query and gate rows
+    /// interleaved per head. An int4 checkpoint's packed projection is refused.
+    pub fn proj_rows(&self, base: &str, rows: &[usize], out: usize, inp: usize) -> Result<Linear, ModelError> {
+        let name = format!("{base}.weight");
+        let bad = |reason: String| {
+            ModelError::Weights(WeightError::Tensor {
+                path: self.store.path().to_path_buf(),
+                name: name.clone(),
+                reason,
+            })
+        };
+        if let Some(&r) = rows.iter().find(|&&r| r >= out) {
+            return Err(bad(format!("row {r} of a {out}-row projection")));
+        }
+        let lin = match self.fmt {
+            ProjFormat::Int4File(_) => return Err(bad("rows of an int4 checkpoint's packed projection".into())),
+            ProjFormat::QuantizeAtLoad(group) => {
+                let w = self.store.f32(&name, &[out, inp])?;
+                let picked: Vec<f32> = rows.iter().flat_map(|&r| w[r * inp..(r + 1) * inp].iter().copied()).collect();
+                let q =
+                    QLinear::quantize(&picked, rows.len(), inp, group).map_err(|e| quant_err(self.store, &name, e))?;
+                Linear::from_int4(&q).map_err(|e| quant_err(self.store, &name, e))?
+            }
+            ProjFormat::Float | ProjFormat::Native => {
+                let format = self
+                    .store
+                    .info(&name)
+                    .and_then(|i| native_format(&i.dtype))
+                    .ok_or_else(|| bad("a stored type the kernels do not read".into()))?;
+                let size = format.row_bytes(inp).ok_or_else(|| bad(format!("rows of {inp} do not fit {format:?}")))?;
+                let stored = self.store.stored(&name, &[out, inp])?;
+                let bytes: Vec<u8> =
+                    rows.iter().flat_map(|&r| stored.bytes[r * size..(r + 1) * size].iter().copied()).collect();
+                return self.rebuilt(&name, format, &bytes, rows.len(), inp);
+            }
+        };
+        Ok(lin.with_activations(self.act))
+    }
+
     /// The `[out, inp]` matrix `name` that is never int4 (embedding, LM head): as stored
     /// unless everything is widened to f32.
     pub fn matrix(&self, name: &str, out: usize, inp: usize) -> Result<Linear, ModelError> {

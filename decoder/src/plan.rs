@@ -56,6 +56,7 @@ impl Plan {
         let g = kv.geometry();
         let want = (shape.n_layers, shape.n_kv_heads, shape.head_dim);
         let page = (layout.n_layers(), g.n_kv_heads as usize, g.head_dim as usize);
+        let state = layout.state_column();
         if page != want || g.n_layers != layout.group_layers() || g.block_tokens == 0 {
             return Err(ModelError::Other(format!(
                 "KV pool geometry {g:?} ({} groups of {} layers) does not fit the model (layers, kv heads, head dim) \
@@ -99,7 +100,16 @@ impl Plan {
                 if id == NO_BLOCK && e / n < layout.first_live_row(e % n, s.start, b) {
                     continue;
                 }
-                kv.check_slab(id, 0)?;
+                // A state column keeps a snapshot only where the scheduler allocated one:
+                // the step reads the row before it and runs in its last row's slot.
+                if id == NO_BLOCK && Some(e % n) == state && e / n >= s.start / b && e / n + 1 != needed {
+                    continue;
+                }
+                if Some(e % n) == state {
+                    kv.state(id, 0)?; // a state slot the pool serves
+                } else {
+                    kv.check_slab(id, 0)?;
+                }
             }
             plan.seq_of.extend(std::iter::repeat_n(i, s.tokens.len()));
             plan.pos.extend(s.start..end);

@@ -212,20 +212,22 @@ impl RopeTables {
     }
 
     /// Rotate-half RoPE in place on the heads of each row of `x` `(N, stride)`: `heads`
-    /// heads of `D = 2 * D/2` from column `col` (q and k side by side: `col = 0`, `heads =
-    /// H + H_kv`). Pairs `(i, i + D/2)`: `x[i] <- x[i] cos - x[i+D/2] sin`, `x[i+D/2] <-
-    /// x[i+D/2] cos + x[i] sin` (Hugging Face's `x * cos + rotate_half(x) * sin`: products
-    /// rounded, then summed). A function of the row and its position alone.
-    pub fn apply(&self, x: &mut [f32], stride: usize, col: usize, heads: usize) {
+    /// heads of `head_dim` from column `col` (q and k side by side: `col = 0`, `heads =
+    /// H + H_kv`), each rotated on its first `2 * D/2` values (all of them, or a partial
+    /// rotary's leading part; the rest pass unchanged, as transformers' `q_pass`). Pairs
+    /// `(i, i + D/2)`: `x[i] <- x[i] cos - x[i+D/2] sin`, `x[i+D/2] <- x[i+D/2] cos + x[i]
+    /// sin` (Hugging Face's `x * cos + rotate_half(x) * sin`: products rounded, then
+    /// summed). A function of the row and its position alone.
+    pub fn apply(&self, x: &mut [f32], stride: usize, col: usize, heads: usize, head_dim: usize) {
         let half = self.half;
         let d = 2 * half;
-        if d == 0 {
+        if d == 0 || head_dim < d {
             return;
         }
         crate::rowops::rows(x, stride, |t, row| {
             let (c, s) = (&self.cos[t * half..(t + 1) * half], &self.sin[t * half..(t + 1) * half]);
-            for head in row[col..col + heads * d].chunks_exact_mut(d) {
-                let (a, b) = head.split_at_mut(half);
+            for head in row[col..col + heads * head_dim].chunks_exact_mut(head_dim) {
+                let (a, b) = head[..d].split_at_mut(half);
                 for i in 0..half {
                     let (x1, x2) = (a[i], b[i]);
                     a[i] = x1 * c[i] - x2 * s[i];

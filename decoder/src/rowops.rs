@@ -258,3 +258,31 @@ pub fn gelu_tanh_gated(path: Path, gu: &[f32], act: &mut [f32], inter: usize) {
         gelu_tanh_row(path, g, u, a)
     });
 }
+
+/// `x * sigmoid(g)` of one row in place, `sigmoid(g) = 1 / (1 + exp(-g))` with the lanes'
+/// `exp` (Qwen3.5's attention output gate).
+#[inline(always)]
+unsafe fn sigmoid_gate_impl<L: Isa>(x: &mut [f32], g: &[f32]) {
+    let n = x.len().min(g.len());
+    let full = n / W * W;
+    let one = L::splat(1.0);
+    for c in (0..full).step_by(W) {
+        let s = L::div(one, L::add(one, exp::<L>(L::sub(L::zero(), L::ld(g.as_ptr().add(c))))));
+        L::st(x.as_mut_ptr().add(c), L::mul(L::ld(x.as_ptr().add(c)), s));
+    }
+    if n > full {
+        let s = L::div(one, L::add(one, exp::<L>(L::sub(L::zero(), ld_part::<L>(g.as_ptr().add(full), n - full)))));
+        st_part::<L>(x.as_mut_ptr().add(full), L::mul(ld_part::<L>(x.as_ptr().add(full), n - full), s), n - full);
+    }
+}
+
+simd_entry!(
+    /// One row of the output gate on `path` (see `sigmoid_gate_impl`).
+    #[doc(hidden)]
+    pub fn sigmoid_gate_row => sigmoid_gate_impl(x: &mut [f32], g: &[f32])
+);
+
+/// `x *= sigmoid(g)` elementwise, both `(rows, w)`, row by row.
+pub fn sigmoid_gate(path: Path, x: &mut [f32], g: &[f32], w: usize) {
+    rows(x, w, |i, row| sigmoid_gate_row(path, row, &g[i * w..(i + 1) * w]));
+}

@@ -74,7 +74,7 @@ impl KvBackend for KvPool {
 
 fn make(spec: &KvSpec) -> Result<Box<dyn KvBackend>, KvError> {
     let pool = KvPool::with_prefix_cache(spec.geometry, spec.n_blocks, spec.prefix_cache)?;
-    Ok(Box::new(pool))
+    crate::HybridPool::boxed(pool, spec)
 }
 
 tl_core::inventory::submit!(tl_core::KvRegistration { name: crate::BACKEND_NAME, make });

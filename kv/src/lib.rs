@@ -16,11 +16,13 @@
 mod backend;
 mod check;
 mod envelope;
+mod hybrid;
 mod pool;
 mod q8;
 
 // The envelope's format and the hashes live in tl-core (one reader and writer for the
 // pool, P/D and the disk cache); named here too for the crates and tests that knew them here.
+pub use hybrid::HybridPool;
 pub use pool::{n_blocks_for_budget, BlockState, F16Slabs, KvPool, DTYPE_F16, DTYPE_Q8, FORMAT_F16_SLAB};
 pub use q8::{Q8Slabs, Q8_BACKEND_NAME};
 pub use tl_core::envelope::{

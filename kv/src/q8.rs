@@ -100,7 +100,7 @@ impl KvPool {
 }
 
 fn make(spec: &KvSpec) -> Result<Box<dyn KvBackend>, KvError> {
-    Ok(Box::new(KvPool::q8(spec.geometry, spec.n_blocks, spec.prefix_cache)?))
+    crate::HybridPool::boxed(KvPool::q8(spec.geometry, spec.n_blocks, spec.prefix_cache)?, spec)
 }
 
 tl_core::inventory::submit!(tl_core::KvRegistration { name: Q8_BACKEND_NAME, make });

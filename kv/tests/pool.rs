@@ -192,7 +192,7 @@ fn kv_pool_rejects_zero_capacity() {
     assert!(matches!(KvPool::new(big, u32::MAX).err(), Some(KvError::Overflow { .. })));
     // The registry path refuses the same way.
     let reg = tl_core::registry::kv_backend(tl_kv::BACKEND_NAME).unwrap();
-    let spec = KvSpec { geometry: g, n_blocks: 0, prefix_cache: true };
+    let spec = KvSpec { geometry: g, n_blocks: 0, prefix_cache: true, state: None };
     assert_eq!((reg.make)(&spec).err(), Some(KvError::ZeroCapacity { field: "n_blocks" }));
 }
 
@@ -266,7 +266,7 @@ fn kv_registry_lists_f16_slab_and_builds_a_pool() {
     let names = tl_core::registry::kv_backend_names().unwrap();
     assert!(names.contains(&"f16-slab"), "registered: {names:?}");
     let reg = tl_core::registry::kv_backend("f16-slab").unwrap();
-    let spec = KvSpec { geometry: geometry(8), n_blocks: 3, prefix_cache: true };
+    let spec = KvSpec { geometry: geometry(8), n_blocks: 3, prefix_cache: true, state: None };
     let mut kv: Box<dyn KvBackend> = (reg.make)(&spec).unwrap();
     assert_eq!((kv.geometry(), kv.n_blocks()), (spec.geometry, 3));
     let ids = kv.alloc(2).unwrap();

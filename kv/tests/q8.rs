@@ -133,7 +133,7 @@ fn pools_refuse_the_other_element_type_and_corrupt_q8_envelopes() {
 fn q8_slab_is_registered_beside_f16_slab() {
     let names = registry::kv_backend_names().unwrap();
     assert!(names.contains(&"f16-slab") && names.contains(&"q8-slab"), "{names:?}");
-    let spec = tl_core::KvSpec { geometry: G, n_blocks: 3, prefix_cache: true };
+    let spec = tl_core::KvSpec { geometry: G, n_blocks: 3, prefix_cache: true, state: None };
     let pool = (registry::kv_backend("q8-slab").unwrap().make)(&spec).unwrap();
     assert_eq!((pool.elem(), pool.n_blocks(), pool.geometry()), (KvElem::Q8, 3, G));
     assert!(KvPool::q8(G, 0, true).is_err(), "zero blocks");

@@ -133,7 +133,7 @@ pub fn reference_at(dir: &Path) -> Vec<RefPrompt> {
 
 /// Fresh blocks for `positions` positions (one page per layer group per `B` positions).
 pub fn alloc(r: &ModelRunner, positions: usize) -> Vec<u32> {
-    r.pool().lock().expect("pool lock").alloc(r.table_len(positions)).expect("enough blocks")
+    r.alloc_table(positions).expect("enough blocks")
 }
 
 /// Give `blocks` back to the pool (entries already given back skipped).

@@ -1,0 +1,242 @@
+//! tl-arch-qwen3-5: Qwen3.5's text model, registered as `tl_arch = "qwen3_5"` and as
+//! Hugging Face `model_type = "qwen3_5_text"` (`Qwen3_5ForCausalLM`).
+//!
+//! A hybrid: of every `full_attention_interval` (4) layers, three are Gated DeltaNet
+//! layers (tl-decoder's [`DeltaNet`]: a causal conv and a delta-rule matrix per value
+//! head, kept per sequence in the pool's state column, docs/spec/kv.md) and one is gated
+//! attention (a sigmoid output gate read from `q_proj`, per-head q/k RMSNorm, RoPE on the
+//! first `partial_rotary_factor` of each head). Every norm but the DeltaNet's gated one is
+//! applied as `x * (1 + w)` (transformers' zero-centred `Qwen3_5RMSNorm`); the 1 is added
+//! here, once, in f32. The arithmetic of the recurrent layers is numbers.md's "Gated
+//! DeltaNet" rule, so a sequence's bits do not depend on chunking, batching or resuming.
+//!
+//! Not yet: the multimodal checkpoints' nesting (`Qwen3_5ForConditionalGeneration`,
+//! `model_type = "qwen3_5"`, `text_config`, `model.language_model.*`: refused as an
+//! unknown model type), GGUF (`qwen35`), the MoE variant and the MTP head.
+//!
+//! Nothing names this crate from core: a binary or test that loads a Qwen3.5 writes
+//! `use tl_arch_qwen3_5 as _;` so the registrations are linked.
+#![deny(missing_docs)]
+
+use std::any::Any;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tl_core::{
+    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
+    ModelTypeRegistration, Recurrent,
+};
+use tl_decoder::fields::{field, invalid, size};
+use tl_decoder::{
+    dense_mlp, rope_of, Attn, AttnBlock, AttnSpec, Cx, DecoderConfig, DeltaLayer, DeltaNet, DeltaShape, Ends,
+    LayerAttn, LayerBody, Loader, PreNorm, QkNormKind, Stack, StackParts, Variant,
+};
+
+/// One layer's kind, from `layer_types`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// `linear_attention`: a Gated DeltaNet.
+    Linear,
+    /// `full_attention`: gated attention over every earlier key.
+    Full,
+}
+
+/// A Qwen3.5's typed config: the shared decoder fields and what the hybrid adds.
+#[derive(Clone, Debug)]
+pub struct Qwen35Config {
+    /// The Llama-shaped fields (hidden, heads, head_dim, RoPE theta, eps, vocabulary).
+    pub base: DecoderConfig,
+    /// Each layer's kind.
+    pub kinds: Vec<LayerKind>,
+    /// The DeltaNet layers' shape.
+    pub delta: DeltaShape,
+    /// The rotated part of each attention head, `head_dim * partial_rotary_factor`.
+    pub rotary_dim: usize,
+}
+
+const MAX_DIM: usize = 1 << 16;
+
+/// `layer_types`, or transformers' default: every `full_attention_interval`-th layer
+/// (default 4) is full attention, the rest linear.
+fn kinds(json: &Value, n: usize) -> Result<Vec<LayerKind>, ConfigError> {
+    let Some(list) = field(json, "layer_types") else {
+        let every = size(json, "full_attention_interval", n.max(1))?.unwrap_or(4);
+        return Ok((0..n).map(|i| if (i + 1) % every == 0 { LayerKind::Full } else { LayerKind::Linear }).collect());
+    };
+    let items = list
+        .as_array()
+        .filter(|l| l.len() == n)
+        .ok_or_else(|| invalid("layer_types", list, &format!("expected a list of {n} layer kinds")))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match t.as_str() {
+            Some("linear_attention") => Ok(LayerKind::Linear),
+            Some("full_attention") => Ok(LayerKind::Full),
+            _ => Err(invalid(
+                &format!("layer_types[{i}]"),
+                t,
+                "Qwen3.5 implements \"linear_attention\" and \"full_attention\" layers only",
+            )),
+        })
+        .collect()
+}
+
+/// `partial_rotary_factor` from `rope_parameters` or the top level (transformers'
+/// default 0.25), as the rotated width of a head: even, in `2..=head_dim`.
+fn rotary_dim(json: &Value, head_dim: usize) -> Result<usize, ConfigError> {
+    let nested = field(json, "rope_parameters").and_then(|p| field(p, "partial_rotary_factor"));
+    let (name, v) = match (nested, field(json, "partial_rotary_factor")) {
+        (Some(v), _) => ("rope_parameters.partial_rotary_factor", Some(v)),
+        (None, v) => ("partial_rotary_factor", v),
+    };
+    let factor = match v {
+        None => 0.25,
+        Some(v) => v.as_f64().filter(|f| *f > 0.0 && *f <= 1.0).ok_or_else(|| invalid(name, v, "expected (0, 1]"))?,
+    };
+    // transformers: `int(head_dim * partial_rotary_factor)`.
+    let dim = (head_dim as f64 * factor) as usize;
+    if dim < 2 || dim % 2 != 0 {
+        let v = v.cloned().unwrap_or(Value::Null);
+        return Err(invalid(name, &v, &format!("rotates {dim} of {head_dim} values: need an even count >= 2")));
+    }
+    Ok(dim)
+}
+
+impl Qwen35Config {
+    /// Parse and check a Qwen3.5 text config.
+    pub fn parse(config: &ModelConfig) -> Result<Qwen35Config, ConfigError> {
+        let json = config.json();
+        // The attention layers are global; the linear ones have no window either.
+        let base = DecoderConfig::parse_with_layers(config, Variant { qkv_bias: false }, |_, n| {
+            Ok(vec![LayerAttn::Global; n])
+        })?;
+        let kinds = kinds(json, base.num_hidden_layers)?;
+        let get =
+            |name: &'static str, default: usize| Ok::<_, ConfigError>(size(json, name, MAX_DIM)?.unwrap_or(default));
+        let delta = DeltaShape {
+            k_heads: get("linear_num_key_heads", 16)?,
+            v_heads: get("linear_num_value_heads", 32)?,
+            k_dim: get("linear_key_head_dim", 128)?,
+            v_dim: get("linear_value_head_dim", 128)?,
+            kernel: get("linear_conv_kernel_dim", 4)?,
+        };
+        if kinds.contains(&LayerKind::Linear) {
+            delta.check().map_err(|e| invalid("linear_num_value_heads", &json["linear_num_value_heads"], &e))?;
+        }
+        if !kinds.contains(&LayerKind::Full) {
+            return Err(invalid("layer_types", &json["layer_types"], "no full_attention layer: not built yet"));
+        }
+        if let Some(act) = field(json, "hidden_act").filter(|a| a.as_str() != Some("silu")) {
+            return Err(invalid("hidden_act", act, "Qwen3.5's MLP and conv use silu"));
+        }
+        let rotary_dim = rotary_dim(json, base.head_dim)?;
+        Ok(Qwen35Config { base, kinds, delta, rotary_dim })
+    }
+
+    fn recurrent_layers(&self) -> Vec<u32> {
+        (0..self.kinds.len() as u32).filter(|&i| self.kinds[i as usize] == LayerKind::Linear).collect()
+    }
+}
+
+/// A Qwen3.5 layer: gated attention or a Gated DeltaNet, each pre-norm with its MLP.
+pub enum Qwen35Layer {
+    /// A `full_attention` layer.
+    Attention(PreNorm),
+    /// A `linear_attention` layer.
+    Delta(DeltaLayer),
+}
+
+impl LayerBody for Qwen35Layer {
+    fn forward(&self, layer: u32, cx: &mut Cx<'_, '_>) -> Result<(), ModelError> {
+        match self {
+            Qwen35Layer::Attention(l) => l.forward(layer, cx),
+            Qwen35Layer::Delta(l) => l.forward(layer, cx),
+        }
+    }
+
+    fn weight_bytes(&self) -> usize {
+        match self {
+            Qwen35Layer::Attention(l) => l.weight_bytes(),
+            Qwen35Layer::Delta(l) => l.weight_bytes(),
+        }
+    }
+}
+
+/// A zero-centred norm's weight as the forward multiplies by it: `1 + w`, in f32.
+fn norm(w: &Loader<'_>, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    Ok(w.vector(name, len)?.into_iter().map(|x| 1.0 + x).collect())
+}
+
+/// The Qwen3.5 `ctx` describes, every tensor loaded.
+pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>, ModelError> {
+    let w = Loader::new(ctx)?;
+    let b = &cfg.base;
+    let d = b.hidden_size;
+    let norm_of = |name: &str, len| norm(&w, name, len);
+    let spec = AttnSpec {
+        attn: Attn::new(b.num_attention_heads, b.num_key_value_heads, b.head_dim),
+        rope: 0,
+        qkv_bias: false,
+        o_bias: false,
+        qk_norm: QkNormKind::PerHead,
+        sinks: false,
+        out_gate: true,
+    };
+    let mut layers = Vec::with_capacity(cfg.kinds.len());
+    for (i, kind) in cfg.kinds.iter().enumerate() {
+        let p = format!("model.layers.{i}");
+        let input_norm = norm(&w, &format!("{p}.input_layernorm.weight"), d)?;
+        let post_norm = norm(&w, &format!("{p}.post_attention_layernorm.weight"), d)?;
+        let ffn = dense_mlp(&w, b, i)?;
+        layers.push(match kind {
+            LayerKind::Full => {
+                let attn = AttnBlock::load(&w, &format!("{p}.self_attn"), d, spec, &norm_of)?;
+                Qwen35Layer::Attention(PreNorm { input_norm, attn, post_norm, ffn })
+            }
+            LayerKind::Linear => {
+                let delta = DeltaNet::load(&w, &format!("{p}.linear_attn"), d, cfg.delta)?;
+                Qwen35Layer::Delta(DeltaLayer { input_norm, delta, post_norm, ffn })
+            }
+        });
+    }
+    let ends = Ends::load(&w, b.vocab_size, d, b.tie_word_embeddings, norm(&w, "model.norm.weight", d)?)?;
+    let parts = StackParts {
+        family: "qwen3_5",
+        shape: b.step_shape(),
+        hidden: d,
+        eps: b.rms_norm_eps,
+        ends,
+        ropes: vec![rope_of(b.rope_theta, cfg.rotary_dim, b.rope_scaling.as_ref())],
+        layers,
+    };
+    Stack::new(parts, ctx.device)
+}
+
+/// The Qwen3.5 family.
+struct Qwen35Arch;
+
+impl Architecture for Qwen35Arch {
+    fn parse_config(&self, config: &ModelConfig) -> Result<Arc<dyn Any + Send + Sync>, ConfigError> {
+        Ok(Arc::new(Qwen35Config::parse(config)?))
+    }
+
+    fn kv_geometry(&self, config: &ModelConfig, block_tokens: u32) -> Result<KvGeometry, ConfigError> {
+        Ok(config.arch_config::<Qwen35Config>()?.base.kv_geometry(block_tokens))
+    }
+
+    fn recurrent(&self, config: &ModelConfig) -> Result<Option<Recurrent>, ConfigError> {
+        let cfg = config.arch_config::<Qwen35Config>()?;
+        let layers = cfg.recurrent_layers();
+        Ok((!layers.is_empty()).then(|| Recurrent { layers, floats: cfg.delta.state_floats() as u32 }))
+    }
+
+    fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
+        let cfg = ctx.config.arch_config::<Qwen35Config>()?.clone();
+        Ok(Box::new(load(&cfg, &ctx)?))
+    }
+}
+
+inventory::submit!(ArchRegistration { name: "qwen3_5", make: || Box::new(Qwen35Arch) });
+// `Qwen3_5ForCausalLM.save_pretrained` writes this model_type.
+inventory::submit!(ModelTypeRegistration { model_type: "qwen3_5_text", arch: "qwen3_5" });
