@@ -1,5 +1,7 @@
 //! `verify`, as a user runs it: every condition identical on the tiny fixture and on
-//! SmolLM2 (exit 0); `--replay` of a pair saved from a running `serve` says identical, a
+//! SmolLM2 (exit 0); a condition that cannot happen (a prompt no longer than a chunk or too
+//! short to cache, a request too short to draft) is `not exercised (why)`, counted apart,
+//! exit 0; `--replay` of a pair saved from a running `serve` says identical, a
 //! tampered one (one token changed) exits 1 naming the position, and bad files or another
 //! model's fingerprint are one-line errors (exit 2).
 
@@ -11,7 +13,8 @@ use std::process::Command;
 use common::*;
 use serde_json::{json, Value};
 use tl_engine::{FinishReason, TokenInfo};
-use tl_serve::verify::{first_difference, Trace};
+use tl_serve::verify::replay::compare;
+use tl_serve::verify::{first_difference, summary, Outcome, Trace, Verdict};
 
 fn verify(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_verify")).args(args).output().expect("run verify");
@@ -37,7 +40,9 @@ fn all_identical(stdout: &str, batches: usize, chunks: usize, threads: usize) {
         assert_eq!(conditions.iter().filter(|l| l.starts_with(what)).count(), n, "{what}: {stdout}");
     }
     assert!(!stdout.contains("DIFFERS"), "{stdout}");
+    assert!(!stdout.contains("not exercised ("), "{stdout}");
     assert!(stdout.contains(&format!("all {expected} conditions identical")), "{stdout}");
+    assert!(stdout.contains(&format!("({expected} identical, 0 differ, 0 not exercised)")), "{stdout}");
     // The conditions were exercised: the cache served tokens, the pool preempted.
     let pre = lines.iter().find(|l| l.starts_with("preemption")).expect("preemption line");
     assert!(!pre.contains("(0 preemptions"), "{pre}");
@@ -63,6 +68,9 @@ fn verify_on_the_tiny_fixture_finds_every_condition_identical() {
         "40",
         "--threads",
         "2",
+        // The prompt is 48 tokens: the default 64 would not cut it (not exercised).
+        "--chunks",
+        "1,7,32",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     all_identical(&out, 6, 3, 2);
@@ -113,8 +121,9 @@ fn verify_with_q8_activations_finds_every_condition_identical() {
         "2",
         "--batches",
         "2,8",
+        // The prompt is about 11 tokens: a chunk of 13 would not cut it (not exercised).
         "--chunks",
-        "1,13",
+        "1,7",
         "--activations",
         "q8",
     ]);
@@ -349,4 +358,207 @@ fn replay_accepts_saved_embeddings_and_rerank_answers() {
     let (code, out, err) = verify(&["--model", &m, "--pooling", "mean", "--replay", &tampered.to_string_lossy()]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("DEPARTS at choice 0"), "{out}");
+}
+
+/// The line of the condition starting `what` (exactly one).
+fn line<'a>(stdout: &'a str, what: &str) -> &'a str {
+    let found: Vec<&str> = stdout.lines().filter(|l| l.starts_with(what)).collect();
+    assert_eq!(found.len(), 1, "{what}: {stdout}");
+    found[0]
+}
+
+/// verify on the tiny fixture (byte tokens: a prompt of n characters is n tokens; KV
+/// blocks of 16), one thread, one batch of 2, the given chunks.
+fn verify_tiny(prompt: &str, max_tokens: &str, chunks: &str) -> (i32, String, String) {
+    let model = tiny();
+    verify(&[
+        "--model",
+        &model.to_string_lossy(),
+        "--prompt",
+        prompt,
+        "--seed",
+        "7",
+        "--temperature",
+        "0.9",
+        "--max-tokens",
+        max_tokens,
+        "--threads",
+        "1",
+        "--batches",
+        "2",
+        "--chunks",
+        chunks,
+    ])
+}
+
+/// Issue 50: an 8-token prompt, shorter than one KV block of 16. Both prefix-cache
+/// conditions take tokens from the cache (the shared half through a warm request whose
+/// block fills from its prompt alone), the chunk of 64 cannot cut the prompt and says so,
+/// and the run exits 0 with the three counts.
+#[test]
+fn verify_on_a_prompt_shorter_than_one_block_shares_its_prefix_and_reports_a_chunk_it_cannot_cut() {
+    let (code, out, err) = verify_tiny("Hi there", "40", "1,5,64");
+    assert_eq!(code, 0, "nothing differs, so exit 0: {out}{err}");
+    assert!(out.starts_with("reference: alone, 1 thread: 8 prompt tokens"), "{out}");
+    assert_eq!(
+        line(&out, "prefix-cache hit (the same"),
+        "prefix-cache hit (the same request ran before): identical (7 of 8 prompt tokens from the cache)"
+    );
+    assert_eq!(
+        line(&out, "prefix-cache hit (a request sharing"),
+        "prefix-cache hit (a request sharing the first half of the prompt ran before): identical (4 of 8 prompt \
+         tokens from the cache)"
+    );
+    assert!(line(&out, "prefill chunks of 5 ").ends_with(": identical"), "{out}");
+    assert_eq!(
+        line(&out, "prefill chunks of 64 "),
+        "prefill chunks of 64 (max_batch_tokens 64, 3 co-requests): not exercised (the 8-token prompt fits in one \
+         chunk of 64)"
+    );
+    assert!(!out.contains("DIFFERS"), "{out}");
+    assert_eq!(out.matches(": not exercised (").count(), 1, "{out}");
+    assert_eq!(
+        out.lines().last(),
+        Some(
+            "no condition differs from the reference, but 1 of 8 could not be exercised (7 identical, 0 differ, 1 \
+             not exercised)"
+        ),
+        "{out}"
+    );
+}
+
+/// Issue 50's case: the request sharing half of a short prompt ran before and stopped at
+/// once (here EOS forced by `logit_bias`, as a real model may stop on its own), before its
+/// generated tokens could fill a KV block. Its prompt runs to the end of the block, so
+/// the block was cached all the same and the hit happens; the request itself, ending at
+/// once, fills no block and drafts nothing, and says so.
+#[test]
+fn verify_shares_half_a_short_prompt_even_when_the_earlier_request_stops_at_once() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let body = d.path().join("eos.json");
+    let eos = json!({"prompt": "Hi there", "logit_bias": {"257": 100}, "max_tokens": 8});
+    std::fs::write(&body, eos.to_string()).expect("write");
+    let model = tiny();
+    let (code, out, err) = verify(&[
+        "--model",
+        &model.to_string_lossy(),
+        "--request",
+        &body.to_string_lossy(),
+        "--threads",
+        "1",
+        "--batches",
+        "2",
+        "--chunks",
+        "1",
+    ]);
+    assert_eq!(code, 0, "nothing differs, so exit 0: {out}{err}");
+    assert!(
+        out.starts_with("reference: alone, 1 thread: 8 prompt tokens, seed 1, 0 of max 8 tokens, finish stop"),
+        "{out}"
+    );
+    assert_eq!(
+        line(&out, "prefix-cache hit (a request sharing"),
+        "prefix-cache hit (a request sharing the first half of the prompt ran before): identical (4 of 8 prompt \
+         tokens from the cache)"
+    );
+    assert!(
+        line(&out, "prefix-cache hit (the same").ends_with(
+            "not exercised (the request's 8 prompt and 0 generated tokens fill no whole KV block of 16, so it left \
+             nothing in the cache; 0 of 8 prompt tokens from the cache)"
+        ),
+        "{out}"
+    );
+    assert!(
+        line(&out, "speculative decoding").ends_with(
+            "not exercised (the request generated 0 tokens, from its prefill alone: no decode step to draft in; 0 \
+             tokens drafted, 0 accepted)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("DIFFERS"), "{out}");
+    assert!(out.ends_with("but 2 of 6 could not be exercised (4 identical, 0 differ, 2 not exercised)\n"), "{out}");
+}
+
+/// A request of one token drafts nothing (its only token comes from the prefill), and an
+/// 8-token prompt with 1 generated token fills no KV block of 16, so the same request run
+/// before leaves nothing to hit: both say why, the shared half is still exercised, exit 0.
+#[test]
+fn verify_where_speculation_drafts_nothing_says_not_exercised_and_exits_0() {
+    let (code, out, err) = verify_tiny("Hi there", "1", "1");
+    assert_eq!(code, 0, "nothing differs, so exit 0: {out}{err}");
+    assert_eq!(
+        line(&out, "speculative decoding"),
+        "speculative decoding (n-gram, up to 4 drafted tokens a step, 3 plain co-requests): not exercised (the \
+         request generated 1 token, from its prefill alone: no decode step to draft in; 0 tokens drafted, 0 \
+         accepted)"
+    );
+    assert_eq!(
+        line(&out, "prefix-cache hit (the same"),
+        "prefix-cache hit (the same request ran before): not exercised (the request's 8 prompt and 1 generated \
+         tokens fill no whole KV block of 16, so it left nothing in the cache; 0 of 8 prompt tokens from the cache)"
+    );
+    assert!(
+        line(&out, "prefix-cache hit (a request sharing")
+            .ends_with(": identical (4 of 8 prompt tokens from the cache)"),
+        "{out}"
+    );
+    assert!(!out.contains("DIFFERS"), "{out}");
+    assert_eq!(out.matches(": not exercised (").count(), 2, "{out}");
+    assert!(out.ends_with("but 2 of 6 could not be exercised (4 identical, 0 differ, 2 not exercised)\n"), "{out}");
+}
+
+/// An empty prompt is one token (BOS): nothing of it can come from the cache, since its
+/// last token is always computed, so neither prefix-cache condition can happen, and a
+/// chunk of 1 is no shorter than it.
+#[test]
+fn verify_on_a_one_token_prompt_says_the_cache_cannot_be_exercised() {
+    let (code, out, err) = verify_tiny("", "8", "1");
+    assert_eq!(code, 0, "nothing differs, so exit 0: {out}{err}");
+    assert!(out.starts_with("reference: alone, 1 thread: 1 prompt tokens"), "{out}");
+    let why = "not exercised (a one-token prompt: its only token is always computed, for the logits to sample \
+               from; 0 of 1 prompt tokens from the cache)";
+    for what in ["prefix-cache hit (the same", "prefix-cache hit (a request sharing"] {
+        assert!(line(&out, what).ends_with(why), "{out}");
+    }
+    assert!(line(&out, "prefill chunks of 1 ").ends_with("not exercised (the 1-token prompt fits in one chunk of 1)"));
+    assert!(!out.contains("DIFFERS"), "{out}");
+    let skipped = out.matches(": not exercised (").count();
+    assert!(out.contains(&format!(", 0 differ, {skipped} not exercised)")), "{out}");
+}
+
+/// The summary line's three counts and wording, one case each, and how a condition not
+/// exercised prints; a difference wins the summary's first words.
+#[test]
+fn summary_counts_identical_differing_and_not_exercised_conditions() {
+    let v = |outcome: Outcome| Verdict { condition: "c".into(), outcome, note: String::new() };
+    let same = v(Outcome::Identical);
+    let skipped =
+        Verdict { note: "0 preemptions".into(), ..v(Outcome::NotExercised("the pool never ran short".into())) };
+    let differs = v(Outcome::Differs("token 3: id 1 vs id 2".into()));
+    assert_eq!(skipped.to_string(), "c: not exercised (the pool never ran short; 0 preemptions)");
+    assert_eq!(
+        summary(&[same.clone(), same.clone()]),
+        "all 2 conditions identical to the reference, bit for bit (2 identical, 0 differ, 0 not exercised)"
+    );
+    assert_eq!(
+        summary(&[same.clone(), skipped.clone()]),
+        "no condition differs from the reference, but 1 of 2 could not be exercised (1 identical, 0 differ, 1 not \
+         exercised)"
+    );
+    assert_eq!(
+        summary(&[same, skipped, differs]),
+        "1 of 3 conditions differ from the reference (1 identical, 1 differ, 1 not exercised)"
+    );
+}
+
+/// A replay whose saved answer has no choices compared nothing: not exercised, not
+/// identical; a rerun that does answer is a difference.
+#[test]
+fn replay_of_an_answer_with_no_choices_is_not_exercised() {
+    let r = compare(&json!([]), &json!([]));
+    assert_eq!(r.outcome, Outcome::NotExercised("the saved answer has no choices: nothing to compare".into()));
+    let r = compare(&json!([]), &json!([{"text": "a"}]));
+    assert_eq!(r.outcome, Outcome::Differs("the number of choices: 0 saved, 1 now".into()));
+    let r = compare(&json!([{"text": "a"}]), &json!([{"text": "a"}]));
+    assert_eq!(r.outcome, Outcome::Identical);
 }

@@ -5,15 +5,18 @@
 //! --presence-penalty P --frequency-penalty F --stop S] [--threads N] [--batches 2,4,..]
 //! [--chunks 1,7,64] [--co-seed 0]`: the request alone (the reference), then in batches
 //! with random co-requests, with other prefill chunkings, with 1..N threads, after
-//! prefix-cache hits and under preemption. One line per condition, `identical` or where it
-//! first departs (token index, the two ids, the logprob difference); exit 1 if any
-//! differs.
+//! prefix-cache hits, under preemption and with speculative decoding. One line per
+//! condition: `identical`, `DIFFERS at` where it first departs (token index, the two ids,
+//! the logprob difference), or `not exercised (why)` when the condition did not happen (a
+//! prompt no longer than a chunk, nothing preempted, nothing drafted, nothing cached); the
+//! last line counts the three.
 //!
 //! `verify --model PATH --replay FILE`: rerun a saved `{"request", "response"}` pair of
 //! `serve` (same `system_fingerprint`) and compare the `choices` bytes (a `/v1/messages`
 //! answer: its content blocks and stop reason).
 //!
-//! Exit status: 0 all identical, 1 a difference, 2 an error (one line on stderr).
+//! Exit status: 0 nothing differs (a condition not exercised is no difference), 1 a
+//! difference, 2 an error (one line on stderr).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,7 +26,7 @@ use clap::Parser;
 use serde_json::{json, Value};
 use tl_core::{EngineConfig, KvConfig, Weights};
 use tl_serve::verify::replay::Replay;
-use tl_serve::verify::{Setup, Verdict, Verifier, VerifyError};
+use tl_serve::verify::{summary, Outcome, Setup, Verdict, Verifier, VerifyError};
 
 /// Prove a tl model's answers do not depend on batching, chunking, threads, the prefix
 /// cache or preemption.
@@ -193,11 +196,14 @@ fn replay(cli: &Cli, weights: Weights, file: &std::path::Path) -> Result<bool, S
         pooling: cli.pooling,
     };
     let out = r.run(file, opts).map_err(|e| e.to_string())?;
-    match &out.diff {
-        None => println!("replay {}: identical ({}, fingerprint {})", file.display(), out.summary, r.fingerprint),
-        Some(d) => println!("replay {}: DEPARTS at {d} ({})", file.display(), out.summary),
+    match &out.outcome {
+        Outcome::Identical => {
+            println!("replay {}: identical ({}, fingerprint {})", file.display(), out.summary, r.fingerprint)
+        }
+        Outcome::Differs(d) => println!("replay {}: DEPARTS at {d} ({})", file.display(), out.summary),
+        Outcome::NotExercised(why) => println!("replay {}: not exercised ({why})", file.display()),
     }
-    Ok(out.diff.is_none())
+    Ok(!out.outcome.differs())
 }
 
 fn conditions(cli: &Cli, weights: Weights) -> Result<bool, VerifyError> {
@@ -239,13 +245,8 @@ fn conditions(cli: &Cli, weights: Weights) -> Result<bool, VerifyError> {
     show(v.prefix_hit(true)?);
     show(v.preemption()?);
     show(v.speculation(4)?);
-    let bad = verdicts.iter().filter(|v| v.diff.is_some()).count();
-    if bad == 0 {
-        println!("all {} conditions identical to the reference, bit for bit", verdicts.len());
-    } else {
-        println!("{bad} of {} conditions differ from the reference", verdicts.len());
-    }
-    Ok(bad == 0)
+    println!("{}", summary(&verdicts));
+    Ok(!verdicts.iter().any(|v| v.outcome.differs()))
 }
 
 fn main() -> ExitCode {

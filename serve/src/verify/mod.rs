@@ -100,13 +100,32 @@ pub struct Trace {
     pub preempted: u32,
 }
 
+/// How one run compares with the reference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Bit-identical, and the condition happened.
+    Identical,
+    /// Where it first departs from the reference.
+    Differs(String),
+    /// Bit-identical, but the condition did not happen (why): nothing was shown either way,
+    /// so it is neither a pass nor a difference.
+    NotExercised(String),
+}
+
+impl Outcome {
+    /// Whether it is a difference (what the exit status reports).
+    pub fn differs(&self) -> bool {
+        matches!(self, Outcome::Differs(_))
+    }
+}
+
 /// One condition's outcome.
 #[derive(Clone, Debug)]
 pub struct Verdict {
     /// What was done, e.g. `batch of 16 (15 random co-requests)`.
     pub condition: String,
-    /// `None` when bit-identical to the reference; else where it first departs.
-    pub diff: Option<String>,
+    /// Identical, where it first departs, or why the condition did not happen.
+    pub outcome: Outcome,
     /// What the run showed beside the verdict (cached tokens, preemptions).
     pub note: String,
 }
@@ -114,10 +133,33 @@ pub struct Verdict {
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let note = if self.note.is_empty() { String::new() } else { format!(" ({})", self.note) };
-        match &self.diff {
-            None => write!(f, "{}: identical{note}", self.condition),
-            Some(d) => write!(f, "{}: DIFFERS at {d}{note}", self.condition),
+        match &self.outcome {
+            Outcome::Identical => write!(f, "{}: identical{note}", self.condition),
+            Outcome::Differs(d) => write!(f, "{}: DIFFERS at {d}{note}", self.condition),
+            Outcome::NotExercised(why) if self.note.is_empty() => {
+                write!(f, "{}: not exercised ({why})", self.condition)
+            }
+            Outcome::NotExercised(why) => write!(f, "{}: not exercised ({why}; {})", self.condition, self.note),
         }
+    }
+}
+
+/// The last line of a run: how many conditions were identical, differed, were not
+/// exercised. Its tail `I identical, D differ, N not exercised` has the same shape in
+/// every case, for scripts.
+pub fn summary(verdicts: &[Verdict]) -> String {
+    let count = |f: fn(&Outcome) -> bool| verdicts.iter().filter(|v| f(&v.outcome)).count();
+    let same = count(|o| *o == Outcome::Identical);
+    let differ = count(Outcome::differs);
+    let skipped = count(|o| matches!(o, Outcome::NotExercised(_)));
+    let tail = format!("{same} identical, {differ} differ, {skipped} not exercised");
+    let n = verdicts.len();
+    if differ > 0 {
+        format!("{differ} of {n} conditions differ from the reference ({tail})")
+    } else if skipped > 0 {
+        format!("no condition differs from the reference, but {skipped} of {n} could not be exercised ({tail})")
+    } else {
+        format!("all {n} conditions identical to the reference, bit for bit ({tail})")
     }
 }
 
@@ -321,9 +363,19 @@ impl Verifier {
             .collect()
     }
 
-    fn verdict(&self, condition: String, trace: &Trace, note: String) -> Verdict {
-        let diff = self.reference.as_ref().and_then(|r| first_difference(r, trace));
-        Verdict { condition, diff, note }
+    /// The verdict on `trace`: a difference wins over `unexercised` (why the condition
+    /// did not happen), since a departure is a departure whatever the run did.
+    fn verdict(&self, condition: String, trace: &Trace, note: String, unexercised: Option<String>) -> Verdict {
+        let outcome = match self.reference.as_ref().and_then(|r| first_difference(r, trace)) {
+            Some(d) => Outcome::Differs(d),
+            None => unexercised.map_or(Outcome::Identical, Outcome::NotExercised),
+        };
+        Verdict { condition, outcome, note }
+    }
+
+    /// Tokens the reference generated (0 before it ran).
+    fn generated(&self) -> usize {
+        self.reference.as_ref().map_or(0, |r| r.tokens.len())
     }
 
     /// The reference: the target alone on a fresh engine.
@@ -343,11 +395,12 @@ impl Verifier {
         k.n_blocks = self.room(&reqs);
         let name = format!("batch of {size} ({} random co-requests, target {})", size - 1, at + 1);
         let (t, _) = self.run(&name, k, reqs, at)?;
-        Ok(self.verdict(name, &t, String::new()))
+        Ok(self.verdict(name, &t, String::new(), None))
     }
 
     /// With a step budget (and prefill piece) of `tokens`, beside 3 co-requests, so
-    /// prompts are cut into pieces of that size and share steps with decode rows.
+    /// prompts are cut into pieces of that size and share steps with decode rows. A piece
+    /// no shorter than the target's prompt does not cut it: not exercised.
     pub fn chunking(&mut self, tokens: usize) -> Result<Verdict, VerifyError> {
         let mut reqs = self.co_requests(3);
         reqs.insert(1, self.target.clone());
@@ -355,7 +408,9 @@ impl Verifier {
         (k.max_batch_tokens, k.prefill_chunk, k.n_blocks) = (tokens.max(1), tokens.max(1), self.room(&reqs));
         let name = format!("prefill chunks of {tokens} (max_batch_tokens {tokens}, 3 co-requests)");
         let (t, _) = self.run(&name, k, reqs, 1)?;
-        Ok(self.verdict(name, &t, String::new()))
+        let len = self.target.prompt.len();
+        let whole = (tokens >= len).then(|| format!("the {len}-token prompt fits in one chunk of {tokens}"));
+        Ok(self.verdict(name, &t, String::new(), whole))
     }
 
     /// Alone with `threads` forward threads.
@@ -364,20 +419,32 @@ impl Verifier {
         (k.threads, k.n_blocks) = (threads.max(1), self.room(std::slice::from_ref(&self.target)));
         let name = format!("{threads} thread{}", if threads == 1 { "" } else { "s" });
         let (t, _) = self.run(&name, k, vec![self.target.clone()], 0)?;
-        Ok(self.verdict(name, &t, String::new()))
+        Ok(self.verdict(name, &t, String::new(), None))
     }
 
     /// After a prefix-cache hit: `half == false`, the same request served just before;
-    /// `half == true`, a request sharing the first half of the prompt served before.
+    /// `half == true`, a request sharing the first half of the prompt served before (a hit
+    /// that ends inside a block: whole blocks, then the rest copied below block
+    /// granularity). Not exercised when no prompt token came from the cache.
     pub fn prefix_hit(&mut self, half: bool) -> Result<Verdict, VerifyError> {
         let b = self.setup.block_tokens as usize;
+        let len = self.target.prompt.len();
+        let share = len / 2;
         let mut warm = self.target.clone();
         if half {
-            warm.prompt.truncate(self.target.prompt.len() / 2);
-            let extra = self.target.prompt.len() - warm.prompt.len();
-            warm.prompt.extend((0..extra.max(1)).map(|_| self.rng.below(self.vocab) as u32));
+            // Only full blocks are registered, so the warm request's prompt runs past the
+            // shared tokens to the end of their block: the block is registered when its
+            // prefill ends, however soon it stops (ending before its block filled is
+            // what left a short prompt's hit unexercised).
+            warm.prompt.truncate(share);
+            let end = (share + 1).next_multiple_of(b).min(self.ctx.saturating_sub(1)).max(share + 1);
+            warm.prompt.extend((share..end).map(|_| self.rng.below(self.vocab) as u32));
+            // Exactly `share` tokens shared: the next one departs from the target's.
+            if warm.prompt[share] == self.target.prompt[share] {
+                warm.prompt[share] = (warm.prompt[share] + 1) % self.vocab as u32;
+            }
             warm.seed = self.rng.next();
-            warm.max_tokens = b; // runs past its last prompt block, which then registers
+            warm.max_tokens = 1;
         }
         let mut k = self.knobs();
         k.n_blocks = self.room(&[warm.clone(), self.target.clone()]);
@@ -395,18 +462,36 @@ impl Verifier {
         .map_err(|err| VerifyError::Engine { condition: name.into(), err })?;
         self.submit(&e, name, vec![warm])?;
         let t = self.submit(&e, name, vec![self.target.clone()])?.remove(0);
-        let note = format!("{} of {} prompt tokens from the cache", t.cached, self.target.prompt.len());
-        let mut v = self.verdict(name.into(), &t, note);
-        if t.cached == 0 && v.diff.is_none() {
-            v.diff = Some("nothing: no prompt token came from the cache, the condition was not exercised".into());
+        let note = format!("{} of {len} prompt tokens from the cache", t.cached);
+        let why = (t.cached == 0).then(|| self.uncached_why(half, share));
+        Ok(self.verdict(name.into(), &t, note, why))
+    }
+
+    /// Why the target took no prompt token from the cache after the warm request.
+    fn uncached_why(&self, half: bool, share: usize) -> String {
+        let (b, len, n) = (self.setup.block_tokens as usize, self.target.prompt.len(), self.generated());
+        if len == 1 {
+            return "a one-token prompt: its only token is always computed, for the logits to sample from".into();
         }
-        Ok(v)
+        // The same request registers only the blocks its prompt and output filled.
+        if !half && len + n <= b {
+            return format!(
+                "the request's {len} prompt and {n} generated tokens fill no whole KV block of {b}, so it left \
+                 nothing in the cache"
+            );
+        }
+        if half && share < b && std::env::var("TL_PREFIX_REUSE").is_ok_and(|v| v == "blocks") {
+            return format!(
+                "the {share} shared tokens fill no whole KV block of {b}, and TL_PREFIX_REUSE=blocks lends whole \
+                 blocks only"
+            );
+        }
+        "no prompt token came from the cache".into()
     }
 
     /// With speculative decoding: the target drafts by n-gram prompt lookup (`k` tokens
     /// per step, verified row by row) beside 3 co-requests that decode plainly, so drafted
-    /// and plain rows share steps. Not exercised (no draft ever proposed) is a failure, as
-    /// for the prefix-cache and preemption conditions.
+    /// and plain rows share steps. Not exercised when no token was drafted.
     pub fn speculation(&mut self, k: usize) -> Result<Verdict, VerifyError> {
         let mut reqs = self.co_requests(3);
         for r in &mut reqs {
@@ -429,16 +514,26 @@ impl Verifier {
         let t = self.submit(&e, &name, reqs)?.remove(1);
         let st = e.stats();
         let note = format!("{} tokens drafted, {} accepted", st.draft_tokens, st.draft_accepted);
-        let mut v = self.verdict(name, &t, note);
-        if st.draft_tokens == 0 && v.diff.is_none() {
-            v.diff = Some("nothing: no token was drafted, the condition was not exercised".into());
-        }
-        Ok(v)
+        // Drafting happens in decode steps, and a step drafts at most what the request
+        // may still emit after the step's own token.
+        let (n, max) = (self.generated(), self.target.max_tokens);
+        let why = (st.draft_tokens == 0).then(|| {
+            if n <= 1 {
+                let s = if n == 1 { "" } else { "s" };
+                format!("the request generated {n} token{s}, from its prefill alone: no decode step to draft in")
+            } else if max <= 2 {
+                format!("max_tokens {max}: a step drafts only tokens that may follow its own, and none may")
+            } else {
+                "no token was drafted: the latest tokens never occurred earlier in the prompt and output".into()
+            }
+        });
+        Ok(self.verdict(name, &t, note, why))
     }
 
     /// Under preemption: a pool barely larger than the target needs, six co-requests of
     /// one full block of prompt each growing by three blocks submitted first, the target
-    /// last (the newest, so the first one preempted).
+    /// last (the newest, so the first one preempted). Not exercised when nothing was
+    /// preempted (co-requests that stop early may leave the pool room enough).
     pub fn preemption(&mut self) -> Result<Verdict, VerifyError> {
         let b = self.setup.block_tokens as usize;
         let grow = (3 * b).min(self.ctx.saturating_sub(b)).max(1);
@@ -455,11 +550,8 @@ impl Verifier {
         let at = reqs.len() - 1;
         let (t, preemptions) = self.run(&name, k, reqs, at)?;
         let note = format!("{preemptions} preemptions, the target's own {}", t.preempted);
-        let mut v = self.verdict(name, &t, note);
-        if preemptions == 0 && v.diff.is_none() {
-            v.diff = Some("nothing: the pool never preempted, the condition was not exercised".into());
-        }
-        Ok(v)
+        let why = (preemptions == 0).then(|| format!("the pool of {} blocks never ran short", k.n_blocks));
+        Ok(self.verdict(name, &t, note, why))
     }
 }
 

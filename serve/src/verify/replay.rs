@@ -16,7 +16,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tower::ServiceExt;
 
-use super::VerifyError;
+use super::{Outcome, VerifyError};
 use crate::options::Options;
 use crate::state::AppState;
 
@@ -36,9 +36,10 @@ pub struct Replay {
 
 /// What the rerun showed.
 #[derive(Debug)]
-pub struct Outcome {
-    /// `None`: the `choices` are byte-identical; else where they first depart.
-    pub diff: Option<String>,
+pub struct Rerun {
+    /// Identical (the `choices` bytes), where they first depart, or not exercised (a
+    /// saved answer with no choices: nothing was compared).
+    pub outcome: Outcome,
     /// Choices and tokens compared, for the report line.
     pub summary: String,
 }
@@ -109,7 +110,7 @@ impl Replay {
 
     /// Load the model with `opts` (the request's `model` name is taken from the file's
     /// answer), check the fingerprint, rerun the request, compare.
-    pub fn run(&self, path: &Path, mut opts: Options) -> Result<Outcome, VerifyError> {
+    pub fn run(&self, path: &Path, mut opts: Options) -> Result<Rerun, VerifyError> {
         opts.model_name = self.response.get("model").and_then(Value::as_str).map(String::from).or(opts.model_name);
         let model: PathBuf = opts.model.clone();
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -224,12 +225,17 @@ fn text(choice: &Value) -> &str {
 // The serialized forms are compared, not the values: with serde_json's preserve_order a
 // `Value` compares objects ignoring key order, and a replay is held to the bytes.
 #[allow(clippy::cmp_owned)]
-pub fn compare(saved: &Value, now: &Value) -> Outcome {
+pub fn compare(saved: &Value, now: &Value) -> Rerun {
     let (a, b) = (saved.as_array().cloned().unwrap_or_default(), now.as_array().cloned().unwrap_or_default());
     let n_tokens: usize = a.iter().filter_map(tokens).map(|t| t.len()).sum();
     let summary = format!("{} choice{}, {n_tokens} tokens with logprobs", a.len(), if a.len() == 1 { "" } else { "s" });
+    // Two empty lists are equal bytes, but nothing was reproduced: not a pass.
+    if a.is_empty() && b.is_empty() {
+        let why = "the saved answer has no choices: nothing to compare".into();
+        return Rerun { outcome: Outcome::NotExercised(why), summary };
+    }
     if saved.to_string() == now.to_string() {
-        return Outcome { diff: None, summary };
+        return Rerun { outcome: Outcome::Identical, summary };
     }
     let diff = (|| {
         if a.len() != b.len() {
@@ -279,5 +285,5 @@ pub fn compare(saved: &Value, now: &Value) -> Outcome {
         }
         "the choices' bytes".into()
     })();
-    Outcome { diff: Some(diff), summary }
+    Rerun { outcome: Outcome::Differs(diff), summary }
 }
