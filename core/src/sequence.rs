@@ -33,7 +33,8 @@ impl Sequence {
     /// Forget every token from `len` on (their blocks past `len` go back to the pool),
     /// so the next feed overwrites them; returns the length kept. That is `len`, or 0
     /// when a query at `len` would need a windowed page already given back (the K/V of
-    /// those positions is gone: everything is fed again).
+    /// those positions is gone: everything is fed again), or when a hybrid model's cut is
+    /// not at a block boundary with its state snapshot there.
     pub fn truncate(&mut self, len: usize) -> Result<usize, RunnerError> {
         if len >= self.tokens.len() {
             return Ok(self.tokens.len());
@@ -43,7 +44,10 @@ impl Sequence {
         let rows = len.div_ceil(b);
         let gone =
             (0..n).any(|k| (self.layout.first_live_row(k, len, b)..rows).any(|r| self.blocks[r * n + k] == NO_BLOCK));
-        let len = if gone { 0 } else { len };
+        // A recurrent state is kept only at block boundaries (kv.md): a cut inside a row
+        // has no state to resume from.
+        let mid_row = self.layout.state_column().is_some() && len % b != 0;
+        let len = if gone || mid_row { 0 } else { len };
         self.tokens.truncate(len);
         let keep = len.div_ceil(b);
         let mut pool = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;

@@ -162,12 +162,34 @@ fn a_scaled_rope_multiplies_cos_and_sin() {
     scaled.fill(&[7], &Rope { inv_freq: inv.clone(), scale: 1.25 });
     let x = [0.3f32, -0.7, 1.1, 0.2];
     let (mut a, mut b) = (x, x);
-    plain.apply(&mut a, 4, 0, 1);
-    scaled.apply(&mut b, 4, 0, 1);
+    plain.apply(&mut a, 4, 0, 1, 4);
+    scaled.apply(&mut b, 4, 0, 1, 4);
     for i in 0..2 {
         let t = 7.0f32 * inv[i];
         let (c, s) = (t.cos() * 1.25, t.sin() * 1.25);
         assert_eq!(b[i].to_bits(), (x[i] * c - x[i + 2] * s).to_bits());
         assert_eq!(a[i].to_bits(), (x[i] * t.cos() - x[i + 2] * t.sin()).to_bits());
+    }
+}
+
+/// A partial rotary (Qwen3.5: `partial_rotary_factor` of each head) rotates the pairs of
+/// its leading `2 * D/2` values and leaves the rest of every head as it was, each head
+/// at its own `head_dim` stride (transformers' `q_rot` / `q_pass`).
+#[test]
+fn a_partial_rotary_rotates_the_leading_pairs_of_each_head_only() {
+    let inv = vec![1.0f32, 0.25]; // a rotated width of 4 in heads of 8
+    let mut t = RopeTables::default();
+    t.fill(&[5], &Rope::plain(inv.clone()));
+    let x: Vec<f32> = (0..16).map(|i| 0.1 * i as f32 - 0.7).collect(); // two heads of 8
+    let mut y = x.clone();
+    t.apply(&mut y, 16, 0, 2, 8);
+    for h in 0..2 {
+        let o = h * 8;
+        for i in 0..2 {
+            let (c, s) = ((5.0f32 * inv[i]).cos(), (5.0f32 * inv[i]).sin());
+            assert_eq!(y[o + i].to_bits(), (x[o + i] * c - x[o + i + 2] * s).to_bits(), "head {h} pair {i}");
+            assert_eq!(y[o + i + 2].to_bits(), (x[o + i + 2] * c + x[o + i] * s).to_bits(), "head {h} pair {i}");
+        }
+        assert_eq!(&y[o + 4..o + 8], &x[o + 4..o + 8], "head {h}: the unrotated part changed");
     }
 }

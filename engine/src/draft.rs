@@ -70,11 +70,8 @@ pub(crate) fn draft_with_model(drafter: &mut ModelRunner, jobs: &mut [DraftJob<'
             kv.computed = kv.computed.min(len - 1);
             // Positions fed: the catch-up up to tokens.len() - 1, then d1..d(k-1).
             let need = (len + job.k - 1).div_ceil(b) * groups;
-            if kv.blocks.len() < need {
-                match g.alloc(need - kv.blocks.len()) {
-                    Ok(ids) => kv.blocks.extend(ids),
-                    Err(_) => continue,
-                }
+            if kv.blocks.len() < need && drafter.kv_layout().alloc_entries(g.as_mut(), &mut kv.blocks, need).is_err() {
+                continue;
             }
             active.push((i, job.k));
         }

@@ -192,7 +192,15 @@ pub struct EngineInfo {
     pub draft_model: bool,
     /// Width of the model's final hidden state (an embedding's full dimension).
     pub hidden_size: usize,
+    /// The model has recurrent layers (a state column, docs/spec/kv.md).
+    pub recurrent: bool,
 }
+
+/// Why a hybrid model refuses speculation: a rejected draft's positions would stay in its
+/// recurrent state, and the per-position state copies that undo them (kv.md,
+/// "Speculation") are not built yet.
+const NO_HYBRID_SPECULATION: &str =
+    "speculative decoding is not available for models with recurrent layers yet (their state cannot be rolled back past rejected drafts)";
 
 enum Cmd {
     Submit(Box<Seq>),
@@ -249,12 +257,16 @@ impl Engine {
             speculate: opts.speculate.unwrap_or(Speculation::Off),
             draft_model: draft.is_some(),
             hidden_size: runner.hidden_size(),
+            recurrent: runner.kv_layout().state_column().is_some(),
         };
         if let Err(e) = info.speculate.check() {
             return Err(EngineError::BadRequest { field: "speculate", reason: e });
         }
         if matches!(info.speculate, Speculation::Draft { .. }) && draft.is_none() {
             return Err(EngineError::BadRequest { field: "speculate", reason: "no draft model is loaded".into() });
+        }
+        if info.recurrent && info.speculate != Speculation::Off {
+            return Err(EngineError::BadRequest { field: "speculate", reason: NO_HYBRID_SPECULATION.into() });
         }
         let shared = Arc::new(Shared { accepting: AtomicBool::new(true), ..Shared::default() });
         let eos = runner.config().eos_token_ids.first().copied();
@@ -413,6 +425,9 @@ impl Engine {
         }
         if let Some(spec) = r.speculate {
             spec.check().or_else(|e| bad("speculate", e))?;
+            if self.info.recurrent && spec != Speculation::Off {
+                return bad("speculate", NO_HYBRID_SPECULATION.into());
+            }
             if matches!(spec, Speculation::Draft { .. }) && !self.info.draft_model {
                 return bad("speculate", "this engine has no draft model".into());
             }

@@ -56,7 +56,10 @@ impl Limits {
             n_blocks,
             max_ctx: runner.config().max_position_embeddings,
             prefix: e.prefix_cache == PrefixCache::On,
-            partial: std::env::var("TL_PREFIX_REUSE").map_or(true, |v| v != "blocks"),
+            // Below block granularity a hybrid model's state has no snapshot to resume from
+            // (kv.md: snapshots are at block boundaries), so only whole blocks are reused.
+            partial: std::env::var("TL_PREFIX_REUSE").map_or(true, |v| v != "blocks")
+                && runner.kv_layout().state_column().is_none(),
             policy: e.policy,
             layout: runner.kv_layout().clone(),
             groups: runner.kv_layout().n_groups(),
@@ -104,7 +107,7 @@ impl Scheduler {
             lim.block_tokens,
             lim.max_ctx,
         )
-        .with_groups(lim.groups);
+        .with_layout(&lim.layout);
         Scheduler {
             pool,
             runner,
@@ -240,9 +243,9 @@ impl Scheduler {
             }
             let need = (s.computed + s.take).div_ceil(b) * self.lim.groups;
             while self.running[i].blocks.len() < need {
-                let have = self.running[i].blocks.len();
-                match g.alloc(need - have) {
-                    Ok(ids) => self.running[i].blocks.extend(ids),
+                let blocks = &mut self.running[i].blocks;
+                match self.lim.layout.alloc_entries(g.as_mut(), blocks, need) {
+                    Ok(()) => {}
                     Err(_) => {
                         let last = self.running.len() - 1;
                         self.preempt(g.as_mut(), last)?;
@@ -330,7 +333,14 @@ impl Scheduler {
             };
             let held = held_by(&s.blocks) + held_by(&hits);
             let short = windowed && g.n_free() + g.n_cached() + held < need + reserved;
-            let ids = match g.alloc((rows * self.lim.groups).saturating_sub(have)) {
+            // Entries `have..` of the table (pages, and a hybrid model's state slots).
+            let mut table = vec![NO_BLOCK; have];
+            let got = self
+                .lim
+                .layout
+                .alloc_entries(g.as_mut(), &mut table, rows * self.lim.groups)
+                .map(|()| table.split_off(have));
+            let ids = match got {
                 Ok(ids) if !short => ids,
                 got => {
                     let back = hits.into_iter().chain(partial.into_iter().flat_map(|p| p.0));

@@ -28,8 +28,10 @@ pub(crate) struct Speculator {
     max_batch_tokens: usize,
     block_tokens: usize,
     max_ctx: Option<usize>,
-    /// Pages per block-table row of the target's tables (its layer groups).
+    /// Entries per block-table row of the target's tables (its layer groups).
     groups: usize,
+    /// The target's KV layout: which entry of a row is a page and which a state slot.
+    layout: tl_core::KvLayout,
     /// Drafts join a step only while it holds fewer rows than this
     /// ([`crate::EngineOptions::spec_step_rows`]).
     pub(crate) step_rows: usize,
@@ -52,13 +54,15 @@ impl Speculator {
             block_tokens,
             max_ctx,
             groups: 1,
+            layout: tl_core::KvLayout::uniform(1),
             step_rows: SPEC_STEP_ROWS,
         }
     }
 
-    /// The target's tables hold `groups` pages per block (its KV layout).
-    pub(crate) fn with_groups(mut self, groups: usize) -> Speculator {
-        self.groups = groups.max(1);
+    /// The target's tables follow `layout` (its groups' pages, and state slots).
+    pub(crate) fn with_layout(mut self, layout: &tl_core::KvLayout) -> Speculator {
+        self.groups = layout.n_groups().max(1);
+        self.layout = layout.clone();
         self
     }
 
@@ -131,11 +135,8 @@ impl Speculator {
             }
             d.spec_blocks = s.blocks.len();
             let need = (s.tokens.len() + d.draft.len()).div_ceil(b) * self.groups;
-            if s.blocks.len() < need {
-                match g.alloc(need - s.blocks.len()) {
-                    Ok(ids) => s.blocks.extend(ids),
-                    Err(_) => d.draft.truncate(s.blocks.len() / self.groups * b - s.tokens.len()),
-                }
+            if s.blocks.len() < need && self.layout.alloc_entries(g.as_mut(), &mut s.blocks, need).is_err() {
+                d.draft.truncate(s.blocks.len() / self.groups * b - s.tokens.len());
             }
             if d.draft.is_empty() {
                 continue;

@@ -15,6 +15,7 @@ use tl_arch_mixtral as _;
 use tl_arch_olmoe as _;
 use tl_arch_qwen2 as _;
 use tl_arch_qwen3 as _;
+use tl_arch_qwen3_5 as _;
 use tl_arch_qwen3_moe as _;
 use tl_kv as _;
 use tl_sampling as _;

@@ -1,0 +1,152 @@
+//! The scheduler over a hybrid model (the tiny Qwen3.5: three Gated DeltaNet layers whose
+//! state lives in the pool's state column, one gated attention layer; docs/spec/kv.md,
+//! "Recurrent state beside the pages"): answers keep their bits alone, in a batch with
+//! chunked prefills crossing block rows, after a prefix hit that resumes from a state
+//! snapshot, and under preemption; speculation, which would need the state rolled back
+//! past rejected drafts, is refused by name.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tl_arch_qwen3_5 as _;
+use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
+use tl_engine::{Engine, EngineError, EngineOptions, Event, Request, Speculation, UnboundedReceiver, Usage};
+use tl_kv as _;
+
+const B: usize = 4;
+
+fn qwen35() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-qwen3-5/tests/fixtures/tiny-qwen3_5")
+}
+
+fn engine(model: &Path, kv: &str, n_blocks: u32) -> Engine {
+    let cfg = EngineConfig {
+        max_batch_tokens: 256,
+        max_seqs: 16,
+        prefill_chunk: 23, // not a multiple of B: prefill steps end mid-row and cross rows
+        threads: 2,
+        kv: KvConfig { backend: kv.into(), block_tokens: B as u32, n_blocks: Some(n_blocks), ..KvConfig::default() },
+        ..EngineConfig::default()
+    };
+    let runner = ModelRunner::load(model, &cfg).expect("load");
+    let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
+    let opts = EngineOptions { max_queue: 64, speculate: None, ..Default::default() };
+    Engine::start(runner, tok, opts).expect("start")
+}
+
+/// (token ids, logprob bits) and usage.
+fn collect(mut rx: UnboundedReceiver<Event>) -> (Vec<(u32, u64)>, Usage) {
+    let mut out = Vec::new();
+    loop {
+        match rx.blocking_recv().expect("engine hung up before Done") {
+            Event::Token { token, .. } => out.push((token.id, token.logprob.to_bits())),
+            Event::Done { usage, .. } => return (out, usage),
+            Event::Error(e) => panic!("sequence failed: {e}"),
+        }
+    }
+}
+
+fn req(prompt: Vec<u32>, seed: u64, max_tokens: usize) -> Request {
+    Request {
+        prompt,
+        params: SamplingParams { temperature: 0.9, top_k: 40, ..SamplingParams::default() },
+        seed,
+        choice: 0,
+        max_tokens,
+        stop: vec![],
+        logprobs: Some(2),
+        grammar: None,
+        logit_bias: vec![],
+        speculate: None,
+    }
+}
+
+/// Eight prompts of 70 to 105 tokens (byte ids), each with `gen` tokens to generate.
+fn prompts(gen: usize) -> Vec<Request> {
+    (0..8)
+        .map(|i| req((0..70 + 5 * i).map(|j| ((i * 37 + j * 11) % 250) as u32 + 1).collect(), 40 + i as u64, gen))
+        .collect()
+}
+
+fn run_all(e: &Engine, reqs: &[Request]) -> Vec<(Vec<(u32, u64)>, Usage)> {
+    let rxs: Vec<_> = reqs.iter().map(|r| e.submit(r.clone()).expect("submit")).collect();
+    rxs.into_iter().map(collect).collect()
+}
+
+fn alone(kv: &str, r: &Request) -> Vec<(u32, u64)> {
+    engine(&qwen35(), kv, 256).submit(r.clone()).map(collect).expect("submit").0
+}
+
+fn settle(e: &Engine) {
+    std::thread::sleep(Duration::from_millis(50));
+    let st = e.stats();
+    assert_eq!((st.kv_blocks_in_use, st.running, st.waiting), (0, 0, 0), "pool not clean: {st:?}");
+}
+
+#[test]
+fn hybrid_answers_keep_their_bits_in_a_batch_of_chunked_prefills() {
+    for kv in ["f16-slab", "q8-slab"] {
+        let e = engine(&qwen35(), kv, 512);
+        let together = run_all(&e, &prompts(12));
+        settle(&e);
+        for (i, (r, t)) in prompts(12).iter().zip(&together).enumerate() {
+            assert_eq!(alone(kv, r), t.0, "{kv}: request {i} changed beside its neighbours");
+        }
+    }
+}
+
+#[test]
+fn a_prefix_hit_resumes_from_the_state_snapshot_with_the_same_bits() {
+    for kv in ["f16-slab", "q8-slab"] {
+        let prompt: Vec<u32> = (0..61).map(|j| (j * 13 % 250) as u32 + 1).collect();
+        let target = req(prompt.clone(), 7, 16);
+        let want = alone(kv, &target);
+        let e = engine(&qwen35(), kv, 256);
+        let mut warm = target.clone();
+        warm.seed = 1;
+        collect(e.submit(warm).expect("submit"));
+        let (again, usage) = collect(e.submit(target.clone()).expect("submit"));
+        // Whole blocks only (the state is kept at block boundaries), leaving one token.
+        assert_eq!(usage.cached_tokens, (prompt.len() - 1) / B * B, "{kv}: {usage:?}");
+        assert_eq!(again, want, "{kv}: the answer changed after a prefix hit");
+        // A prompt that shares only part of a block reuses the whole blocks before it.
+        let mut other = prompt.clone();
+        other[30] += 1;
+        let branch = req(other, 7, 8);
+        let (got, usage) = collect(e.submit(branch.clone()).expect("submit"));
+        assert_eq!(usage.cached_tokens, 28, "{kv}: {usage:?}");
+        assert_eq!(got, alone(kv, &branch), "{kv}: a branch inside a block changed its answer");
+        settle(&e);
+    }
+}
+
+#[test]
+fn preempted_hybrid_sequences_keep_their_bits() {
+    let reqs = prompts(24);
+    let want: Vec<_> = reqs.iter().map(|r| alone("f16-slab", r)).collect();
+    // 64 pages of 4 positions: eight sequences of up to 129 positions cannot all fit.
+    let e = engine(&qwen35(), "f16-slab", 64);
+    let outs = run_all(&e, &reqs);
+    let st = e.stats();
+    assert!(st.preemptions > 0, "the small pool never preempted: {st:?}");
+    for (i, (o, _)) in outs.iter().enumerate() {
+        assert_eq!(o, &want[i], "request {i} changed under preemption");
+    }
+    settle(&e);
+}
+
+#[test]
+fn speculation_on_a_hybrid_model_is_refused_naming_the_field() {
+    let e = engine(&qwen35(), "f16-slab", 64);
+    let mut r = req(vec![1, 2, 3], 1, 4);
+    r.speculate = Some(Speculation::Ngram { k: 4 });
+    match e.submit(r) {
+        Err(EngineError::BadRequest { field, reason }) => {
+            assert_eq!(field, "speculate");
+            assert!(reason.contains("recurrent"), "{reason}");
+        }
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("speculation was accepted on a hybrid model"),
+    }
+}
