@@ -82,13 +82,24 @@ pub struct KvConfig {
     /// layer groups gets G pages of one group each: the same bytes, docs/kv.md); `None`
     /// sizes the pool from `memory_bytes`.
     pub n_blocks: Option<u32>,
-    /// Memory budget for the pool when `n_blocks` is `None`.
+    /// Memory budget for the pool when `n_blocks` is `None` (a hybrid model's cached
+    /// state snapshots get as much again, docs/spec/kv.md).
     pub memory_bytes: usize,
+    /// A hybrid model keeps its recurrent state at most every this many positions
+    /// (rounded down to whole blocks; 0 or less than a block: every block), and at the
+    /// end of every step: where a prefix hit can resume, against a slot's memory.
+    pub state_snapshot_tokens: usize,
 }
 
 impl Default for KvConfig {
     fn default() -> Self {
-        KvConfig { backend: "f16-slab".into(), block_tokens: 16, n_blocks: None, memory_bytes: 256 << 20 }
+        KvConfig {
+            backend: "f16-slab".into(),
+            block_tokens: 16,
+            n_blocks: None,
+            memory_bytes: 256 << 20,
+            state_snapshot_tokens: 256,
+        }
     }
 }
 

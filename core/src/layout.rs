@@ -48,6 +48,9 @@ pub struct KvLayout {
     groups: Vec<KvGroup>,
     // (n_layers,) (group, slab index in the group) of each model layer.
     slot_of: Vec<(u32, u32)>,
+    // The state column gets a slot every this many rows (and at the end of every range
+    // allocated); 1 for every row.
+    snapshot_every: usize,
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -64,6 +67,7 @@ impl KvLayout {
         KvLayout::from_windows(&vec![None; n_layers.max(1) as usize]).unwrap_or_else(|_| KvLayout {
             groups: vec![KvGroup { layers: vec![0], window: None, state: false }],
             slot_of: vec![(0, 0)],
+            snapshot_every: 1,
         })
     }
 
@@ -121,7 +125,20 @@ impl KvLayout {
                 slot_of[l as usize] = (k as u32, i as u32);
             }
         }
-        Ok(KvLayout { groups, slot_of })
+        Ok(KvLayout { groups, slot_of, snapshot_every: 1 })
+    }
+
+    /// The state column keeps a snapshot every `rows` block rows (at least 1) besides the
+    /// last row of every allocation ([`KvLayout::alloc_entries`]); a layout without a state
+    /// column is unchanged.
+    pub fn with_snapshots(mut self, rows: usize) -> KvLayout {
+        self.snapshot_every = rows.max(1);
+        self
+    }
+
+    /// Rows between the state column's snapshots.
+    pub fn snapshot_every(&self) -> usize {
+        self.snapshot_every
     }
 
     /// The groups, ordered by their first layer.
@@ -225,17 +242,32 @@ impl KvLayout {
     }
 
     /// Grow `table` to `entries` entries (whole rows of G), allocating each new entry from
-    /// the pool by its column: a page, or a state slot for the state column. All or
-    /// nothing: on an error nothing stays taken and `table` is unchanged.
+    /// the pool by its column: a page, or a state slot for the state column on every
+    /// `snapshot_every`-th row and on the last row (the others `NO_BLOCK`), and make sure
+    /// the last row's state entry holds a slot. All or nothing: on an error nothing stays
+    /// taken and `table` is unchanged.
     pub fn alloc_entries(&self, pool: &mut dyn KvBackend, table: &mut Vec<u32>, entries: usize) -> Result<(), KvError> {
         let have = table.len();
+        let (state, g) = (self.state_column(), self.groups.len());
         if entries <= have {
+            // The range's last row must hold a slot (the running state of a step that ends
+            // there), though it was a hole when the table grew past it.
+            if let Some(k) = state.filter(|_| entries > 0) {
+                let e = (entries.div_ceil(g) - 1) * g + k;
+                if table[e] == NO_BLOCK {
+                    table[e] = pool.alloc_slots(1)?[0];
+                }
+            }
             return Ok(());
         }
-        let state = self.state_column();
-        let is_slot = |e: usize| Some(e % self.groups.len()) == state;
-        let n_slots = (have..entries).filter(|&e| is_slot(e)).count();
-        let pages = pool.alloc(entries - have - n_slots)?;
+        let is_slot = |e: usize| Some(e % g) == state;
+        // A state entry gets a slot on every `snapshot_every`-th row and on the range's
+        // last row (where the step that needs this range ends); the others stay NO_BLOCK.
+        let last = entries.div_ceil(g) - 1;
+        let wanted = |e: usize| is_slot(e) && ((e / g + 1) % self.snapshot_every == 0 || e / g == last);
+        let n_slots = (have..entries).filter(|&e| wanted(e)).count();
+        let n_holes = (have..entries).filter(|&e| is_slot(e) && !wanted(e)).count();
+        let pages = pool.alloc(entries - have - n_slots - n_holes)?;
         let slots = match n_slots {
             0 => Vec::new(),
             n => match pool.alloc_slots(n) {
@@ -248,7 +280,11 @@ impl KvLayout {
         };
         let (mut pages, mut slots) = (pages.into_iter(), slots.into_iter());
         for e in have..entries {
-            let next = if is_slot(e) { slots.next() } else { pages.next() };
+            let next = match (is_slot(e), wanted(e)) {
+                (true, true) => slots.next(),
+                (true, false) => None,
+                (false, _) => pages.next(),
+            };
             table.push(next.unwrap_or(NO_BLOCK));
         }
         Ok(())
@@ -274,6 +310,10 @@ impl KvLayout {
             for r in (0..live).rev() {
                 let e = &mut table[r * n + k];
                 if *e == NO_BLOCK {
+                    // The state column has holes (rows without a snapshot): walk on.
+                    if self.groups[k].state {
+                        continue;
+                    }
                     break;
                 }
                 pool.release(*e)?;

@@ -95,18 +95,21 @@ fn pool_blocks(
     Ok(wanted.min(budget).clamp(1, u32::MAX as usize) as u32)
 }
 
-/// State slots for a hybrid model: what `max_seqs` sequences hold at their peak (a step's
-/// rows, [`KvLayout::peak_slots`]), twice over when released snapshots may stay cached for
-/// the prefix cache; at least one slot.
-fn state_slots(layout: &KvLayout, engine: &EngineConfig) -> u32 {
+/// State slots for a hybrid model: what `max_seqs` sequences hold at their peak (the
+/// previous step's last row, a prefill step's snapshot rows and its last row), and, with
+/// the prefix cache on, as many cached snapshots as the KV memory budget buys again; a
+/// given block count (tests, tools) gets a slot per block row, as tables allocated whole
+/// with a snapshot on every row hold.
+fn state_slots(layout: &KvLayout, g: StateGeometry, engine: &EngineConfig) -> u32 {
     if let Some(n) = engine.kv.n_blocks {
-        return n.max(1); // a slot per block row, as a table allocated whole holds
+        return n.max(1);
     }
     let b = engine.kv.block_tokens.max(1) as usize;
-    let peak = layout.peak_slots(usize::MAX / 2, engine.prefill_chunk.max(1), b);
-    let live = engine.max_seqs.max(1).saturating_mul(peak);
-    let cached = if engine.prefix_cache == PrefixCache::On { live } else { 0 };
-    (live + cached).clamp(1, u32::MAX as usize) as u32
+    let per_step = engine.prefill_chunk.max(1).div_ceil(b * layout.snapshot_every()) + 3;
+    let live = engine.max_seqs.max(1).saturating_mul(per_step);
+    let slot = g.slot_bytes().unwrap_or(usize::MAX).max(1);
+    let cached = if engine.prefix_cache == PrefixCache::On { engine.kv.memory_bytes / slot } else { 0 };
+    live.saturating_add(cached).clamp(1, u32::MAX as usize) as u32
 }
 
 impl ModelRunner {
@@ -160,6 +163,8 @@ impl ModelRunner {
                 None => KvLayout::uniform(model_geometry.n_layers),
             },
         };
+        let b = cfg.kv.block_tokens.max(1) as usize;
+        let layout = layout.with_snapshots(cfg.kv.state_snapshot_tokens / b);
         // Pool pages hold one group's layers (all of them without windows).
         let geometry = layout.page_geometry(model_geometry);
         let make = registry::kv_backend(&cfg.kv.backend)?.make;
@@ -173,7 +178,7 @@ impl ModelRunner {
         let n_blocks = pool_blocks(&geometry, layout.n_page_groups(), elem, &config, cfg)?;
         let state = recurrent.map(|r| {
             let g = StateGeometry { n_layers: r.layers.len() as u32, floats: r.floats };
-            (g, state_slots(&layout, cfg))
+            (g, state_slots(&layout, g, cfg))
         });
         let spec = KvSpec { geometry, n_blocks, prefix_cache, state };
         let pool: Box<dyn KvBackend> = make(&spec)?;

@@ -242,10 +242,12 @@ impl Scheduler {
                 continue;
             }
             let need = (s.computed + s.take).div_ceil(b) * self.lim.groups;
-            while self.running[i].blocks.len() < need {
+            // Until the table reaches the step's end (and, for a hybrid, its last row holds
+            // the state slot the step runs in), preempting the newest while the pool is short.
+            loop {
                 let blocks = &mut self.running[i].blocks;
                 match self.lim.layout.alloc_entries(g.as_mut(), blocks, need) {
-                    Ok(()) => {}
+                    Ok(()) => break,
                     Err(_) => {
                         let last = self.running.len() - 1;
                         self.preempt(g.as_mut(), last)?;

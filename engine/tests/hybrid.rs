@@ -21,12 +21,24 @@ fn qwen35() -> PathBuf {
 }
 
 fn engine(model: &Path, kv: &str, n_blocks: u32) -> Engine {
+    engine_snapshots(model, kv, n_blocks, 0)
+}
+
+/// An engine whose hybrid state is kept every `snapshot_tokens` positions (0: every block).
+fn engine_snapshots(model: &Path, kv: &str, n_blocks: u32, snapshot_tokens: usize) -> Engine {
+    let kv = KvConfig {
+        backend: kv.into(),
+        block_tokens: B as u32,
+        n_blocks: Some(n_blocks),
+        state_snapshot_tokens: snapshot_tokens,
+        ..KvConfig::default()
+    };
     let cfg = EngineConfig {
         max_batch_tokens: 256,
         max_seqs: 16,
         prefill_chunk: 23, // not a multiple of B: prefill steps end mid-row and cross rows
         threads: 2,
-        kv: KvConfig { backend: kv.into(), block_tokens: B as u32, n_blocks: Some(n_blocks), ..KvConfig::default() },
+        kv,
         ..EngineConfig::default()
     };
     let runner = ModelRunner::load(model, &cfg).expect("load");
@@ -119,6 +131,23 @@ fn a_prefix_hit_resumes_from_the_state_snapshot_with_the_same_bits() {
         assert_eq!(got, alone(kv, &branch), "{kv}: a branch inside a block changed its answer");
         settle(&e);
     }
+}
+
+#[test]
+fn sparse_snapshots_shorten_a_prefix_hit_to_the_last_snapshot_and_keep_the_bits() {
+    // A snapshot every 4 blocks (16 positions) and at the end of every step (prefill
+    // chunks of 23 end in rows 5, 11 and 15): of the prompt's 15 whole blocks, the last
+    // one whose state was kept is row 11, so the hit covers 48 positions.
+    let prompt: Vec<u32> = (0..61).map(|j| (j * 13 % 250) as u32 + 1).collect();
+    let target = req(prompt.clone(), 7, 16);
+    let e = engine_snapshots(&qwen35(), "f16-slab", 256, 16);
+    let mut warm = target.clone();
+    warm.seed = 1;
+    collect(e.submit(warm).expect("submit"));
+    let (again, usage) = collect(e.submit(target.clone()).expect("submit"));
+    assert_eq!(usage.cached_tokens, 48, "{usage:?}");
+    assert_eq!(again, alone("f16-slab", &target), "the answer changed after a hit on a sparse snapshot");
+    settle(&e);
 }
 
 #[test]

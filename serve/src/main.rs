@@ -192,6 +192,7 @@ fn run(cli: Cli) -> Result<(), String> {
             n_blocks: cli.kv_blocks,
             memory_bytes: cli.kv_memory << 20,
             backend: cli.kv.clone(),
+            ..KvConfig::default()
         },
         ..EngineConfig::default()
     };

@@ -68,7 +68,14 @@ pub const Q8: &str = "q8-slab";
 /// [`engine`] with the KV backend named `kv` (`"f16-slab"`, `"q8-slab"`).
 pub fn engine_kv(threads: usize, weights: Weights, kv: &str) -> EngineConfig {
     EngineConfig {
-        kv: KvConfig { backend: kv.into(), block_tokens: B, n_blocks: Some(256), ..KvConfig::default() },
+        // A hybrid's state snapshot on every block: tests cut steps anywhere.
+        kv: KvConfig {
+            backend: kv.into(),
+            block_tokens: B,
+            n_blocks: Some(256),
+            state_snapshot_tokens: 0,
+            ..KvConfig::default()
+        },
         threads,
         weights,
         ..EngineConfig::default()
