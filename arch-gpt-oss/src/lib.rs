@@ -104,7 +104,7 @@ fn moe(w: &Loader<'_>, cfg: &GptOssConfig, p: &str) -> Result<Moe, ModelError> {
     } else {
         split_experts(w, cfg, p)?
     };
-    Ok(Moe { router, router_bias, experts, top_k: cfg.top_k, routing: Routing::TopKSoftmax })
+    Ok(Moe { router, router_bias, experts, top_k: cfg.top_k, routing: Routing::TopKSoftmax, shared: None })
 }
 
 /// The experts' activation.

@@ -1,5 +1,9 @@
 //! tl-arch-qwen3-5: Qwen3.5's text model, registered as `tl_arch = "qwen3_5"` and as
-//! Hugging Face `model_type = "qwen3_5_text"` (`Qwen3_5ForCausalLM`).
+//! Hugging Face `model_type = "qwen3_5_text"` (`Qwen3_5ForCausalLM`), and its mixture of
+//! experts, `tl_arch = "qwen3_5_moe"` / `model_type = "qwen3_5_moe_text"`
+//! (`Qwen3_5MoeForCausalLM`): every layer's MLP is a sparse block (softmax top-k router
+//! with the top-k renormalised, experts of `moe_intermediate_size`) plus a shared expert of
+//! `shared_expert_intermediate_size` gated per token by `sigmoid(shared_expert_gate(h))`.
 //!
 //! A hybrid: of every `full_attention_interval` (4) layers, three are Gated DeltaNet
 //! layers (tl-decoder's [`DeltaNet`]: a causal conv and a delta-rule matrix per value
@@ -12,7 +16,8 @@
 //!
 //! Not yet: the multimodal checkpoints' nesting (`Qwen3_5ForConditionalGeneration`,
 //! `model_type = "qwen3_5"`, `text_config`, `model.language_model.*`: refused as an
-//! unknown model type), GGUF (`qwen35`), the MoE variant and the MTP head.
+//! unknown model type), experts stacked as `experts.gate_up_proj` (the loader names the
+//! missing per-expert tensor), GGUF (`qwen35`, `qwen35moe`) and the MTP head.
 //!
 //! Nothing names this crate from core: a binary or test that loads a Qwen3.5 writes
 //! `use tl_arch_qwen3_5 as _;` so the registrations are linked.
@@ -26,10 +31,12 @@ use tl_core::{
     ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
     ModelTypeRegistration, Recurrent,
 };
+use tl_decoder::fields::experts;
 use tl_decoder::fields::{field, invalid, size};
 use tl_decoder::{
-    dense_mlp, rope_of, Attn, AttnBlock, AttnSpec, Cx, DecoderConfig, DeltaLayer, DeltaNet, DeltaShape, Ends,
-    LayerAttn, LayerBody, Loader, PreNorm, QkNormKind, Stack, StackParts, Variant,
+    dense_mlp, rope_of, Attn, AttnBlock, AttnSpec, Cx, DecoderConfig, DeltaLayer, DeltaNet, DeltaShape, Ends, Ffn,
+    LayerAttn, LayerBody, Loader, Moe, MoeSpec, PreNorm, QkNormKind, Routing, SharedExpert, Stack, StackParts, Variant,
+    MLP_NAMES,
 };
 
 /// One layer's kind, from `layer_types`.
@@ -52,6 +59,21 @@ pub struct Qwen35Config {
     pub delta: DeltaShape,
     /// The rotated part of each attention head, `head_dim * partial_rotary_factor`.
     pub rotary_dim: usize,
+    /// Qwen3.5-MoE's sparse block (every layer), or `None` for the dense model.
+    pub moe: Option<Qwen35Moe>,
+}
+
+/// Qwen3.5-MoE's experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Qwen35Moe {
+    /// Experts E (`num_experts`).
+    pub experts: usize,
+    /// Experts per token (`num_experts_per_tok`).
+    pub top_k: usize,
+    /// Each expert's width (`moe_intermediate_size`).
+    pub width: usize,
+    /// The shared expert's width (`shared_expert_intermediate_size`).
+    pub shared_width: usize,
 }
 
 const MAX_DIM: usize = 1 << 16;
@@ -104,11 +126,23 @@ fn rotary_dim(json: &Value, head_dim: usize) -> Result<usize, ConfigError> {
 }
 
 impl Qwen35Config {
-    /// Parse and check a Qwen3.5 text config.
-    pub fn parse(config: &ModelConfig) -> Result<Qwen35Config, ConfigError> {
+    /// Parse and check a Qwen3.5 text config (with `moe`, Qwen3.5-MoE's).
+    pub fn parse(config: &ModelConfig, moe: bool) -> Result<Qwen35Config, ConfigError> {
         let json = config.json();
+        let moe = if moe { Some(moe_fields(json)?) } else { None };
+        // Qwen3.5-MoE has no dense MLP (every layer is sparse), so no `intermediate_size`
+        // for the shared decoder's fields: the experts' width stands in, unused.
+        let mut filled;
+        let json_in = match moe.filter(|_| field(json, "intermediate_size").is_none()) {
+            Some(m) => {
+                filled = json.clone();
+                filled["intermediate_size"] = m.width.into();
+                &filled
+            }
+            None => json,
+        };
         // The attention layers are global; the linear ones have no window either.
-        let base = DecoderConfig::parse_with_layers(config, Variant { qkv_bias: false }, |_, n| {
+        let base = DecoderConfig::parse_json(config, json_in, Variant { qkv_bias: false }, |_, n| {
             Ok(vec![LayerAttn::Global; n])
         })?;
         let kinds = kinds(json, base.num_hidden_layers)?;
@@ -131,12 +165,25 @@ impl Qwen35Config {
             return Err(invalid("hidden_act", act, "Qwen3.5's MLP and conv use silu"));
         }
         let rotary_dim = rotary_dim(json, base.head_dim)?;
-        Ok(Qwen35Config { base, kinds, delta, rotary_dim })
+        Ok(Qwen35Config { base, kinds, delta, rotary_dim, moe })
     }
 
     fn recurrent_layers(&self) -> Vec<u32> {
         (0..self.kinds.len() as u32).filter(|&i| self.kinds[i as usize] == LayerKind::Linear).collect()
     }
+}
+
+/// Qwen3.5-MoE's expert fields, each error naming its field.
+fn moe_fields(json: &Value) -> Result<Qwen35Moe, ConfigError> {
+    // transformers' defaults: 256 experts, 8 per token, widths of 512.
+    let (experts, top_k) = experts(json, &["num_experts"], 256, 8)?;
+    let width = |name: &'static str| Ok::<_, ConfigError>(size(json, name, MAX_DIM)?.unwrap_or(512));
+    Ok(Qwen35Moe {
+        experts,
+        top_k,
+        width: width("moe_intermediate_size")?,
+        shared_width: width("shared_expert_intermediate_size")?,
+    })
 }
 
 /// A Qwen3.5 layer: gated attention or a Gated DeltaNet, each pre-norm with its MLP.
@@ -188,7 +235,22 @@ pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>
         let p = format!("model.layers.{i}");
         let input_norm = norm(&w, &format!("{p}.input_layernorm.weight"), d)?;
         let post_norm = norm(&w, &format!("{p}.post_attention_layernorm.weight"), d)?;
-        let ffn = dense_mlp(&w, b, i)?;
+        let ffn = match cfg.moe {
+            None => dense_mlp(&w, b, i)?,
+            Some(m) => {
+                let mp = format!("{p}.mlp");
+                let spec = MoeSpec {
+                    experts: m.experts,
+                    top_k: m.top_k,
+                    width: m.width,
+                    routing: Routing::SoftmaxTopK { renorm: true }, // always, in Qwen3.5-MoE
+                    router: "gate",
+                    names: MLP_NAMES,
+                };
+                let shared = SharedExpert::load(&w, &mp, d, m.shared_width)?;
+                Ffn::Moe(Moe { shared: Some(shared), ..Moe::load(&w, &mp, d, spec)? })
+            }
+        };
         layers.push(match kind {
             LayerKind::Full => {
                 let attn = AttnBlock::load(&w, &format!("{p}.self_attn"), d, spec, &norm_of)?;
@@ -213,12 +275,12 @@ pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>
     Stack::new(parts, ctx.device)
 }
 
-/// The Qwen3.5 family.
-struct Qwen35Arch;
+/// The Qwen3.5 family: `Qwen35Arch(false)` dense, `Qwen35Arch(true)` the MoE.
+struct Qwen35Arch(bool);
 
 impl Architecture for Qwen35Arch {
     fn parse_config(&self, config: &ModelConfig) -> Result<Arc<dyn Any + Send + Sync>, ConfigError> {
-        Ok(Arc::new(Qwen35Config::parse(config)?))
+        Ok(Arc::new(Qwen35Config::parse(config, self.0)?))
     }
 
     fn kv_geometry(&self, config: &ModelConfig, block_tokens: u32) -> Result<KvGeometry, ConfigError> {
@@ -237,6 +299,8 @@ impl Architecture for Qwen35Arch {
     }
 }
 
-inventory::submit!(ArchRegistration { name: "qwen3_5", make: || Box::new(Qwen35Arch) });
-// `Qwen3_5ForCausalLM.save_pretrained` writes this model_type.
+inventory::submit!(ArchRegistration { name: "qwen3_5", make: || Box::new(Qwen35Arch(false)) });
+inventory::submit!(ArchRegistration { name: "qwen3_5_moe", make: || Box::new(Qwen35Arch(true)) });
+// `Qwen3_5ForCausalLM.save_pretrained` and `Qwen3_5MoeForCausalLM`'s write these.
 inventory::submit!(ModelTypeRegistration { model_type: "qwen3_5_text", arch: "qwen3_5" });
+inventory::submit!(ModelTypeRegistration { model_type: "qwen3_5_moe_text", arch: "qwen3_5_moe" });

@@ -291,7 +291,18 @@ impl DecoderConfig {
         variant: Variant,
         layers: impl FnOnce(&Value, usize) -> Result<Vec<LayerAttn>, ConfigError>,
     ) -> Result<DecoderConfig, ConfigError> {
-        let json = config.json();
+        DecoderConfig::parse_json(config, config.json(), variant, layers)
+    }
+
+    /// As [`DecoderConfig::parse_with_layers`], over `json` in place of `config.json()`
+    /// (a family whose config lacks a field the shared decoder reads and whose rule says
+    /// what it is: Qwen3.5-MoE, every layer sparse, has no dense `intermediate_size`).
+    pub fn parse_json(
+        config: &ModelConfig,
+        json: &Value,
+        variant: Variant,
+        layers: impl FnOnce(&Value, usize) -> Result<Vec<LayerAttn>, ConfigError>,
+    ) -> Result<DecoderConfig, ConfigError> {
         let Dims {
             hidden: hidden_size,
             intermediate: intermediate_size,

@@ -79,7 +79,7 @@ pub use kv_write::write_kv;
 pub use lanes::Path;
 pub use loader::Loader;
 pub use mlp::{Act, Mlp, MlpNames, MlpScratch, MLP_NAMES};
-pub use moe::{Moe, MoeSpec, Routing};
+pub use moe::{Moe, MoeSpec, Routing, SharedExpert};
 pub use plan::{Plan, StepShape};
 pub use proj::{f32_bytes, grow, linear, Proj};
 pub use rope::{

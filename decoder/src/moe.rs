@@ -55,6 +55,26 @@ pub struct Moe {
     pub top_k: usize,
     /// How logits become weights.
     pub routing: Routing,
+    /// A shared expert every token runs, gated per token (Qwen3.5-MoE), when the family
+    /// has one.
+    pub shared: Option<SharedExpert>,
+}
+
+/// A shared expert: `sigmoid(gate(h)) * mlp(h)`, added to every token's experts' sum.
+pub struct SharedExpert {
+    /// The MLP (`shared_expert`).
+    pub mlp: Mlp,
+    /// `[1, d]` the scalar gate (`shared_expert_gate`).
+    pub gate: Linear,
+}
+
+impl SharedExpert {
+    /// Under transformers' names below the block's prefix `p`: `shared_expert.{gate,up,down}_proj`
+    /// of width `width`, and `shared_expert_gate.weight` `[1, d]`.
+    pub fn load(w: &Loader<'_>, p: &str, d: usize, width: usize) -> Result<SharedExpert, ModelError> {
+        let mlp = Mlp::load(w, &format!("{p}.shared_expert"), crate::mlp::MLP_NAMES, d, width, Act::SwiGlu)?;
+        Ok(SharedExpert { mlp, gate: w.router(&format!("{p}.shared_expert_gate.weight"), 1, d)? })
+    }
 }
 
 /// `e^(x - max)` of every value in place, by the decoder's [`exp16`] (the same bits on
@@ -133,7 +153,7 @@ impl Moe {
         let experts = (0..spec.experts)
             .map(|e| Mlp::load(w, &format!("{p}.experts.{e}"), spec.names, d, spec.width, Act::SwiGlu))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Moe { router, router_bias: None, experts, top_k: spec.top_k, routing: spec.routing })
+        Ok(Moe { router, router_bias: None, experts, top_k: spec.top_k, routing: spec.routing, shared: None })
     }
 
     /// Experts per token and expert count are checked by the family's config; this
@@ -253,6 +273,22 @@ impl Moe {
                 }
             }
         }
+        if let Some(sh) = &self.shared {
+            // After the experts' sum, each row alone: `y += sigmoid(g) * shared(h)`, the
+            // gate's sigmoid one f32 value per row (transformers adds the gated shared
+            // output to the experts' sum).
+            let mut y = vec![0.0f32; n * dm];
+            let (mut gu, mut act, mut tmp) = (Vec::new(), Vec::new(), Vec::new());
+            sh.mlp.run(path, h, n, &mut y, MlpScratch { gu: &mut gu, act: &mut act, tmp: &mut tmp })?;
+            let mut g = vec![0.0f32; n];
+            linear(&sh.gate, h, n, &mut g, "shared_expert_gate")?;
+            for ((row, src), &gt) in proj.chunks_exact_mut(dm).zip(y.chunks_exact(dm)).zip(&g) {
+                let s = 1.0 / (1.0 + exp16(path, &[-gt; W])[0]);
+                for (o, &v) in row.iter_mut().zip(src) {
+                    *o += s * v;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -261,5 +297,6 @@ impl Moe {
         self.router.packed_bytes()
             + self.router_bias.as_deref().map_or(0, f32_bytes)
             + self.experts.iter().map(Mlp::weight_bytes).sum::<usize>()
+            + self.shared.as_ref().map_or(0, |s| s.mlp.weight_bytes() + s.gate.packed_bytes())
     }
 }

@@ -42,6 +42,7 @@ fn block(routing: Routing, only: Option<usize>) -> Moe {
         experts: (0..E).map(|e| expert(e, only.is_some_and(|o| o != e))).collect(),
         top_k: K,
         routing,
+        shared: None,
     }
 }
 
