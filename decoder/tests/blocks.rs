@@ -60,7 +60,7 @@ fn rope_tables_rotate_the_named_heads() {
     let mut t = RopeTables::default();
     t.fill(&pos, &Rope::plain(inv.to_vec()));
     let mut got = x.clone();
-    t.apply(&mut got, stride, d, 2); // heads 1 and 2 only
+    t.apply(&mut got, stride, d, 2, d); // heads 1 and 2 only
     for (r, &p) in pos.iter().enumerate() {
         let row = &x[r * stride..(r + 1) * stride];
         let out = &got[r * stride..(r + 1) * stride];
@@ -78,6 +78,6 @@ fn rope_tables_rotate_the_named_heads() {
     let mut other = RopeTables::default();
     other.fill(&pos, &Rope::plain(vec![1.0, 0.1, 0.01, 0.001]));
     let mut y = x.clone();
-    other.apply(&mut y, stride, d, 2);
+    other.apply(&mut y, stride, d, 2, d);
     assert_ne!(bits(&y), bits(&got));
 }
