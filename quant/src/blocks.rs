@@ -213,8 +213,8 @@ pub(crate) fn widen_row(f: Blk, panel: &[u8], lane: usize, dst: &mut [f32]) {
 }
 
 /// The unsigned code (low | high << lb) of weight `k` of row `lane` in one panel block
-/// (`blk`: its bytes), as the module comment places it. The widening and the int8
-/// reference read codes through this one function.
+/// (`blk`: its bytes), as the module comment places it: the scalar widening's reading,
+/// which the vector kernels are checked against.
 pub(crate) fn code(l: Layout, blk: &[u8], lane: usize, k: usize) -> u32 {
     let word = |at: usize| u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
     let per_lo = 32 / l.lb as usize;

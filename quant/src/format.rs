@@ -196,6 +196,9 @@ pub(crate) struct Facts {
     /// Bits of each code a panel keeps apart, in words of high bits after the low words
     /// (the types whose low bits fill a word evenly; Q6_K keeps whole 6-bit codes, 0).
     pub hi_bits: u32,
+    /// Whether the int8-activation mode has an integer kernel for the type
+    /// ([`crate::int8`]; the others stay exact in that mode).
+    pub int8: bool,
 }
 
 /// IQ4_NL's code book (ggml-common.h `kvalues_iq4nl`).
@@ -218,32 +221,33 @@ const fn row(
     scales: Scales,
     bits: u32,
     hi_bits: u32,
+    int8: bool,
 ) -> Facts {
     let scale = if f16.is_empty() { Scale::E8M0 } else { Scale::F16 };
-    Facts { name, format, k, sub, bytes, f16, scale, value, scales, bits, hi_bits }
+    Facts { name, format, k, sub, bytes, f16, scale, value, scales, bits, hi_bits, int8 }
 }
 
 /// Every block type's facts (ggml-common.h's `block_*` structs), in [`Blk`]'s order:
 /// name, format, weights per block and per sub-block scale, bytes per block, f16 scale
 /// offsets (none: an e8m0 exponent byte first, [`Scale::E8M0`]), value, sub-block scales,
-/// bits per code and bits a panel keeps apart.
+/// bits per code, bits a panel keeps apart, and whether it has an integer kernel.
 const FACTS: [Facts; Blk::ALL.len()] = {
     use Format as F;
     use Scales as S;
     use Value as V;
     [
-        row("Q4_0", F::Q4_0, 32, 32, 18, &[0], V::Centered(8), S::None, 4, 0),
-        row("Q4_1", F::Q4_1, 32, 32, 20, &[0, 2], V::Min, S::None, 4, 0),
-        row("Q8_0", F::Q8_0, 32, 32, 34, &[0], V::Centered(128), S::None, 8, 0),
-        row("Q5_0", F::Q5_0, 32, 32, 22, &[0], V::Centered(16), S::None, 5, 1),
-        row("Q5_1", F::Q5_1, 32, 32, 24, &[0, 2], V::Min, S::None, 5, 1),
-        row("IQ4_NL", F::IQ4_NL, 32, 32, 18, &[0], V::Table(&IQ4NL), S::None, 4, 0),
-        row("Q2_K", F::Q2_K, 256, 16, 84, &[80, 82], V::SubMin, S::Nibbles, 2, 0),
-        row("Q3_K", F::Q3_K, 256, 16, 110, &[108], V::Centered(4), S::I8, 3, 1),
-        row("Q4_K", F::Q4_K, 256, 32, 144, &[0, 2], V::SubMin, S::Pairs, 4, 0),
-        row("Q5_K", F::Q5_K, 256, 32, 176, &[0, 2], V::SubMin, S::Pairs, 5, 1),
-        row("Q6_K", F::Q6_K, 256, 16, 210, &[208], V::Centered(32), S::I8, 6, 0),
-        row("MXFP4", F::MXFP4, 32, 32, 17, &[], V::Table(&MXFP4), S::None, 4, 0),
+        row("Q4_0", F::Q4_0, 32, 32, 18, &[0], V::Centered(8), S::None, 4, 0, true),
+        row("Q4_1", F::Q4_1, 32, 32, 20, &[0, 2], V::Min, S::None, 4, 0, true),
+        row("Q8_0", F::Q8_0, 32, 32, 34, &[0], V::Centered(128), S::None, 8, 0, true),
+        row("Q5_0", F::Q5_0, 32, 32, 22, &[0], V::Centered(16), S::None, 5, 1, false),
+        row("Q5_1", F::Q5_1, 32, 32, 24, &[0, 2], V::Min, S::None, 5, 1, false),
+        row("IQ4_NL", F::IQ4_NL, 32, 32, 18, &[0], V::Table(&IQ4NL), S::None, 4, 0, false),
+        row("Q2_K", F::Q2_K, 256, 16, 84, &[80, 82], V::SubMin, S::Nibbles, 2, 0, false),
+        row("Q3_K", F::Q3_K, 256, 16, 110, &[108], V::Centered(4), S::I8, 3, 1, false),
+        row("Q4_K", F::Q4_K, 256, 32, 144, &[0, 2], V::SubMin, S::Pairs, 4, 0, true),
+        row("Q5_K", F::Q5_K, 256, 32, 176, &[0, 2], V::SubMin, S::Pairs, 5, 1, true),
+        row("Q6_K", F::Q6_K, 256, 16, 210, &[208], V::Centered(32), S::I8, 6, 0, true),
+        row("MXFP4", F::MXFP4, 32, 32, 17, &[], V::Table(&MXFP4), S::None, 4, 0, false),
     ]
 };
 
@@ -328,6 +332,43 @@ macro_rules! per_type {
     }};
 }
 pub(crate) use per_type;
+
+/// `$body` with `$b` a constant equal to `$f`'s discriminant, one match arm per block type
+/// with an integer kernel ([`Facts::int8`]): the int8 kernel compiles its loops once per
+/// type with the facts folded in (a const generic, which a `Blk` cannot be). The list is
+/// the column's: the assertion below keeps the two equal.
+macro_rules! per_int_type {
+    ($f:expr, $b:ident => $body:expr) => {
+        $crate::format::per_int_type!(@ $f, $b, $body, Q4_0 Q4_1 Q8_0 Q4K Q5K Q6K)
+    };
+    (@ $f:expr, $b:ident, $body:expr, $($t:ident)*) => {{
+        use $crate::format::Blk;
+        match $f {
+            $(Blk::$t => {
+                const $b: usize = Blk::$t as usize;
+                $body
+            })*
+            other => unreachable!("{other:?} has no integer kernel"),
+        }
+    }};
+}
+pub(crate) use per_int_type;
+
+// `per_int_type!`'s list and the `int8` column name the same types.
+const _: () = {
+    let listed = [Blk::Q4_0, Blk::Q4_1, Blk::Q8_0, Blk::Q4K, Blk::Q5K, Blk::Q6K];
+    let (mut i, mut n) = (0, 0);
+    while i < listed.len() {
+        assert!(listed[i].facts().int8);
+        i += 1;
+    }
+    i = 0;
+    while i < Blk::ALL.len() {
+        n += Blk::ALL[i].facts().int8 as usize;
+        i += 1;
+    }
+    assert!(n == listed.len());
+};
 
 /// One block, unpacked. `d` and `dm` are f16 bit patterns (`dm`: the second f16, `m` or
 /// `dmin`, else 0; `d`: the e8m0 byte of a [`Scale::E8M0`] type, [`scale_value`]); `sc[s]`, `mn[s]` the scale and min of sub-block `s` as [`value`] uses

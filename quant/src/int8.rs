@@ -1,10 +1,11 @@
 //! The int8-activation mode (docs/spec/numbers.md "q8 activations"): each activation row
-//! quantized on its own in blocks of 32 ([`crate::int8_job::QRows`]), then integer dot products with the
-//! weights' integer codes and the scales applied in a fixed order. Opt-in
+//! quantized on its own in blocks of 32 ([`crate::int8_job::QRows`]), then integer dot
+//! products with the weights' integer codes and the scales applied in a fixed order. Opt-in
 //! ([`crate::Linear::with_activations`]); the exact f32 path stays the default.
 //!
-//! Kinds with an integer kernel: Q8_0 and Q4_0 / Q4_1 / int4 (their own panels,
-//! [`crate::pack`]) and Q4_K, Q5_K, Q6_K (the generic panels, [`crate::blocks`]).
+//! Kinds with an integer kernel (the `int8` column of format.rs's facts): Q8_0 and Q4_0 /
+//! Q4_1 / int4 (their own panels, [`crate::pack`]) and Q4_K, Q5_K, Q6_K (the generic
+//! panels, [`crate::blocks`]).
 //! Per output `y[i][n]`, activation blocks `b` ascending, from +0.0:
 //! - Q8_0 (`w = q d`), Q4_0 (`w = (c - 8) d`): `y = fma(d * dx, I, y)` with `I` the exact
 //!   integer `Σ q qx` (Q4_0: `Σ c qx - 8 Σ qx`), as f32 (exact: `|I| < 2^24`);
@@ -17,21 +18,19 @@
 //!
 //! where `dx` is the activation block's scale and `d * dx`, `m * dx` one f32 rounding each.
 //! The integer sums are exact whatever order adds them, so every instruction set gives
-//! the same bits: the portable code here, AVX2 ([`crate::int8_avx2`]), and AVX-512 with
-//! VNNI and VBMI ([`crate::int8_avx512`]: `vpdpbusd` on codes made unsigned, Q8_0's
-//! `q + 128`, the correction `128 Σ qx` subtracted exactly).
+//! the same bits: one kernel over the SIMD layer (`int8_kernel`), run on the portable
+//! lanes, AVX2 (`vpmaddubsw` pair sums, or AVX-VNNI's `vpdpbusd`) and AVX-512 with VNNI
+//! and VBMI ([`Path::vnni`]).
 //! A row's result depends only on that row: batch, chunk and thread invariance hold as
 //! on the exact path.
 
-use rayon::prelude::*;
-
-use crate::blocks;
-use crate::format::Blk;
-use crate::half_conv::f16_to_f32;
-use crate::int8_job::{block_bytes, kind_index, weights_per_block, Cols};
-pub(crate) use crate::int8_job::{quantize_rows, IntJob, IntPath};
+use crate::int8_job::{quantize_rows, IntJob};
+use crate::int8_kernel::run;
 use crate::pack::{Kind, QK};
-use crate::simd::NR;
+use crate::simd::Portable;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx512};
+use crate::Path;
 
 /// How a layer treats its input rows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,7 +71,7 @@ pub fn quantize_q8_row(x: &[f32]) -> Result<Q8Row, crate::QuantError> {
     if !x.len().is_multiple_of(QK) {
         return Err(crate::QuantError::BadBlocks { format: "q8 activations".into(), inp: x.len() });
     }
-    let r = quantize_rows(x, 1, x.len(), Kind::Q8, IntPath::Portable);
+    let r = quantize_rows(x, 1, x.len(), Kind::Q8, Path::Portable);
     Ok(Q8Row { q: r.q, d: r.d, s: r.s })
 }
 
@@ -89,112 +88,94 @@ pub struct Q8Row {
 
 /// Whether `kind` has an integer kernel.
 pub(crate) fn supported(kind: Kind) -> bool {
-    kind_index(kind).is_some()
+    kind.blk().is_some_and(|b| b.facts().int8)
 }
 
-/// `y` `(m, out)` for the quantized rows, panels split over the current rayon pool (each
-/// panel's columns are computed whole by one thread and written in place).
-pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], path: IntPath) {
-    assert!(y.len() >= m * j.out);
-    let panels = j.out.div_ceil(NR);
-    let y = Cols::new(y, j.out);
-    // Pairs of panels: the AVX-512 tile reads each row's codes once for both.
-    (0..panels.div_ceil(2)).into_par_iter().with_min_len(2).for_each(|q| {
-        let np = 2.min(panels - 2 * q);
-        let cols = y.from(2 * q * NR);
-        let at = |p: usize| &j.data[p * j.panel_bytes..(p + 1) * j.panel_bytes];
-        #[cfg(target_arch = "x86_64")]
+/// `y` `(m, out)` for the quantized rows of `j` on `path`'s integer kernel: AVX-512 with
+/// VNNI and VBMI, else AVX2 with AVX-VNNI, else AVX2 (also on AVX-512 CPUs without them),
+/// else portable; all give the same bits.
+pub(crate) fn matmul(j: &IntJob<'_>, m: usize, y: &mut [f32], path: Path) {
+    // SAFETY: each kernel runs only where the CPU has its instructions (`available` for
+    // the path, `vnni` for VNNI: the AVX-512 path includes AVX2).
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
         match path {
-            // SAFETY: `IntPath::of` picks a path only where the CPU has it; `cols` holds
-            // `m` rows.
-            IntPath::Avx512 => unsafe {
-                match np {
-                    2 => crate::int8_avx512::panels::<2>(j, [at(2 * q), at(2 * q + 1)], m, cols),
-                    _ => crate::int8_avx512::panels::<1>(j, [at(2 * q)], m, cols),
-                }
-                return;
-            },
-            IntPath::Avx2 => unsafe {
-                for p in 0..np {
-                    crate::int8_avx2::panel(j, at(2 * q + p), m, cols, p);
-                }
-                return;
-            },
-            IntPath::Portable => {}
+            Path::Avx512 if path.vnni() => return run::<Avx512>(j, m, y),
+            Path::Avx512 | Path::Avx2 if path.available() && Path::Avx2.vnni() => return run::<Avx2<true>>(j, m, y),
+            Path::Avx512 | Path::Avx2 if path.available() => return run::<Avx2>(j, m, y),
+            _ => {}
         }
-        for p in 0..np {
-            panel_portable(j, at(2 * q + p), m, cols, p);
-        }
-    });
-}
-
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
-}
-
-/// The unsigned code of weight `k` of lane `l` of a panel block (Q8_0's: the i8 itself).
-fn code(kind: Kind, blk: &[u8], l: usize, k: usize) -> i32 {
-    let word = |at: usize| u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
-    match kind {
-        Kind::Q8 => blk[NR * 2 + k * NR + l] as i8 as i32,
-        Kind::Q4 { min } => {
-            let at = NR * 2 * (1 + min as usize) + ((k / 8) * NR + l) * 4;
-            ((word(at) >> (4 * (k % 8))) & 15) as i32
-        }
-        Kind::Blk(f) => blocks::code(blocks::layout(f), blk, l, k) as i32,
-        _ => unreachable!("no integer kernel for {kind:?}"),
     }
+    // SAFETY: the portable lanes need no instruction set.
+    unsafe { run::<Portable>(j, m, y) }
 }
 
-/// The reference: the task's panel `p` (its columns in `cols`), every row, by the
-/// module's formulas, one activation block (32 values) at a time.
-fn panel_portable(j: &IntJob<'_>, panel: &[u8], m: usize, cols: Cols, p: usize) {
-    let nb = j.inp / QK;
-    let (bb, per) = (block_bytes(j.kind), weights_per_block(j.kind) / QK); // activation blocks per weight block
-    for r in 0..m {
-        let (dst, n) = cols.at(r, p);
-        for l in 0..n {
-            let mut y = 0.0f32;
-            for ab in 0..nb {
-                let (b, sub) = (ab / per, ab % per);
-                let blk = &panel[b * bb..(b + 1) * bb];
-                let (dx, sx) = (j.rows.d[r * nb + ab], j.rows.s[r * nb + ab]);
-                let x = |k: usize| j.rows.at(r, j.inp, ab * QK + k) as i32;
-                // Σ u x over this block's values `k0 .. k0 + n`.
-                let dot =
-                    |k0: usize, n: usize| (k0..k0 + n).map(|k| code(j.kind, blk, l, sub * QK + k) * x(k)).sum::<i32>();
-                let d = f16_at(blk, 2 * l);
-                match j.kind {
-                    Kind::Q4 { min: true } => {
-                        y = (d * dx).mul_add(dot(0, QK) as f32, y);
-                        y = (f16_at(blk, NR * 2 + 2 * l) * dx).mul_add(sx as f32, y);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Blk;
+    use crate::int8_kernel::IntTiles;
+    use crate::{f32_to_f16, Linear};
+
+    /// `y`'s bits for `layer` and rows `x` on the integer kernel `I` (the caller checks
+    /// the CPU has it).
+    fn on<I: IntTiles>(layer: &Linear, x: &[f32], m: usize) -> Vec<u32> {
+        let (kind, data) = layer.panels();
+        let inp = layer.inp();
+        let rows = quantize_rows(x, m, inp, kind, Path::Portable);
+        let job = IntJob { kind, inp, out: layer.out(), data, panel_bytes: kind.panel_bytes(inp), rows: &rows };
+        let mut y = vec![f32::NAN; m * layer.out()];
+        // SAFETY: the caller's check.
+        unsafe { run::<I>(&job, m, &mut y) };
+        y.iter().map(|v| v.to_bits()).collect()
+    }
+
+    // `Path::all_available` reaches each path's best integer kernel only: on a CPU with
+    // VNNI the AVX2 kernel without it, the one AVX2 and AVX-512 CPUs without VNNI run,
+    // would go untested. So every kernel this CPU can run is checked against the portable
+    // one here, on random blocks and on every code bit set against activations all +1 or
+    // all -1 (the 16-bit pair sums at their bounds), for 1 to 5 rows (every pass height)
+    // and 3 panels, the last partial (a pair and a single).
+    #[test]
+    fn every_integer_kernel_this_cpu_has_gives_the_portable_bits() {
+        let (out, inp) = (40, 512);
+        let mut seed = 7u64;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as f32 / (1u64 << 31) as f32 - 0.5
+        };
+        for blk in Blk::ALL.into_iter().filter(|b| b.facts().int8) {
+            let facts = blk.facts();
+            for fill in [None, Some(0xFFu8), Some(0x80)] {
+                let n = out * inp / facts.k * facts.bytes;
+                let mut bytes: Vec<u8> = (0..n).map(|_| fill.unwrap_or((rnd() * 512.0) as i32 as u8)).collect();
+                for b in bytes.chunks_exact_mut(facts.bytes) {
+                    for &at in facts.f16 {
+                        b[at..at + 2].copy_from_slice(&f32_to_f16(rnd() * 0.1).to_le_bytes());
                     }
-                    Kind::Q4 { min: false } => y = (d * dx).mul_add((dot(0, QK) - 8 * sx) as f32, y),
-                    Kind::Q8 => y = (d * dx).mul_add(dot(0, QK) as f32, y),
-                    Kind::Blk(Blk::Q6K) => {
-                        // Two sub-blocks of 16, each `sc (u - 32)`: one exact integer.
-                        let lay = blocks::layout(Blk::Q6K);
-                        let t: i32 = (0..2)
-                            .map(|h| {
-                                let sc = blk[lay.sc + (2 * sub + h) * NR + l] as i8 as i32;
-                                sc * (dot(16 * h, 16) - 32 * (16 * h..16 * h + 16).map(x).sum::<i32>())
-                            })
-                            .sum();
-                        y = (d * dx).mul_add(t as f32, y);
-                    }
-                    _ => {
-                        // Q4_K, Q5_K: `(d sc) u - dmin mn`; the panel keeps -dmin, and both
-                        // products with a 6-bit integer are exact.
-                        let Kind::Blk(f) = j.kind else { unreachable!() };
-                        let lay = blocks::layout(f);
-                        let (sc, mn) = (blk[lay.sc + sub * NR + l] as f32, blk[lay.sc + (per + sub) * NR + l] as f32);
-                        y = ((d * sc) * dx).mul_add(dot(0, QK) as f32, y);
-                        y = ((f16_at(blk, NR * 2 + 2 * l) * mn) * dx).mul_add(sx as f32, y);
+                }
+                let layer = Linear::from_stored(facts.format, &bytes, out, inp).unwrap();
+                for m in 1..=5 {
+                    let random: Vec<f32> = (0..m * inp).map(|_| rnd()).collect();
+                    for x in [random, vec![1.0; m * inp], vec![-1.0; m * inp]] {
+                        let want = on::<Portable>(&layer, &x, m);
+                        let what = format!("{} fill {fill:?}, {m} rows", facts.name);
+                        #[cfg(target_arch = "x86_64")]
+                        {
+                            if Path::Avx2.available() {
+                                assert_eq!(on::<Avx2<false>>(&layer, &x, m), want, "AVX2, {what}");
+                            }
+                            if Path::Avx2.vnni() {
+                                assert_eq!(on::<Avx2<true>>(&layer, &x, m), want, "AVX-VNNI, {what}");
+                            }
+                            if Path::Avx512.vnni() {
+                                assert_eq!(on::<Avx512>(&layer, &x, m), want, "AVX-512 VNNI, {what}");
+                            }
+                        }
+                        let _ = what;
                     }
                 }
             }
-            // SAFETY: lane `l < n` of the task's own columns.
-            unsafe { *dst.add(l) = y };
         }
     }
 }

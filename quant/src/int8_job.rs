@@ -1,27 +1,25 @@
-//! What the int8-activation kernels read and write ([`crate::int8`] is the mode, its
-//! dispatch and portable reference; `int8_avx2` and `int8_avx512` the kernels, which all
-//! take their inputs from here): the rows quantized by numbers.md's rule in the order
-//! each kind's panels give up their codes, the job (panels, rows, output columns), the
-//! kinds with a kernel and the kernel paths.
+//! What the int8-activation kernel reads and writes ([`crate::int8`] is the mode and its
+//! dispatch, `int8_kernel` the kernel; both take their inputs from here and this file
+//! imports neither): the rows quantized by numbers.md's rule in the order each kind's
+//! panels give up their codes, the job (panels, rows, output columns), and the panel
+//! blocks' sizes.
 
 use rayon::prelude::*;
 
 use crate::blocks;
-use crate::format::Blk;
 use crate::pack::{q4_block, Kind, Q8_BLOCK, QK};
 use crate::simd::NR;
+use crate::Path;
 
 /// Rows quantized by numbers.md's rule: `q` `(m, inp)` i8, and per block of 32 its scale
 /// `d` and the sum of its codes `s`, `(m, inp / 32)` each; for Q6_K also the sum of each
 /// half-block `s16` `(m, inp / 16)`. The codes are kept in the order the kind's panel
-/// gives up its codes ([`Order`]), so the kernels broadcast 4 of them with one load;
-/// [`QRows::at`] reads them in natural order.
+/// gives up its codes ([`Order`]), so the kernels broadcast 4 of them with one load.
 pub(crate) struct QRows {
     pub q: Vec<i8>,
     pub d: Vec<f32>,
     pub s: Vec<i32>,
     pub s16: Vec<i32>,
-    pub order: Order,
 }
 
 /// How a block's 32 codes are ordered in [`QRows::q`].
@@ -41,22 +39,13 @@ pub(crate) enum Order {
 /// The natural index (within 16) of the value at each position of [`Order::Six`].
 pub(crate) const SIX: [usize; 16] = [0, 1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13, 4, 9, 14, 15];
 
-/// [`SIX`] inverted: the position of natural index `k` (derived, so the two cannot part).
-const SIX_AT: [usize; 16] = {
-    let mut at = [0; 16];
-    let mut i = 0;
-    while i < 16 {
-        at[SIX[i]] = i;
-        i += 1;
-    }
-    at
-};
-
 impl Order {
+    /// The order of a kind with an integer kernel, by its bits per code: Q8_0's bytes, the
+    /// 4-bit (Q5_K: 4 + 1) words' nibbles, Q6_K's whole 6-bit words.
     fn of(kind: Kind) -> Order {
-        match kind {
-            Kind::Q4 { .. } | Kind::Blk(Blk::Q4K | Blk::Q5K) => Order::Nibbles,
-            Kind::Blk(Blk::Q6K) => Order::Six,
+        match kind.blk().map(|b| b.facts().bits) {
+            Some(4 | 5) => Order::Nibbles,
+            Some(6) => Order::Six,
             _ => Order::Natural,
         }
     }
@@ -71,18 +60,6 @@ impl Order {
             }
             Order::Six => i / 16 * 16 + SIX[i % 16],
         }
-    }
-}
-
-impl QRows {
-    /// The code of value `k` of row `r` (`inp` values a row).
-    pub(crate) fn at(&self, r: usize, inp: usize, k: usize) -> i8 {
-        let i = match self.order {
-            Order::Natural => k,
-            Order::Nibbles => k / 8 * 8 + (k % 2) * 4 + (k % 8) / 2,
-            Order::Six => k / 16 * 16 + SIX_AT[k % 16],
-        };
-        self.q[r * inp + i]
     }
 }
 
@@ -113,15 +90,14 @@ pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
 }
 
 /// Quantize `m` rows of `inp` (a multiple of 32) values, for panels of `kind`, compiled
-/// for the instruction set of `path` (the same bits on each). Rows are independent, so a
+/// with AVX2 on the x86 paths (the same bits on each). Rows are independent, so a
 /// batch of them is split over the current rayon pool (the step's other threads would
 /// otherwise wait for this serial part before every layer).
-pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind, path: IntPath) -> QRows {
+pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind, path: Path) -> QRows {
     let nb = inp / QK;
     let order = Order::of(kind);
     // s16 is only filled for Q6_K's order, but always there so every task gets its rows'.
-    let mut r =
-        QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb], s16: vec![0; 2 * m * nb], order };
+    let mut r = QRows { q: vec![0; m * inp], d: vec![0.0; m * nb], s: vec![0; m * nb], s16: vec![0; 2 * m * nb] };
     if m == 0 || nb == 0 {
         return r;
     }
@@ -132,8 +108,8 @@ pub(crate) fn quantize_rows(x: &[f32], m: usize, inp: usize, kind: Kind, path: I
     tasks.for_each(|((((q, d), s), s16), x)| {
         let out = Out { q, d, s, s16 };
         #[cfg(target_arch = "x86_64")]
-        if path != IntPath::Portable {
-            // SAFETY: both x86 integer paths require AVX2 (`IntPath::of`).
+        if path != Path::Portable && path.available() {
+            // SAFETY: both x86 paths have AVX2 (`Path::available`).
             return unsafe { quantize_avx2(x, out, order) };
         }
         quantize_with(x, out, order)
@@ -179,22 +155,6 @@ fn quantize_with(x: &[f32], out: Out<'_>, order: Order) {
             }
         }
     }
-}
-
-/// The kinds with an integer kernel, indexed by the x86 kernels' `K`: each gets a copy of
-/// the loops with its kind a constant, so no branch on the kind runs per block.
-pub(crate) const KINDS: [Kind; 6] = [
-    Kind::Q8,
-    Kind::Q4 { min: false },
-    Kind::Q4 { min: true },
-    Kind::Blk(Blk::Q4K),
-    Kind::Blk(Blk::Q5K),
-    Kind::Blk(Blk::Q6K),
-];
-
-/// `kind`'s index in [`KINDS`].
-pub(crate) fn kind_index(kind: Kind) -> Option<usize> {
-    KINDS.iter().position(|&k| k == kind)
 }
 
 /// The panels of one layer and the rows against them.
@@ -249,42 +209,5 @@ pub(crate) fn block_bytes(kind: Kind) -> usize {
         Kind::Q4 { min } => q4_block(min),
         Kind::Blk(f) => blocks::layout(f).bytes,
         _ => unreachable!("no integer kernel for {kind:?}"),
-    }
-}
-
-/// Weights per panel block of an integer kind.
-pub(crate) fn weights_per_block(kind: Kind) -> usize {
-    match kind {
-        Kind::Blk(f) => f.k(),
-        _ => QK,
-    }
-}
-
-/// Which integer kernel runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum IntPath {
-    Portable,
-    /// AVX2 + FMA + F16C ([`crate::int8_avx2`]).
-    Avx2,
-    /// AVX-512 F/BW with VNNI and VBMI.
-    Avx512,
-}
-
-impl IntPath {
-    /// The integer kernel for the float path `path` chose: AVX-512 where the CPU also has
-    /// VNNI and VBMI, else AVX2 on the AVX2 and AVX-512 paths, else portable. All give
-    /// the same bits.
-    pub(crate) fn of(path: crate::Path) -> IntPath {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi");
-            match path {
-                crate::Path::Avx512 if vnni => return IntPath::Avx512,
-                crate::Path::Avx512 | crate::Path::Avx2 => return IntPath::Avx2,
-                crate::Path::Portable => {}
-            }
-        }
-        let _ = path;
-        IntPath::Portable
     }
 }

@@ -26,11 +26,8 @@ mod ggml;
 mod half_conv;
 mod int4;
 mod int8;
-#[cfg(target_arch = "x86_64")]
-mod int8_avx2;
-#[cfg(target_arch = "x86_64")]
-mod int8_avx512;
 mod int8_job;
+mod int8_kernel;
 mod kernel;
 mod linear;
 mod matmul;

@@ -4,6 +4,7 @@ use crate::error::QuantError;
 use crate::format::Format;
 use crate::int4::QLinear;
 use crate::int8::{self, Activations};
+use crate::int8_job::{quantize_rows, IntJob};
 use crate::matmul::{matmul, Path};
 use crate::pack::{self, Job, Kind, Line, QK};
 use crate::simd::NR;
@@ -137,6 +138,12 @@ impl Linear {
         self.format
     }
 
+    /// The panels' kind and bytes (the int8 kernels' tests run them directly).
+    #[cfg(test)]
+    pub(crate) fn panels(&self) -> (Kind, &[u8]) {
+        (self.kind, pack::bytes(&self.data))
+    }
+
     /// Bytes the packed weights occupy.
     pub fn packed_bytes(&self) -> usize {
         std::mem::size_of_val(&self.data[..])
@@ -205,9 +212,8 @@ impl Linear {
             return Err(QuantError::LengthMismatch { what: "y", expected: yn, got: y.len() });
         }
         if self.act == Activations::Q8 && int8::supported(self.kind) {
-            let int_path = int8::IntPath::of(path);
-            let rows = int8::quantize_rows(x, m, self.inp, self.kind, int_path);
-            let job = int8::IntJob {
+            let rows = quantize_rows(x, m, self.inp, self.kind, path);
+            let job = IntJob {
                 kind: self.kind,
                 inp: self.inp,
                 out: self.out,
@@ -215,7 +221,7 @@ impl Linear {
                 panel_bytes: self.kind.panel_bytes(self.inp),
                 rows: &rows,
             };
-            int8::matmul(&job, m, y, int_path);
+            int8::matmul(&job, m, y, path);
             return Ok(());
         }
         let job = Job {

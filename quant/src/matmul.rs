@@ -57,6 +57,27 @@ impl Path {
         }
     }
 
+    /// Whether this path's integer dot products (the int8-activation mode,
+    /// [`crate::Activations::Q8`]) run on `vpdpbusd` on this CPU: AVX-512 VNNI on the
+    /// AVX-512 path (with VBMI, whose byte shuffles the AVX-512 integer kernel also uses),
+    /// AVX-VNNI on the AVX2 path. Without it the AVX-512 path's integer kernel is the AVX2
+    /// path's, and the AVX2 one adds `vpmaddubsw` pairs; every one gives the same bits.
+    pub fn vnni(self) -> bool {
+        match self {
+            Path::Portable => false,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => Path::Avx2.available() && is_x86_feature_detected!("avxvnni"),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => {
+                Path::Avx512.available()
+                    && is_x86_feature_detected!("avx512vnni")
+                    && is_x86_feature_detected!("avx512vbmi")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
     /// Every path this CPU can run, the reference first.
     pub fn all_available() -> Vec<Path> {
         [Path::Portable, Path::Avx2, Path::Avx512].into_iter().filter(|p| p.available()).collect()

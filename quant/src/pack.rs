@@ -45,13 +45,30 @@ impl Kind {
             Format::F16 => Kind::F16,
             Format::BF16 => Kind::BF16,
             Format::Int4 { .. } => return None,
-            _ => match Blk::of(format)? {
-                Blk::Q8_0 => Kind::Q8,
-                Blk::Q4_0 => Kind::Q4 { min: false },
-                Blk::Q4_1 => Kind::Q4 { min: true },
-                b => Kind::Blk(b),
-            },
+            _ => Kind::of_blk(Blk::of(format)?),
         })
+    }
+
+    /// The panels of block type `f`: Q8_0, Q4_0 and Q4_1 have their own, the others the
+    /// generic ones.
+    pub(crate) const fn of_blk(f: Blk) -> Kind {
+        match f {
+            Blk::Q8_0 => Kind::Q8,
+            Blk::Q4_0 => Kind::Q4 { min: false },
+            Blk::Q4_1 => Kind::Q4 { min: true },
+            b => Kind::Blk(b),
+        }
+    }
+
+    /// The block type whose facts a quantized kind follows (int4's panels are Q4_0's).
+    pub(crate) const fn blk(self) -> Option<Blk> {
+        match self {
+            Kind::Q8 => Some(Blk::Q8_0),
+            Kind::Q4 { min: false } => Some(Blk::Q4_0),
+            Kind::Q4 { min: true } => Some(Blk::Q4_1),
+            Kind::Blk(b) => Some(b),
+            Kind::F32 | Kind::F16 | Kind::BF16 => None,
+        }
     }
 
     /// Weights per block of a quantized kind (`None`: stored as floats).

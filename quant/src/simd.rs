@@ -1,8 +1,9 @@
 //! tl's one SIMD layer: 16-lane f32 and u32 vectors in three instruction sets chosen at run
 //! time, AVX-512, AVX2 + FMA + F16C, and portable Rust (the reference). tl-quant's matrix
-//! kernels and tl-decoder's own loops (attention, RMSNorm, the gated activations) are
-//! written once against [`Isa`], so each implementation runs the very same sequence of
-//! operations.
+//! kernels (the integer one of the int8-activation mode too: 4-byte dot products a lane,
+//! `vpdpbusd` where the CPU has VNNI) and tl-decoder's own loops (attention, RMSNorm, the
+//! gated activations) are written once against [`Isa`], so each implementation runs the
+//! very same sequence of operations.
 //!
 //! Every operation is exact or correctly rounded per lane in IEEE single precision the same
 //! way in all three: widening f16, bf16, i8 and small integer codes to f32 is exact; `fma`
@@ -83,14 +84,16 @@ macro_rules! simd_entry {
     };
 }
 
-/// One instruction set: 16-lane f32 vectors (`V`), 16-lane u32 vectors (`U`) and a
-/// 16-entry f32 table (`T`).
+/// One instruction set: 16-lane f32 vectors (`V`), 16-lane u32 vectors (`U`), a 16-entry
+/// f32 table (`T`) and 16 lanes of integer dot products (`D`).
 ///
 /// # Safety
 ///
 /// Loads and stores touch 16 elements through raw pointers: callers pass pointers valid
 /// for that many. An implementation for an instruction set runs only inside a function
-/// compiled for it, after checking the CPU has it ([`crate::Path::available`]).
+/// compiled for it, after checking the CPU has it ([`crate::Path::available`]); the
+/// integer operations of [`Avx512`] and of `Avx2<true>` also need VNNI
+/// ([`crate::Path::vnni`]).
 #[allow(clippy::missing_safety_doc)] // the trait's Safety section covers every method
 pub trait Isa: Copy {
     /// 16 f32 lanes.
@@ -175,4 +178,51 @@ pub trait Isa: Copy {
     unsafe fn nib(q: Self::U, shift: u32) -> Self::V;
     /// Ask for the cache line at `p` (any address: a prefetch never faults).
     unsafe fn prefetch(_p: *const u8) {}
+
+    // The integer operations of the int8-activation kernel (`crate::int8`): a `U` lane is
+    // 4 bytes, and `D` holds 16 lanes' running integer dot products.
+
+    /// What [`Isa::dot_i8`] adds beyond `Σ a b`, times `Σ b` (0 or 128).
+    const I8_BIAS: i32;
+    /// 16 lanes of running integer sums of [`Isa::dot`]s.
+    type D: Copy;
+    /// All lanes `x`.
+    unsafe fn splat_u(x: u32) -> Self::U;
+    /// `a | b` per lane.
+    unsafe fn or(a: Self::U, b: Self::U) -> Self::U;
+    /// Byte `i` of each lane = the lane's 8 bits from bit `at[i]` up, masked by byte `i` of
+    /// `mask`: bit fields cut out of each lane, one to a byte. Each field lies within its
+    /// lane (`mask`'s byte `i` below `2^(32 - at[i])`), so AVX-512 VBMI's
+    /// `vpmultishiftqb`, which reads on across the lane, gives the same bytes.
+    unsafe fn fields(q: Self::U, at: [u32; 4], mask: u32) -> Self::U;
+    /// 64 bytes at `p` as 4 rows of 16, transposed: lane `l` holds `p[l]`, `p[16 + l]`,
+    /// `p[32 + l]`, `p[48 + l]` (its 4 codes from a panel that stores each code's 16 lanes
+    /// together).
+    unsafe fn ld_t4(p: *const u8) -> Self::U;
+    /// No sums yet.
+    unsafe fn dzero() -> Self::D;
+    /// `d` plus, per lane, the 4 products of `a`'s bytes, unsigned, and `b`'s, signed.
+    /// AVX2 without VNNI adds products in 16-bit pairs (`vpmaddubsw`) until
+    /// [`Isa::settle`]: callers settle before a pair's sum can leave the i16 range, after
+    /// at most [`dots_per_settle`] dots.
+    unsafe fn dot(d: Self::D, a: Self::U, b: Self::U) -> Self::D;
+    /// `d` plus, per lane, the 4 products of `a`'s bytes and `b`'s, both signed, plus
+    /// [`Isa::I8_BIAS`] times the sum of `b`'s (`b`'s bytes are not -128). The VNNI
+    /// implementations make `a` unsigned as `a + 128` and leave the bias to the caller,
+    /// who subtracts it once per block from the block's code sum; AVX2 without VNNI
+    /// multiplies `|a|` by `b` with `a`'s sign (pairs up to 2 * 128 * 127: one dot per
+    /// settle).
+    unsafe fn dot_i8(d: Self::D, a: Self::U, b: Self::U) -> Self::D;
+    /// Move the 16-bit pair sums into the 32-bit lanes (a no-op with VNNI).
+    unsafe fn settle(d: Self::D) -> Self::D;
+    /// The lanes' sums minus `sub`, as f32 (settled first; exact: callers keep the
+    /// difference below 2^24 in magnitude).
+    unsafe fn dcvt(d: Self::D, sub: i32) -> Self::V;
+}
+
+/// How many [`Isa::dot`]s of unsigned bytes up to `max` against signed bytes of at most
+/// 127 in magnitude a 16-bit pair sum holds exactly: the longest run between
+/// [`Isa::settle`]s (4-bit codes 8, 5-bit 4, 6-bit 2, Q8_0's `|q|` 1).
+pub const fn dots_per_settle(max: u32) -> usize {
+    (i16::MAX as u32 / (2 * max * 127)) as usize
 }

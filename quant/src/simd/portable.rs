@@ -136,4 +136,47 @@ impl Isa for Portable {
     unsafe fn nib(q: Self::U, shift: u32) -> Self::V {
         q.map(|v| ((v >> shift) & 15) as f32)
     }
+
+    // Sums in i32 throughout: never a 16-bit pair, so nothing to settle and no bias.
+    const I8_BIAS: i32 = 0;
+    type D = [i32; W];
+    #[inline(always)]
+    unsafe fn splat_u(x: u32) -> Self::U {
+        [x; W]
+    }
+    #[inline(always)]
+    unsafe fn or(a: Self::U, b: Self::U) -> Self::U {
+        std::array::from_fn(|l| a[l] | b[l])
+    }
+    #[inline(always)]
+    unsafe fn fields(q: Self::U, at: [u32; 4], mask: u32) -> Self::U {
+        q.map(|v| (0..4).fold(0, |f, i| f | (((v >> at[i]) & (mask >> (8 * i)) & 0xFF) << (8 * i))))
+    }
+    #[inline(always)]
+    unsafe fn ld_t4(p: *const u8) -> Self::U {
+        let b = std::ptr::read_unaligned(p as *const [u8; 64]);
+        std::array::from_fn(|l| u32::from_le_bytes([b[l], b[16 + l], b[32 + l], b[48 + l]]))
+    }
+    #[inline(always)]
+    unsafe fn dzero() -> Self::D {
+        [0; W]
+    }
+    #[inline(always)]
+    unsafe fn dot(d: Self::D, a: Self::U, b: Self::U) -> Self::D {
+        let (a, b) = (a.map(u32::to_le_bytes), b.map(u32::to_le_bytes));
+        std::array::from_fn(|l| d[l] + (0..4).map(|i| a[l][i] as i32 * b[l][i] as i8 as i32).sum::<i32>())
+    }
+    #[inline(always)]
+    unsafe fn dot_i8(d: Self::D, a: Self::U, b: Self::U) -> Self::D {
+        let (a, b) = (a.map(u32::to_le_bytes), b.map(u32::to_le_bytes));
+        std::array::from_fn(|l| d[l] + (0..4).map(|i| a[l][i] as i8 as i32 * b[l][i] as i8 as i32).sum::<i32>())
+    }
+    #[inline(always)]
+    unsafe fn settle(d: Self::D) -> Self::D {
+        d
+    }
+    #[inline(always)]
+    unsafe fn dcvt(d: Self::D, sub: i32) -> Self::V {
+        d.map(|s| (s - sub) as f32)
+    }
 }

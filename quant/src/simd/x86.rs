@@ -199,13 +199,94 @@ impl Isa for Avx512 {
     unsafe fn prefetch(p: *const u8) {
         _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
     }
+
+    // The integer operations also need AVX-512 VNNI (`vpdpbusd`) and VBMI (`vpermb`,
+    // `vpmultishiftqb`): only code compiled with them calls these (`Path::vnni`).
+    const I8_BIAS: i32 = 128;
+    type D = __m512i;
+    #[inline(always)]
+    unsafe fn splat_u(x: u32) -> __m512i {
+        _mm512_set1_epi32(x as i32)
+    }
+    #[inline(always)]
+    unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
+        _mm512_or_si512(a, b)
+    }
+    #[inline(always)]
+    unsafe fn fields(q: __m512i, at: [u32; 4], mask: u32) -> __m512i {
+        // One control byte per result byte, the offsets of the 64-bit lane's upper half
+        // 32 further.
+        let a = at.map(|a| a as u8);
+        let ctrl = i64::from_le_bytes([a[0], a[1], a[2], a[3], a[0] + 32, a[1] + 32, a[2] + 32, a[3] + 32]);
+        _mm512_and_si512(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(ctrl), q), _mm512_set1_epi32(mask as i32))
+    }
+    #[inline(always)]
+    unsafe fn ld_t4(p: *const u8) -> __m512i {
+        // Byte `4 l + i` of the result is byte `16 i + l` of the 64 loaded.
+        static IDX: [u8; 64] = {
+            let mut idx = [0u8; 64];
+            let mut b = 0;
+            while b < 64 {
+                idx[b] = (16 * (b % 4) + b / 4) as u8;
+                b += 1;
+            }
+            idx
+        };
+        _mm512_permutexvar_epi8(_mm512_loadu_si512(IDX.as_ptr() as *const _), _mm512_loadu_si512(p as *const _))
+    }
+    #[inline(always)]
+    unsafe fn dzero() -> __m512i {
+        _mm512_setzero_si512()
+    }
+    #[inline(always)]
+    unsafe fn dot(d: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        _mm512_dpbusd_epi32(d, a, b)
+    }
+    #[inline(always)]
+    unsafe fn dot_i8(d: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        // a + 128 (I8_BIAS): unsigned bytes for vpdpbusd.
+        _mm512_dpbusd_epi32(d, _mm512_xor_si512(a, _mm512_set1_epi8(-128)), b)
+    }
+    #[inline(always)]
+    unsafe fn settle(d: __m512i) -> __m512i {
+        d
+    }
+    #[inline(always)]
+    unsafe fn dcvt(d: __m512i, sub: i32) -> __m512 {
+        _mm512_cvtepi32_ps(_mm512_sub_epi32(d, _mm512_set1_epi32(sub)))
+    }
 }
 
-/// AVX2 + FMA + F16C: two ymm registers, lanes `0..8` and `8..16`.
+/// AVX2 + FMA + F16C: two ymm registers, lanes `0..8` and `8..16`. `VNNI`: the integer
+/// dot products are AVX-VNNI's `vpdpbusd` (code compiled with `avxvnni`, `Path::vnni`),
+/// else `vpmaddubsw` pair sums in 16 bits, widened by `vpmaddwd` at each settle.
 #[derive(Clone, Copy)]
-pub struct Avx2;
+pub struct Avx2<const VNNI: bool = false>;
 
-impl Isa for Avx2 {
+/// Bytes at bits `at[i]` of each lane to byte `i`, masked ([`Isa::fields`]): per byte one
+/// shift that lands the field on it, then the mask. Written out byte by byte, not as a
+/// loop: after inlining `at` and `mask` are constants, and each byte then folds to an
+/// immediate shift and an `and`, or to nothing (a loop LLVM left rolled kept the shift
+/// counts and the tests as run-time work: Q6_K 4x slower).
+#[inline(always)]
+unsafe fn fields8(q: __m256i, at: [u32; 4], mask: u32) -> __m256i {
+    #[inline(always)]
+    unsafe fn byte(q: __m256i, at: u32, i: u32, mask: u32) -> __m256i {
+        let m = mask & (0xFF << (8 * i));
+        let s = at as i32 - 8 * i as i32;
+        if m == 0 {
+            _mm256_setzero_si256()
+        } else if s >= 0 {
+            _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(s)), _mm256_set1_epi32(m as i32))
+        } else {
+            _mm256_and_si256(_mm256_sll_epi32(q, _mm_cvtsi32_si128(-s)), _mm256_set1_epi32(m as i32))
+        }
+    }
+    let lo = _mm256_or_si256(byte(q, at[0], 0, mask), byte(q, at[1], 1, mask));
+    _mm256_or_si256(lo, _mm256_or_si256(byte(q, at[2], 2, mask), byte(q, at[3], 3, mask)))
+}
+
+impl<const VNNI: bool> Isa for Avx2<VNNI> {
     type V = (__m256, __m256);
     type U = (__m256i, __m256i);
     type T = (__m256, __m256);
@@ -383,5 +464,82 @@ impl Isa for Avx2 {
     #[inline(always)]
     unsafe fn prefetch(p: *const u8) {
         _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+    }
+
+    const I8_BIAS: i32 = if VNNI { 128 } else { 0 };
+    /// The 16-bit pair sums (unused with VNNI), then the 32-bit sums.
+    type D = (Self::U, Self::U);
+    #[inline(always)]
+    unsafe fn splat_u(x: u32) -> Self::U {
+        let v = _mm256_set1_epi32(x as i32);
+        (v, v)
+    }
+    #[inline(always)]
+    unsafe fn or(a: Self::U, b: Self::U) -> Self::U {
+        (_mm256_or_si256(a.0, b.0), _mm256_or_si256(a.1, b.1))
+    }
+    #[inline(always)]
+    unsafe fn fields(q: Self::U, at: [u32; 4], mask: u32) -> Self::U {
+        (fields8(q.0, at, mask), fields8(q.1, at, mask))
+    }
+    #[inline(always)]
+    unsafe fn ld_t4(p: *const u8) -> Self::U {
+        // Rows of 16 bytes: interleave bytes of rows 0, 1 and of 2, 3, then their 16-bit
+        // pairs, lanes 0..8 from the rows' low halves and 8..16 from the high ones.
+        let k = p as *const __m128i;
+        let (k0, k1, k2, k3) =
+            (_mm_loadu_si128(k), _mm_loadu_si128(k.add(1)), _mm_loadu_si128(k.add(2)), _mm_loadu_si128(k.add(3)));
+        let (lo01, lo23) = (_mm_unpacklo_epi8(k0, k1), _mm_unpacklo_epi8(k2, k3));
+        let (hi01, hi23) = (_mm_unpackhi_epi8(k0, k1), _mm_unpackhi_epi8(k2, k3));
+        (
+            _mm256_set_m128i(_mm_unpackhi_epi16(lo01, lo23), _mm_unpacklo_epi16(lo01, lo23)),
+            _mm256_set_m128i(_mm_unpackhi_epi16(hi01, hi23), _mm_unpacklo_epi16(hi01, hi23)),
+        )
+    }
+    #[inline(always)]
+    unsafe fn dzero() -> Self::D {
+        let z = _mm256_setzero_si256();
+        ((z, z), (z, z))
+    }
+    #[inline(always)]
+    unsafe fn dot(d: Self::D, a: Self::U, b: Self::U) -> Self::D {
+        let ((p0, p1), (s0, s1)) = d;
+        if VNNI {
+            ((p0, p1), (_mm256_dpbusd_avx_epi32(s0, a.0, b.0), _mm256_dpbusd_avx_epi32(s1, a.1, b.1)))
+        } else {
+            let p = (
+                _mm256_add_epi16(p0, _mm256_maddubs_epi16(a.0, b.0)),
+                _mm256_add_epi16(p1, _mm256_maddubs_epi16(a.1, b.1)),
+            );
+            (p, (s0, s1))
+        }
+    }
+    #[inline(always)]
+    unsafe fn dot_i8(d: Self::D, a: Self::U, b: Self::U) -> Self::D {
+        if VNNI {
+            // a + 128 (I8_BIAS): unsigned bytes for vpdpbusd.
+            let m = _mm256_set1_epi8(-128);
+            Self::dot(d, (_mm256_xor_si256(a.0, m), _mm256_xor_si256(a.1, m)), b)
+        } else {
+            // |a| times b with a's sign: Σ a b itself.
+            let abs = (_mm256_abs_epi8(a.0), _mm256_abs_epi8(a.1));
+            Self::dot(d, abs, (_mm256_sign_epi8(b.0, a.0), _mm256_sign_epi8(b.1, a.1)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn settle(d: Self::D) -> Self::D {
+        if VNNI {
+            return d;
+        }
+        let ((p0, p1), (s0, s1)) = d;
+        let one = _mm256_set1_epi16(1);
+        let z = _mm256_setzero_si256();
+        ((z, z), (_mm256_add_epi32(s0, _mm256_madd_epi16(p0, one)), _mm256_add_epi32(s1, _mm256_madd_epi16(p1, one))))
+    }
+    #[inline(always)]
+    unsafe fn dcvt(d: Self::D, sub: i32) -> Self::V {
+        let (_, (s0, s1)) = Self::settle(d);
+        let sub = _mm256_set1_epi32(sub);
+        (_mm256_cvtepi32_ps(_mm256_sub_epi32(s0, sub)), _mm256_cvtepi32_ps(_mm256_sub_epi32(s1, sub)))
     }
 }
