@@ -5,14 +5,16 @@
 //! snapshot, and under preemption; speculation, which would need the state rolled back
 //! past rejected drafts, is refused by name.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use support::{collect, sampled as req};
 use tl_arch_qwen3_5 as _;
-use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
-use tl_engine::{Engine, EngineError, EngineOptions, Event, Request, Speculation, UnboundedReceiver, Usage};
-use tl_kv as _;
+use tl_core::{EngineConfig, KvConfig, ModelRunner, Tokenizer};
+use tl_engine::{Engine, EngineError, EngineOptions, Request, Speculation, Usage};
 
 const B: usize = 4;
 
@@ -45,33 +47,6 @@ fn engine_snapshots(model: &Path, kv: &str, n_blocks: u32, snapshot_tokens: usiz
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
     let opts = EngineOptions { max_queue: 64, speculate: None, ..Default::default() };
     Engine::start(runner, tok, opts).expect("start")
-}
-
-/// (token ids, logprob bits) and usage.
-fn collect(mut rx: UnboundedReceiver<Event>) -> (Vec<(u32, u64)>, Usage) {
-    let mut out = Vec::new();
-    loop {
-        match rx.blocking_recv().expect("engine hung up before Done") {
-            Event::Token { token, .. } => out.push((token.id, token.logprob.to_bits())),
-            Event::Done { usage, .. } => return (out, usage),
-            Event::Error(e) => panic!("sequence failed: {e}"),
-        }
-    }
-}
-
-fn req(prompt: Vec<u32>, seed: u64, max_tokens: usize) -> Request {
-    Request {
-        prompt,
-        params: SamplingParams { temperature: 0.9, top_k: 40, ..SamplingParams::default() },
-        seed,
-        choice: 0,
-        max_tokens,
-        stop: vec![],
-        logprobs: Some(2),
-        grammar: None,
-        logit_bias: vec![],
-        speculate: None,
-    }
 }
 
 /// Eight prompts of 70 to 105 tokens (byte ids), each with `gen` tokens to generate.

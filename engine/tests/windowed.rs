@@ -3,15 +3,18 @@
 //! same pool bytes run more sequences at once, and the answers keep their bits alone,
 //! together, after a prefix hit longer than the window and under preemption.
 
+mod support;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use support::{collect, sampled as req};
 use tl_arch_gemma3 as _;
-use tl_core::{EngineConfig, KvBackend, KvConfig, ModelRunner, SamplingParams, Tokenizer, NO_BLOCK};
-use tl_engine::{Engine, EngineOptions, Event, Observer, Request, StepFigures, UnboundedReceiver, Usage};
+use tl_core::{EngineConfig, KvBackend, KvConfig, ModelRunner, Tokenizer, NO_BLOCK};
+use tl_engine::{Engine, EngineOptions, Observer, Request, StepFigures, Usage};
 use tl_kv::KvPool;
 
 /// The fixture's window.
@@ -92,33 +95,6 @@ fn engine(model: &Path, kv: &str, n_blocks: u32, observer: Option<Arc<dyn Observ
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
     let opts = EngineOptions { max_queue: 64, observer, speculate: None, ..Default::default() };
     (Engine::start(runner, tok, opts).expect("start"), bytes)
-}
-
-/// (token ids, logprob bits) and usage.
-fn collect(mut rx: UnboundedReceiver<Event>) -> (Vec<(u32, u64)>, Usage) {
-    let mut out = Vec::new();
-    loop {
-        match rx.blocking_recv().expect("engine hung up before Done") {
-            Event::Token { token, .. } => out.push((token.id, token.logprob.to_bits())),
-            Event::Done { usage, .. } => return (out, usage),
-            Event::Error(e) => panic!("sequence failed: {e}"),
-        }
-    }
-}
-
-fn req(prompt: Vec<u32>, seed: u64, max_tokens: usize) -> Request {
-    Request {
-        prompt,
-        params: SamplingParams { temperature: 0.9, top_k: 40, ..SamplingParams::default() },
-        seed,
-        choice: 0,
-        max_tokens,
-        stop: vec![],
-        logprobs: Some(2),
-        grammar: None,
-        logit_bias: vec![],
-        speculate: None,
-    }
 }
 
 /// Eight prompts of 100 tokens (byte ids), each with 12 tokens to generate.

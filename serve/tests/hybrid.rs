@@ -30,8 +30,9 @@ fn target() -> Value {
 }
 
 fn neighbour(i: usize) -> Value {
+    let temperature = [0.0, 0.7, 1.0, 1.3][i % 4];
     let mut b = json!({"model": "tiny-qwen3_5", "prompt": format!("{PREFIX}{}", "Why? ".repeat(1 + i % 4)),
-                       "seed": 100 + i, "temperature": [0.0, 0.7, 1.0, 1.3][i % 4], "max_tokens": 20 + i % 7});
+                       "seed": 100 + i, "temperature": temperature, "max_tokens": 20 + i % 7});
     if i % 3 == 1 {
         b["stream"] = json!(true);
     }

@@ -44,3 +44,33 @@ pub fn smollm2() -> Option<PathBuf> {
     );
     None
 }
+
+/// A sequence's answer as the engine streams it: (token ids, logprob bits), and its usage;
+/// a failed sequence panics with its error.
+pub fn collect(mut rx: tl_engine::UnboundedReceiver<tl_engine::Event>) -> (Vec<(u32, u64)>, tl_engine::Usage) {
+    use tl_engine::Event;
+    let mut out = Vec::new();
+    loop {
+        match rx.blocking_recv().expect("engine hung up before Done") {
+            Event::Token { token, .. } => out.push((token.id, token.logprob.to_bits())),
+            Event::Done { usage, .. } => return (out, usage),
+            Event::Error(e) => panic!("sequence failed: {e}"),
+        }
+    }
+}
+
+/// A sampled request (temperature 0.9, top 40, two logprobs) of `prompt`.
+pub fn sampled(prompt: Vec<u32>, seed: u64, max_tokens: usize) -> tl_engine::Request {
+    tl_engine::Request {
+        prompt,
+        params: tl_core::SamplingParams { temperature: 0.9, top_k: 40, ..Default::default() },
+        seed,
+        choice: 0,
+        max_tokens,
+        stop: vec![],
+        logprobs: Some(2),
+        grammar: None,
+        logit_bias: vec![],
+        speculate: None,
+    }
+}
