@@ -118,7 +118,7 @@ fn rotary_dim(json: &Value, head_dim: usize) -> Result<usize, ConfigError> {
     };
     // transformers: `int(head_dim * partial_rotary_factor)`.
     let dim = (head_dim as f64 * factor) as usize;
-    if dim < 2 || dim % 2 != 0 {
+    if dim < 2 || !dim.is_multiple_of(2) {
         let v = v.cloned().unwrap_or(Value::Null);
         return Err(invalid(name, &v, &format!("rotates {dim} of {head_dim} values: need an even count >= 2")));
     }

@@ -264,7 +264,7 @@ impl KvLayout {
         // A state entry gets a slot on every `snapshot_every`-th row and on the range's
         // last row (where the step that needs this range ends); the others stay NO_BLOCK.
         let last = entries.div_ceil(g) - 1;
-        let wanted = |e: usize| is_slot(e) && ((e / g + 1) % self.snapshot_every == 0 || e / g == last);
+        let wanted = |e: usize| is_slot(e) && ((e / g + 1).is_multiple_of(self.snapshot_every) || e / g == last);
         let n_slots = (have..entries).filter(|&e| wanted(e)).count();
         let n_holes = (have..entries).filter(|&e| is_slot(e) && !wanted(e)).count();
         let pages = pool.alloc(entries - have - n_slots - n_holes)?;

@@ -46,7 +46,7 @@ impl Sequence {
             (0..n).any(|k| (self.layout.first_live_row(k, len, b)..rows).any(|r| self.blocks[r * n + k] == NO_BLOCK));
         // A recurrent state is kept only at block boundaries (kv.md): a cut inside a row
         // has no state to resume from.
-        let mid_row = self.layout.state_column().is_some() && len % b != 0;
+        let mid_row = self.layout.state_column().is_some() && !len.is_multiple_of(b);
         let len = if gone || mid_row { 0 } else { len };
         self.tokens.truncate(len);
         let keep = len.div_ceil(b);

@@ -95,9 +95,10 @@ pub use stack::{Ends, Stack, StackParts};
 pub mod kernels {
     pub use crate::attention::{attend_one, attend_span, attend_span_sinks, attend_tile, Span, MAX_TILE};
     pub use crate::attn_kernel::{MAX_G, MAX_ROWS};
+    pub use crate::delta::{conv_row, delta_step, l2norm_row, silu_mul};
     pub use crate::kv_rows::{narrow_f16, widen};
     pub use crate::lanes::{exp16, Path};
-    pub use crate::rowops::{clamped_swiglu_row, gelu_tanh_row, rms_norm_row, swiglu_row};
+    pub use crate::rowops::{clamped_swiglu_row, gelu_tanh_row, rms_norm_row, sigmoid_gate_row, swiglu_row};
 }
 
 /// The KV block geometry of a decoder config, for blocks of `block_tokens` positions.
