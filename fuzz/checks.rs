@@ -8,7 +8,8 @@
 use std::path::Path;
 
 use tl_core::{ChatTemplate, Gguf, Message, SafeTensors, WeightStore};
-use tl_kv::{fnv1a64, KvGeometry, KvPool, TRAILER_BYTES};
+use tl_core::{KvBackend, StateGeometry, NO_BLOCK};
+use tl_kv::{fnv1a64, HybridPool, KvGeometry, KvPool, TRAILER_BYTES};
 use tl_quant::{Format, Linear};
 use tl_serve::api::{content_text, Body};
 
@@ -92,6 +93,19 @@ pub fn kv_import(data: &[u8]) {
     } else {
         KvPool::q8(geometry, 4, sel & 8 == 0).expect("q8 pool")
     };
+    if sel & 16 != 0 {
+        // A hybrid pool (version 3: pages, state slots and holes; selector bit 4).
+        let state = StateGeometry { n_layers: 1, floats: 2 };
+        let mut pool = HybridPool::new(pool, state, 2).expect("hybrid pool");
+        match pool.import(&buf) {
+            Ok(ids) => {
+                let taken = ids.iter().filter(|&&id| id != NO_BLOCK).count();
+                assert_eq!(pool.n_in_use() + 2 - pool.n_free_slots(), taken);
+            }
+            Err(_) => assert_eq!((pool.n_free(), pool.n_free_slots()), (4, 2), "a failed import took a block"),
+        }
+        return;
+    }
     match pool.import(&buf) {
         Ok(ids) => assert_eq!(pool.n_in_use(), ids.len()),
         Err(_) => assert_eq!(pool.n_free(), 4, "a failed import took a block"),

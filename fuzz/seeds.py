@@ -174,6 +174,11 @@ env2 += struct.pack("<4b2H", -5, 6, 0, 64, 0x0001, 0x7BFF)
 put("kv_import", "q8-one-block", b"\x04" + env2 + struct.pack("<Q", fnv(env2)))
 put("kv_import", "q8-one-block-fixup", b"\x05" + env2 + bytes(8))
 put("kv_import", "q8-into-f16-pool", b"\x00" + env2 + struct.pack("<Q", fnv(env2)))
+# Version 3 (hybrid pools, selector bit 4): docs/formats/kv-block.md's golden envelope.
+env3 = bytes.fromhex(os.popen(f"python3 {ROOT}/scripts/reference/kv_envelope_v3.py").read().strip())
+put("kv_import", "v3-hybrid", b"\x10" + env3)
+put("kv_import", "v3-hybrid-fixup", b"\x11" + env3[:-8] + bytes(8))
+put("kv_import", "v3-into-plain-pool", b"\x00" + env3)
 
 # Chat templates: the real ones the tests render, with a message after a NUL.
 for name, src in json.loads(read(os.path.join(ROOT, "core/tests/data/chat_templates.json")))["templates"].items():

@@ -67,12 +67,26 @@ impl Sequence {
     /// Every token's K/V as one KV envelope (docs/formats/kv-block.md), in block-table
     /// order: what [`ModelRunner::resume`] takes back (`chat --session`). Refused once a
     /// windowed page was given back: that K/V is gone, a resume could not rebuild it.
+    /// A hybrid model's table has holes in its state column (rows without a snapshot):
+    /// they travel as holes (envelope version 3); the last row's slot, the state a resume
+    /// runs on from, must be there.
     pub fn export(&self) -> Result<Vec<u8>, RunnerError> {
-        if self.blocks.contains(&NO_BLOCK) {
-            return Err(RunnerError::Other("the sequence gave windowed KV pages back; its KV is not all there".into()));
+        if let Some(i) = (0..self.blocks.len()).find(|&i| self.blocks[i] == NO_BLOCK && !self.may_be_empty(i)) {
+            return Err(RunnerError::Other(format!(
+                "the sequence gave KV entry {i} back (a windowed page); its KV is not all there"
+            )));
         }
         let pool = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
         Ok(pool.export(&self.blocks)?)
+    }
+}
+
+impl Sequence {
+    /// Whether table entry `i` may be [`NO_BLOCK`] in a whole sequence: a state-column
+    /// entry of a row before the last (a row without a snapshot).
+    fn may_be_empty(&self, i: usize) -> bool {
+        let n = self.layout.n_groups();
+        Some(i % n) == self.layout.state_column() && i / n + 1 < self.blocks.len() / n
     }
 }
 
@@ -122,6 +136,12 @@ impl ModelRunner {
             let pool = self.pool();
             let pool = pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
             for (i, &id) in seq.blocks.iter().enumerate() {
+                if id == NO_BLOCK {
+                    if seq.may_be_empty(i) {
+                        continue;
+                    }
+                    return Err(RunnerError::Other(format!("saved KV entry {i} is empty; {len} tokens need it")));
+                }
                 let want = (len - (i / n) * b).min(b) as u32;
                 let fill = pool.fill(id)?;
                 if fill != want {

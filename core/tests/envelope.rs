@@ -69,7 +69,7 @@ fn first_cuts_to_a_valid_envelope_of_the_leading_records() {
     let buf = three(KvElem::Q8);
     let env = Envelope::read(&buf).unwrap();
     for n in 0..=3 {
-        let cut = env.first(n);
+        let cut = env.first(n).unwrap();
         let e = Envelope::read(&cut).unwrap_or_else(|e| panic!("first({n}): {e}"));
         assert_eq!(e.header().n_blocks, n);
         for (a, b) in e.records().zip(env.records()) {

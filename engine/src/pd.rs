@@ -358,7 +358,7 @@ impl Engine {
         let buf = if n == want {
             envelope
         } else {
-            cut = env.first(want);
+            cut = env.first(want)?;
             &cut[..]
         };
         let mut g = self.pool.lock().map_err(|_| poisoned())?;

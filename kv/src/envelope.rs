@@ -4,7 +4,7 @@
 //! checksum live in core.
 
 use tl_core::envelope::{Envelope, EnvelopeWriter, Record};
-use tl_core::{KvElem, KvError};
+use tl_core::{KvElem, KvError, KvGeometry};
 
 use crate::pool::KvPool;
 
@@ -62,10 +62,16 @@ impl KvPool {
     /// Serialize blocks in use (fill, hash if registered, K and V of every layer) into a
     /// self-describing envelope. Ids may repeat; every id must be in use.
     pub fn export(&self, ids: &[u32]) -> Result<Vec<u8>, KvError> {
+        let mut w = EnvelopeWriter::new(self.elem, self.geometry, ids.len())?;
+        self.write_records(&mut w, ids)?;
+        w.finish()
+    }
+
+    /// Append a record per id (each in use) to `w`.
+    pub(crate) fn write_records(&self, w: &mut EnvelopeWriter, ids: &[u32]) -> Result<(), KvError> {
         for &id in ids {
             self.used(id)?;
         }
-        let mut w = EnvelopeWriter::new(self.elem, self.geometry, ids.len())?;
         for &id in ids {
             let b = &self.blocks[id as usize];
             let out = w.record(b.fill, b.hash);
@@ -75,7 +81,7 @@ impl KvPool {
                 }
             }
         }
-        w.finish()
+        Ok(())
     }
 
     /// Allocate fresh blocks and fill them from an envelope; returns their ids in
@@ -88,8 +94,13 @@ impl KvPool {
     /// back unregistered.
     pub fn import(&mut self, buf: &[u8]) -> Result<Vec<u32>, KvError> {
         let env = Envelope::parse(buf, self.elem, self.geometry)?;
+        self.import_records(&env)
+    }
+
+    /// [`KvPool::import`]'s work on an envelope already checked against this pool.
+    pub(crate) fn import_records(&mut self, env: &Envelope<'_>) -> Result<Vec<u32>, KvError> {
         let ids = self.alloc(env.header().n_blocks)?;
-        if let Err(e) = self.copy_in(&env, &ids) {
+        if let Err(e) = self.copy_in(env, &ids) {
             // A storage that refuses a write: give every block back, as if nothing was taken.
             for &id in &ids {
                 self.release(id)?;
@@ -98,14 +109,25 @@ impl KvPool {
         }
         for (rec, &id) in env.records().zip(&ids) {
             let Record { fill, hash, .. } = rec;
-            self.blocks[id as usize].fill = fill;
-            if let Some(h) = hash {
-                if self.prefix_cache && !self.index.contains_key(&h) {
-                    self.index.insert(h, id);
-                    self.blocks[id as usize].hash = Some(h);
-                }
-            }
+            self.restore(id, fill, hash);
         }
         Ok(ids)
+    }
+
+    /// Give a freshly imported block `id` its exported fill, and its hash when prefix
+    /// caching is on and no other block holds that hash.
+    pub(crate) fn restore(&mut self, id: u32, fill: u32, hash: Option<u64>) {
+        self.blocks[id as usize].fill = fill;
+        if let Some(h) = hash {
+            if self.prefix_cache && !self.index.contains_key(&h) {
+                self.index.insert(h, id);
+                self.blocks[id as usize].hash = Some(h);
+            }
+        }
+    }
+
+    /// The geometry and element type its envelopes carry.
+    pub(crate) fn envelope_kind(&self) -> (KvElem, KvGeometry) {
+        (self.elem, self.geometry)
     }
 }

@@ -8,7 +8,8 @@
 //! (retain, release, fill, register, lookup) serves both without the caller knowing
 //! which it holds; only allocation says which kind it wants.
 
-use tl_core::{KvBackend, KvElem, KvError, KvGeometry, KvSlabs, KvSpec, Q8Slab, Q8SlabMut, StateGeometry};
+use tl_core::envelope::{Entry, Envelope, EnvelopeWriter};
+use tl_core::{KvBackend, KvElem, KvError, KvGeometry, KvSlabs, KvSpec, Q8Slab, Q8SlabMut, StateGeometry, NO_BLOCK};
 
 use crate::pool::KvPool;
 
@@ -188,14 +189,84 @@ impl KvBackend for HybridPool {
         self.pages.n_in_use()
     }
     fn export(&self, ids: &[u32]) -> Result<Vec<u8>, KvError> {
-        if let Some(&id) = ids.iter().find(|&&id| self.slot(id).is_some()) {
-            // Envelope version 3 (kv.md) is specified, not built yet: refuse rather than
-            // hand over a sequence without its state.
-            return Err(KvError::Backend(format!("KV export: {id} is a recurrent-state slot (envelope v3 not built)")));
-        }
-        self.pages.export(ids)
+        self.export_v3(ids)
     }
     fn import(&mut self, buf: &[u8]) -> Result<Vec<u32>, KvError> {
-        self.pages.import(buf)
+        self.import_v3(buf)
+    }
+}
+
+impl HybridPool {
+    /// A version 3 envelope of `ids` (a block table's entries: pages, slots and
+    /// [`NO_BLOCK`] holes, in any order): the pages as records, the slots and holes in the
+    /// state section at their places (docs/formats/kv-block.md, "Version 3").
+    fn export_v3(&self, ids: &[u32]) -> Result<Vec<u8>, KvError> {
+        let (mut pages, mut slots, mut holes) = (Vec::new(), Vec::new(), Vec::new());
+        for (at, &id) in ids.iter().enumerate() {
+            let at =
+                u32::try_from(at).map_err(|_| KvError::Overflow { what: format!("export of {} ids", ids.len()) })?;
+            match (id, self.slot(id)) {
+                (NO_BLOCK, _) => holes.push(at),
+                (_, Some(_)) => {
+                    self.range(id, 0)?; // in use
+                    slots.push((at, id));
+                }
+                (_, None) => pages.push(id),
+            }
+        }
+        let (elem, g) = self.pages.envelope_kind();
+        let mut w = EnvelopeWriter::with_state(elem, g, pages.len(), (self.geometry, slots.len(), &holes))?;
+        self.pages.write_records(&mut w, &pages)?;
+        let f = self.geometry.floats as usize;
+        for (at, id) in slots {
+            let s = self.slot(id).ok_or(KvError::BadSlot { id })?;
+            let start = s as usize * self.geometry.n_layers as usize * f;
+            let values = &self.values[start..start + self.geometry.n_layers as usize * f];
+            let out = w.slot(self.slots.fill(s)?, self.slots.blocks[s as usize].hash, at);
+            for v in values {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        w.finish()
+    }
+
+    /// Import a version 3 envelope of this pool's geometries: pages and slots allocated all
+    /// or nothing, the ids returned in the exported list's order with [`NO_BLOCK`] at its
+    /// holes. Each slot's values come back with the same bits.
+    fn import_v3(&mut self, buf: &[u8]) -> Result<Vec<u32>, KvError> {
+        let (elem, g) = self.pages.envelope_kind();
+        let env = Envelope::parse_pool(buf, elem, g, Some(self.geometry))?;
+        let Some(state) = env.state() else {
+            return Err(KvError::Backend("KV import: a version 3 envelope without its state section".into()));
+        };
+        if self.n_free_slots() < state.n_slots() {
+            return Err(KvError::OutOfBlocks { requested: state.n_slots(), available: self.n_free_slots() });
+        }
+        let pages = self.pages.import_records(&env)?;
+        let slots = match self.slots.alloc(state.n_slots()) {
+            Ok(s) => s,
+            Err(e) => {
+                tl_core::release_all(&mut self.pages, pages)?;
+                return Err(e);
+            }
+        };
+        let (base, f) = (self.pages.n_blocks(), self.geometry.slot_floats().unwrap_or(0));
+        for (j, &s) in slots.iter().enumerate() {
+            let rec = state.slot(j);
+            let dst = &mut self.values[s as usize * f..(s as usize + 1) * f];
+            for (d, b) in dst.iter_mut().zip(rec.values.chunks_exact(4)) {
+                *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+            self.slots.restore(s, rec.fill, rec.hash);
+        }
+        Ok(env
+            .entries()
+            .into_iter()
+            .map(|e| match e {
+                Entry::Page(i) => pages[i],
+                Entry::Slot(j) => slots[j] + base,
+                Entry::Hole => NO_BLOCK,
+            })
+            .collect())
     }
 }

@@ -26,7 +26,8 @@ pub use hybrid::HybridPool;
 pub use pool::{n_blocks_for_budget, BlockState, F16Slabs, KvPool, DTYPE_F16, DTYPE_Q8, FORMAT_F16_SLAB};
 pub use q8::{Q8Slabs, Q8_BACKEND_NAME};
 pub use tl_core::envelope::{
-    ENVELOPE_MAGIC, ENVELOPE_VERSION, ENVELOPE_VERSION_2, HEADER_BYTES, RECORD_HEADER_BYTES, TRAILER_BYTES,
+    ENVELOPE_MAGIC, ENVELOPE_VERSION, ENVELOPE_VERSION_2, ENVELOPE_VERSION_3, HEADER_BYTES, RECORD_HEADER_BYTES,
+    TRAILER_BYTES,
 };
 pub use tl_core::{block_hash, fnv1a64, group_hash};
 pub use tl_core::{KvElem, KvError, KvGeometry, KvSlabs, KvSpec};

@@ -111,7 +111,9 @@ fn pools_refuse_the_other_element_type_and_corrupt_q8_envelopes() {
     // A version that does not carry the element type, each way.
     refused(&mut q8, &edited(&q8_env, 8, &ENVELOPE_VERSION.to_le_bytes()), "version 1 does not carry q8");
     refused(&mut f16, &edited(&f16_env, 8, &ENVELOPE_VERSION_2.to_le_bytes()), "version 2 does not carry f16");
-    refused(&mut q8, &edited(&q8_env, 8, &3u32.to_le_bytes()), "unsupported version 3");
+    refused(&mut q8, &edited(&q8_env, 8, &4u32.to_le_bytes()), "unsupported version 4");
+    // Version 3 carries recurrent state (a hybrid pool's): a pool without state refuses it.
+    refused(&mut q8, &edited(&q8_env, 8, &3u32.to_le_bytes()), "version 3 carries recurrent state");
     refused(&mut q8, &edited(&q8_env, 12, &9u32.to_le_bytes()), "dtype 9 (unknown)");
     // A code no quantizer writes, correctly sealed.
     refused(&mut q8, &edited(&q8_env, 56 + 3, &[0x80]), "-128");
