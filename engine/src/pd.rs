@@ -13,6 +13,13 @@
 //! through the forward here, and its logits are the ones the sampler draws from first.
 //! Because the forward is chunk-invariant bit for bit, that is the same answer as a
 //! whole prefill on one server (the scheduler's prefix-cache path relies on the same).
+//!
+//! A hybrid model (docs/spec/kv.md, "Recurrent state beside the pages") keeps its state
+//! only at block boundaries, so its decode side starts from the last whole block row
+//! before the prompt's last position, `(len - 1) / B` rows, whose state slot the lease
+//! carries (registered under its group hash, checked like a page), and computes the
+//! under-`B` positions after it itself. Its prefill ends a step at that boundary
+//! (scheduler.rs) so the slot is there.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,7 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
-use tl_core::SharedPool;
+use tl_core::envelope::Entry;
+use tl_core::{SharedPool, NO_BLOCK};
 
 use crate::error::EngineError;
 use crate::request::{Event, Request};
@@ -139,6 +147,8 @@ pub struct Preload {
     block_tokens: usize,
     /// Pages per block (the KV layer groups): `blocks` holds rows of this many.
     groups: usize,
+    /// The state column of a hybrid model's rows.
+    state: Option<usize>,
 }
 
 impl Preload {
@@ -153,9 +163,12 @@ impl Preload {
     }
 
     /// Blocks (pages: one per layer group and `B` positions) a prompt of `len` tokens
-    /// needs for its first `len - 1` positions.
+    /// needs for its first `len - 1` positions; for a hybrid model, the table entries of
+    /// its whole rows before position `len - 1` (the state is kept at row ends only).
     pub fn needed(&self, len: usize) -> usize {
-        len.saturating_sub(1).div_ceil(self.block_tokens) * self.groups
+        let upto = len.saturating_sub(1);
+        let rows = if self.state.is_some() { upto / self.block_tokens } else { upto.div_ceil(self.block_tokens) };
+        rows * self.groups
     }
 }
 
@@ -292,20 +305,29 @@ impl Engine {
             local: 0,
             block_tokens: b,
             groups: self.info.kv_groups.max(1),
+            // The state column is a row's last entry (kv.md).
+            state: self.info.recurrent.then(|| self.info.kv_groups.max(1) - 1),
         };
         let usable = prompt.len().saturating_sub(1);
         let hashes = chain(&prompt[..usable], b);
         let mut g = self.pool.lock().map_err(|_| poisoned())?;
         // Whole blocks only: every group's page (a windowed page given back or evicted
         // ends the local part; the import brings the rest).
-        for h in hashes {
+        for h in hashes.into_iter().take(p.needed(prompt.len()) / p.groups) {
             let row: Vec<Option<u32>> = (0..p.groups).map(|j| g.lookup(tl_core::group_hash(h, j))).collect();
-            if row.iter().all(Option::is_some) {
-                p.blocks.extend(row.into_iter().flatten());
+            // A hybrid's state slot is kept on some rows only: a row without one is a hole.
+            if row.iter().enumerate().all(|(j, e)| e.is_some() || Some(j) == p.state) {
+                p.blocks.extend(row.into_iter().map(|e| e.unwrap_or(NO_BLOCK)));
             } else {
                 tl_core::release_all(g.as_mut(), row.into_iter().flatten())?;
                 break;
             }
+        }
+        // A hybrid resumes from its last local row's state: back to the last row that has it.
+        if let Some(k) = p.state {
+            let rows = (0..p.blocks.len() / p.groups).rev().find(|r| p.blocks[r * p.groups + k] != NO_BLOCK);
+            let keep = rows.map_or(0, |r| (r + 1) * p.groups);
+            tl_core::release_all(g.as_mut(), p.blocks.drain(keep..))?;
         }
         p.local = p.blocks.len();
         republish(&self.shared, g.as_ref());
@@ -323,16 +345,31 @@ impl Engine {
         let need = p.needed(prompt.len());
         let want = need.saturating_sub(first);
         let env = tl_core::Envelope::read(envelope)?;
-        let n = env.header().n_blocks;
+        let entries = env.entries();
+        let n = entries.len();
         if n < want {
             return Err(PdError::Mismatch { reason: format!("the envelope holds {n} blocks, {want} are needed") });
         }
         let hashes = chain(prompt, b);
         let usable = prompt.len() - 1;
-        for (j, rec) in env.records().take(want).enumerate() {
-            let (fill, hash) = (rec.fill, rec.hash);
-            // Record j is page `first + j`: group `% G` of block `/ G`.
+        for (j, &e) in entries.iter().take(want).enumerate() {
+            // Entry j is table entry `first + j`: group `% G` of block `/ G`.
             let (k, grp) = ((first + j) / p.groups, (first + j) % p.groups);
+            let state = Some(grp) == p.state;
+            let (fill, hash) = match (e, env.state()) {
+                (Entry::Page(i), _) if !state => (env.record(i).fill, env.record(i).hash),
+                (Entry::Slot(i), Some(s)) if state => (s.slot(i).fill, s.slot(i).hash),
+                // A row without a state snapshot, before the last: the decode resumes after it.
+                (Entry::Hole, _) if state && first + j + p.groups < need => continue,
+                (e, _) => {
+                    return Err(PdError::Mismatch {
+                        reason: format!(
+                            "block {k}: {e:?} where the table holds a {}",
+                            if state { "state slot" } else { "page" }
+                        ),
+                    })
+                }
+            };
             let upto = (usable - k * b).min(b); // positions of block k that must hold data
             let want = hashes.get(k).map(|&h| tl_core::group_hash(h, grp));
             match hash {
@@ -380,7 +417,8 @@ impl Engine {
             )));
         }
         let blocks = std::mem::take(&mut p.blocks);
-        let computed = req.prompt.len() - 1;
+        // Every position but the last; a hybrid's whole rows before it.
+        let computed = (req.prompt.len() - 1).min(blocks.len() / p.groups * p.block_tokens);
         let local = (p.local / p.groups * p.block_tokens).min(computed);
         let mut cell = Some(blocks);
         let r = self.submit_with(vec![req], |s| {

@@ -65,6 +65,20 @@ impl Limits {
             groups: runner.kv_layout().n_groups(),
         }
     }
+
+    /// Tokens the next step runs of `s` from position `computed` (`s.computed`, or what an
+    /// admission will set it to), `want` of them wanted (within the step's budget):
+    /// at most a prefill chunk, and a held (P/D) prefill of a hybrid model ends a step at
+    /// the last row boundary before its prompt's last position, so that row's state slot
+    /// holds what the decode server resumes from (pd.rs, kv.md).
+    pub(crate) fn take(&self, s: &Seq, computed: usize, want: usize) -> usize {
+        let take = want.min(self.prefill_chunk);
+        let edge = s.n_prompt.saturating_sub(1) / self.block_tokens * self.block_tokens;
+        match s.handoff.hold.is_some() && self.layout.state_column().is_some() && computed < edge {
+            true => take.min(edge - computed),
+            false => take,
+        }
+    }
 }
 
 pub(crate) struct Scheduler {
@@ -236,7 +250,7 @@ impl Scheduler {
         'seqs: while i < self.running.len() {
             let s = &mut self.running[i];
             let want = s.tokens.len() - s.computed;
-            s.take = want.min(budget).min(self.lim.prefill_chunk);
+            s.take = self.lim.take(s, s.computed, want.min(budget));
             if s.take == 0 {
                 i += 1;
                 continue;
@@ -319,11 +333,8 @@ impl Scheduler {
             // while the window's oldest go back), once the pool can hold the sequence's
             // `need` pages besides what the running ones will still take for theirs.
             let computed = if preloaded > 0 { s.computed } else { h * b + partial.as_ref().map_or(0, |p| p.1) };
-            let rows = if self.lim.layout.windowed() {
-                (computed + (len - computed).min(budget).min(self.lim.prefill_chunk)).div_ceil(b)
-            } else {
-                len.div_ceil(b)
-            };
+            let take = |s: &Seq| self.lim.take(s, computed, (len - computed).min(budget));
+            let rows = if self.lim.layout.windowed() { (computed + take(s)).div_ceil(b) } else { len.div_ceil(b) };
             let have = if preloaded > 0 { preloaded } else { hits.len() };
             let windowed = self.lim.layout.windowed();
             let held_by = |t: &[u32]| t.iter().filter(|&&id| id != NO_BLOCK).count();
@@ -376,7 +387,7 @@ impl Scheduler {
             self.shared.prefix_hit_tokens.fetch_add(hit, Ordering::Relaxed);
             s.blocks.extend(ids);
             s.preempted = false;
-            s.take = (len - s.computed).min(budget).min(self.lim.prefill_chunk);
+            s.take = self.lim.take(&s, s.computed, (len - s.computed).min(budget));
             budget -= s.take;
             let at = self.running.partition_point(|r| r.order < s.order);
             self.running.insert(at, s);

@@ -154,3 +154,44 @@ fn speculation_on_a_hybrid_model_is_refused_naming_the_field() {
         Ok(_) => panic!("speculation was accepted on a hybrid model"),
     }
 }
+
+/// P/D on a hybrid: the prefill engine's lease carries its pages, the state column's holes
+/// and the slot of the last whole row before the prompt's last position (its prefill ends a
+/// step at that row boundary); the decode engine imports them (envelope version 3), computes
+/// the under-`B` positions after that row itself, and answers with the bits of one engine.
+/// A second prompt extending the first finds rows and a state snapshot in the decode
+/// engine's own prefix cache.
+#[test]
+fn a_hybrid_pd_handoff_gives_the_single_engine_answer() {
+    for kv in ["f16-slab", "q8-slab"] {
+        // Sparse snapshots (every 64 positions) and steps of 23: the row-end slot the
+        // decode side needs is there because the held prefill stops at it.
+        let make = || engine_snapshots(&qwen35(), kv, 512, 64);
+        let (p, d, one) = (make(), make(), make());
+        let base: Vec<u32> = (0..90u32).map(|i| 2 + (i * 13) % 240).collect();
+        let mut local_seen = 0;
+        for len in [3usize, 9, 30, 61, 90] {
+            let prompt = &base[..len];
+            let r = |n| req(prompt.to_vec(), 5, n);
+            let want = one.submit(r(10)).map(collect).expect("submit").0;
+            let id = format!("lease-{len}");
+            collect(p.submit_held(r(1), id.clone(), Duration::from_secs(30)).expect("prefill"));
+            let mut pre = d.hold_prefix(prompt).expect("hold");
+            let need = pre.needed(len);
+            assert_eq!(need, (len - 1) / B * 2, "whole rows before the last position, two entries each");
+            let env = p.take_lease(&id, pre.n_blocks(), Some(need)).expect("fetch");
+            if need > pre.n_blocks() {
+                let v = tl_core::Envelope::read(&env).expect("envelope").header().version;
+                assert_eq!(v, 3, "a hybrid lease travels as envelope version 3");
+            }
+            d.import_into(&mut pre, prompt, &env).expect("import");
+            local_seen += pre.n_local();
+            let (got, usage) = collect(d.submit_preloaded(r(10), pre).expect("decode"));
+            assert_eq!(got, want, "{kv}, prompt of {len}: decode from imported KV and state differs");
+            assert_eq!(usage.cached_tokens, (len - 1) / B * B, "{kv}, prompt of {len}: whole rows preloaded");
+            settle(&d);
+        }
+        assert!(local_seen > 0, "{kv}: a longer prompt found rows and a snapshot in D's own prefix cache");
+        settle(&p);
+    }
+}
