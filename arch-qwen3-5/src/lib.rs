@@ -20,8 +20,8 @@
 //!
 //! Not yet: the multimodal checkpoints' nesting (`Qwen3_5ForConditionalGeneration`,
 //! `model_type = "qwen3_5"`, `text_config`, `model.language_model.*`: refused as an
-//! unknown model type), experts stacked as `experts.gate_up_proj` (the loader names the
-//! missing per-expert tensor) and the MTP head.
+//! unknown model type) and the MTP head. Experts may be one tensor each or stacked
+//! (`experts.gate_up_proj` `[E, 2I, d]`, `experts.down_proj`: [`stacked`]).
 //!
 //! Nothing names this crate from core: a binary or test that loads a Qwen3.5 writes
 //! `use tl_arch_qwen3_5 as _;` so the registrations are linked.
@@ -44,6 +44,7 @@ use tl_decoder::{
 };
 
 pub mod gguf;
+pub mod stacked;
 
 /// One layer's kind, from `layer_types`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,6 +232,9 @@ fn norm_weight(w: &Loader<'_>, name: &str, len: usize, stored_plus_one: bool) ->
 
 /// The Qwen3.5 `ctx` describes, every tensor loaded.
 pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>, ModelError> {
+    // Experts stacked as transformers 5 saves them are served per expert.
+    let experts = stacked::StackedExperts { inner: ctx.weights };
+    let ctx = &BuildCtx { weights: &experts, ..*ctx };
     let w = Loader::new(ctx)?;
     let b = &cfg.base;
     let d = b.hidden_size;
