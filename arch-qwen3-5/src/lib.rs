@@ -14,10 +14,14 @@
 //! here, once, in f32. The arithmetic of the recurrent layers is numbers.md's "Gated
 //! DeltaNet" rule, so a sequence's bits do not depend on chunking, batching or resuming.
 //!
+//! GGUF files (`general.architecture` `qwen35` / `qwen35moe`, llama.cpp's converter) are
+//! read by [`gguf`]: llama.cpp's names and layout back to these, each converter transform
+//! undone (the table is in that module).
+//!
 //! Not yet: the multimodal checkpoints' nesting (`Qwen3_5ForConditionalGeneration`,
 //! `model_type = "qwen3_5"`, `text_config`, `model.language_model.*`: refused as an
-//! unknown model type), experts stacked as `experts.gate_up_proj` (the loader names the
-//! missing per-expert tensor), GGUF (`qwen35`, `qwen35moe`) and the MTP head.
+//! unknown model type) and the MTP head. Experts may be one tensor each or stacked
+//! (`experts.gate_up_proj` `[E, 2I, d]`, `experts.down_proj`: [`stacked`]).
 //!
 //! Nothing names this crate from core: a binary or test that loads a Qwen3.5 writes
 //! `use tl_arch_qwen3_5 as _;` so the registrations are linked.
@@ -32,12 +36,15 @@ use tl_core::{
     ModelTypeRegistration, Recurrent,
 };
 use tl_decoder::fields::experts;
-use tl_decoder::fields::{field, invalid, size};
+use tl_decoder::fields::{field, flag, invalid, size};
 use tl_decoder::{
     dense_mlp, rope_of, Attn, AttnBlock, AttnSpec, Cx, DecoderConfig, DeltaLayer, DeltaNet, DeltaShape, Ends, Ffn,
     LayerAttn, LayerBody, Loader, Moe, MoeSpec, PreNorm, QkNormKind, Routing, SharedExpert, Stack, StackParts, Variant,
     MLP_NAMES,
 };
+
+pub mod gguf;
+pub mod stacked;
 
 /// One layer's kind, from `layer_types`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +68,10 @@ pub struct Qwen35Config {
     pub rotary_dim: usize,
     /// Qwen3.5-MoE's sparse block (every layer), or `None` for the dense model.
     pub moe: Option<Qwen35Moe>,
+    /// The tensors are llama.cpp's converter's (`tl_llama_cpp_layout`, which only the GGUF
+    /// translation writes): norms hold `1 + w` already, and the DeltaNet's as
+    /// [`gguf::delta`] reads them.
+    pub llama_cpp: bool,
 }
 
 /// Qwen3.5-MoE's experts.
@@ -165,7 +176,8 @@ impl Qwen35Config {
             return Err(invalid("hidden_act", act, "Qwen3.5's MLP and conv use silu"));
         }
         let rotary_dim = rotary_dim(json, base.head_dim)?;
-        Ok(Qwen35Config { base, kinds, delta, rotary_dim, moe })
+        let llama_cpp = flag(json, gguf::LAYOUT_KEY)?.unwrap_or(false);
+        Ok(Qwen35Config { base, kinds, delta, rotary_dim, moe, llama_cpp })
     }
 
     fn recurrent_layers(&self) -> Vec<u32> {
@@ -210,17 +222,23 @@ impl LayerBody for Qwen35Layer {
     }
 }
 
-/// A zero-centred norm's weight as the forward multiplies by it: `1 + w`, in f32.
-fn norm(w: &Loader<'_>, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-    Ok(w.vector(name, len)?.into_iter().map(|x| 1.0 + x).collect())
+/// A zero-centred norm's weight as the forward multiplies by it: `1 + w`, in f32; as
+/// stored when the file already holds `1 + w` (`stored_plus_one`: llama.cpp's converter
+/// adds the 1 in torch float32, the same single rounding, so both give the same bits).
+fn norm_weight(w: &Loader<'_>, name: &str, len: usize, stored_plus_one: bool) -> Result<Vec<f32>, ModelError> {
+    let v = w.vector(name, len)?;
+    Ok(if stored_plus_one { v } else { v.into_iter().map(|x| 1.0 + x).collect() })
 }
 
 /// The Qwen3.5 `ctx` describes, every tensor loaded.
 pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>, ModelError> {
+    // Experts stacked as transformers 5 saves them are served per expert.
+    let experts = stacked::StackedExperts { inner: ctx.weights };
+    let ctx = &BuildCtx { weights: &experts, ..*ctx };
     let w = Loader::new(ctx)?;
     let b = &cfg.base;
     let d = b.hidden_size;
-    let norm_of = |name: &str, len| norm(&w, name, len);
+    let norm = |name: &str, len| norm_weight(&w, name, len, cfg.llama_cpp);
     let spec = AttnSpec {
         attn: Attn::new(b.num_attention_heads, b.num_key_value_heads, b.head_dim),
         rope: 0,
@@ -233,8 +251,8 @@ pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>
     let mut layers = Vec::with_capacity(cfg.kinds.len());
     for (i, kind) in cfg.kinds.iter().enumerate() {
         let p = format!("model.layers.{i}");
-        let input_norm = norm(&w, &format!("{p}.input_layernorm.weight"), d)?;
-        let post_norm = norm(&w, &format!("{p}.post_attention_layernorm.weight"), d)?;
+        let input_norm = norm(&format!("{p}.input_layernorm.weight"), d)?;
+        let post_norm = norm(&format!("{p}.post_attention_layernorm.weight"), d)?;
         let ffn = match cfg.moe {
             None => dense_mlp(&w, b, i)?,
             Some(m) => {
@@ -253,16 +271,21 @@ pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>
         };
         layers.push(match kind {
             LayerKind::Full => {
-                let attn = AttnBlock::load(&w, &format!("{p}.self_attn"), d, spec, &norm_of)?;
+                let attn = AttnBlock::load(&w, &format!("{p}.self_attn"), d, spec, &norm)?;
                 Qwen35Layer::Attention(PreNorm { input_norm, attn, post_norm, ffn })
             }
             LayerKind::Linear => {
-                let delta = DeltaNet::load(&w, &format!("{p}.linear_attn"), d, cfg.delta)?;
+                let lp = format!("{p}.linear_attn");
+                let delta = if cfg.llama_cpp {
+                    gguf::delta(&w, ctx, &lp, d, cfg.delta)?
+                } else {
+                    DeltaNet::load(&w, &lp, d, cfg.delta)?
+                };
                 Qwen35Layer::Delta(DeltaLayer { input_norm, delta, post_norm, ffn })
             }
         });
     }
-    let ends = Ends::load(&w, b.vocab_size, d, b.tie_word_embeddings, norm(&w, "model.norm.weight", d)?)?;
+    let ends = Ends::load(&w, b.vocab_size, d, b.tie_word_embeddings, norm("model.norm.weight", d)?)?;
     let parts = StackParts {
         family: "qwen3_5",
         shape: b.step_shape(),
