@@ -1,8 +1,9 @@
 //! Prompt caches on disk: full prefix blocks kept as files, found again by their prefix
 //! hash after the pool evicted them or the process restarted.
 //!
-//! Each file is one KV block envelope (docs/formats/kv-block.md: versions 1 and 2,
-//! checksummed) holding one full block registered under its hash, named
+//! Each file is one KV block envelope (docs/formats/kv-block.md: versions 1 and 2, or 3
+//! for a hybrid model; checksummed) holding one block-table row (every layer group's page,
+//! a hybrid's state slot or hole) registered under its hash, named
 //! `<hash as 16 hex digits>.kvb`, in a directory per fingerprint and KV element type
 //! (`<root>/<fingerprint>-<backend>`): a block's prefix hash chains only its tokens, so the
 //! directory name is what keeps another model's (or another element type's) KV apart.
@@ -25,7 +26,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use tl_core::KvBackend;
+use tl_core::envelope::Entry;
+use tl_core::{group_hash, KvBackend, KvLayout, NO_BLOCK};
 
 use crate::error::{kv_err, EngineError};
 use crate::prefix::PartialIndex;
@@ -215,42 +217,65 @@ impl DiskCache {
     }
 }
 
-/// Whether `env` is an envelope of exactly one full block registered under `hash` (the
-/// pool's import checks it against its own geometry and element type).
-pub(crate) fn holds_block(env: &[u8], hash: u64, block_tokens: usize) -> bool {
-    tl_core::Envelope::read(env).is_ok_and(|e| {
-        e.header().n_blocks == 1 && e.record(0).fill == block_tokens as u32 && e.record(0).hash == Some(hash)
-    })
+/// Whether `env` holds exactly one block-table row registered under `hash` (the pool's
+/// import checks it against its own geometry and element type): `n` entries, column `j`'s
+/// page full and registered under `group_hash(hash, j)`; a hybrid's state column (`state`)
+/// holds the row's slot, full and registered so, or a hole (the row kept no snapshot).
+pub(crate) fn holds_row(env: &[u8], hash: u64, b: usize, n: usize, state: Option<usize>) -> bool {
+    let Ok(e) = tl_core::Envelope::read(env) else { return false };
+    let entries = e.entries();
+    let full = |fill: u32, h: Option<u64>, j: usize| fill == b as u32 && h == Some(group_hash(hash, j));
+    entries.len() == n
+        && entries.iter().enumerate().all(|(j, entry)| match (*entry, Some(j) == state) {
+            (Entry::Page(i), false) => full(e.record(i).fill, e.record(i).hash, j),
+            (Entry::Slot(i), true) => e.state().is_some_and(|s| full(s.slot(i).fill, s.slot(i).hash, j)),
+            (Entry::Hole, true) => true,
+            _ => false,
+        })
 }
 
-/// Extend a prefix hit of `h` blocks with the blocks the disk has of `chain[h..]`,
-/// in order, stopping at the first block it lacks, refuses or the pool cannot hold.
-/// The imported blocks come registered with ref 1, like the hits `prefix::hits` gives,
-/// and indexed in `partial` as the scheduler's own registrations are.
+/// The row of the table `blocks` (rows of `n`) to write for block `k`: every page there
+/// (a windowed page already given back leaves nothing to write).
+pub(crate) fn row_to_write<'a>(blocks: &'a [u32], k: usize, layout: &KvLayout) -> Option<&'a [u32]> {
+    let n = layout.n_groups();
+    let row = blocks.get(k * n..(k + 1) * n)?;
+    let state = layout.state_column();
+    (0..n).all(|j| row[j] != NO_BLOCK || Some(j) == state).then_some(row)
+}
+
+/// Extend a prefix hit of `h` rows with the rows the disk has of `chain[h..]`, in order,
+/// stopping at the first row it lacks, refuses or the pool cannot hold. A file holds one
+/// block-table row (every group's page; a hybrid's state slot or a hole). The imported
+/// rows come registered with ref 1, like the hits `prefix::hits` gives, and indexed in
+/// `partial` as the scheduler's own registrations are. A hybrid's hit then ends at its
+/// last row with a state snapshot (the state the next step starts from).
 pub(crate) fn disk_hits(
     disk: &mut DiskCache,
     partial: &mut PartialIndex,
     g: &mut dyn KvBackend,
     (chain, tokens, b): (&[u64], &[u32], usize),
-    hits: &mut Vec<u32>,
-    h: &mut usize,
+    layout: &KvLayout,
+    (hits, h): (&mut Vec<u32>, &mut usize),
 ) -> Result<(), EngineError> {
+    let (n, state) = (layout.n_groups(), layout.state_column());
     while *h < chain.len() {
         let hash = chain[*h];
-        // A later block may still be in the pool though an earlier one was evicted.
-        if let Some(id) = g.lookup(hash) {
-            hits.push(id);
+        // A later row may still be in the pool though an earlier one was evicted.
+        let row: Vec<Option<u32>> = (0..n).map(|j| g.lookup(group_hash(hash, j))).collect();
+        if (0..n).all(|j| row[j].is_some() || Some(j) == state) {
+            hits.extend(row.into_iter().map(|e| e.unwrap_or(NO_BLOCK)));
             *h += 1;
             continue;
         }
+        tl_core::release_all(g, row.into_iter().flatten()).map_err(kv_err)?;
         let Some(env) = disk.read(hash) else { break };
-        if !holds_block(&env, hash, b) {
+        if !holds_row(&env, hash, b, n, state) {
             disk.refuse(hash);
             disk.suspect(&chain[*h + 1..]);
             break;
         }
         match g.import(&env) {
-            Ok(ids) if ids.len() == 1 => {
+            Ok(ids) if ids.len() == n => {
                 let parent = h.checked_sub(1).map(|p| chain[p]);
                 partial.record(ids[0], parent, hash, &tokens[*h * b..(*h + 1) * b]);
                 hits.extend(ids);
@@ -271,6 +296,11 @@ pub(crate) fn disk_hits(
                 break;
             }
         }
+    }
+    if let Some(k) = state {
+        let keep = (0..*h).rev().find(|r| hits[r * n + k] != NO_BLOCK).map_or(0, |r| r + 1);
+        tl_core::release_all(g, hits.drain(keep * n..)).map_err(kv_err)?;
+        *h = keep;
     }
     Ok(())
 }

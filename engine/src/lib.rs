@@ -273,7 +273,7 @@ impl Engine {
         let grammars = GrammarCompiler::new(Arc::clone(&tok), info.vocab_size, eos);
         let pool = runner.pool();
         let mut sched = Scheduler::new(runner, draft, tok, Arc::clone(&shared), opts.observer, n_blocks);
-        if let Some(cfg) = opts.disk_cache.as_ref().filter(|_| info.kv_groups == 1) {
+        if let Some(cfg) = opts.disk_cache.as_ref() {
             sched.disk = Some(disk_cache::DiskCache::open(cfg, &sched.kv_backend())?);
         }
         if opts.spec_step_rows > 0 {

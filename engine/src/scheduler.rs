@@ -308,7 +308,7 @@ impl Scheduler {
                 // Then on disk, from where the pool's blocks end (disk_cache.rs).
                 if let Some(disk) = self.disk.as_mut().filter(|_| h < max_hit) {
                     let chain = (&s.chain[..max_hit], &s.tokens[..], b);
-                    disk_hits(disk, &mut self.partial, g.as_mut(), chain, &mut hits, &mut h)?;
+                    disk_hits(disk, &mut self.partial, g.as_mut(), chain, &self.lim.layout, (&mut hits, &mut h))?;
                 }
             }
             // Below block granularity: a registered child of the last hit that shares
@@ -530,8 +530,9 @@ impl Scheduler {
                 }
             }
             // On disk too, once (write-through: see disk_cache.rs).
-            if let Some(disk) = self.disk.as_mut().filter(|d| n == 1 && d.wants(s.chain[k])) {
-                let env = g.export(&s.blocks[k..k + 1]).map_err(kv_err)?;
+            let row = crate::disk_cache::row_to_write(&s.blocks, k, &self.lim.layout);
+            if let (Some(disk), Some(row)) = (self.disk.as_mut().filter(|d| d.wants(s.chain[k])), row) {
+                let env = g.export(row).map_err(kv_err)?;
                 disk.write(s.chain[k], &env);
             }
             // Indexed below block granularity too (prefix.rs), by group 0's page.

@@ -273,10 +273,11 @@ fn every_flipped_byte_and_truncation_of_a_disk_file_is_refused() {
     }
 }
 
-/// A model with attention windows (more than one KV layer group) runs without the disk
-/// cache, as documented: the same answer as without it, and nothing written.
+/// A model with attention windows (more than one KV layer group): a file holds a whole
+/// block-table row (every group's page), and a restarted engine answers from them with the
+/// bits of a cold run.
 #[test]
-fn a_windowed_model_runs_without_the_disk_cache() {
+fn a_windowed_model_answers_from_disk_after_a_restart() {
     use tl_arch_gemma3 as _;
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../arch-gemma3/tests/fixtures/tiny-gemma3");
     let start = |disk: Option<&Path>| {
@@ -296,8 +297,15 @@ fn a_windowed_model_runs_without_the_disk_cache() {
     let p = prompt(1);
     let cold = answer(&start(None), &p);
     let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let e = start(Some(dir.path()));
+        assert_eq!(answer(&e, &p), cold, "writing through changes nothing");
+        assert!(settled(&e, |s| s.disk.written >= 4).disk.written >= 4);
+    }
     let e = start(Some(dir.path()));
-    assert_eq!(answer(&e, &p), cold);
-    assert_eq!(settled(&e, |_| true).disk, Default::default());
-    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0, "nothing on disk");
+    let (tokens, cached) = answer(&e, &p);
+    assert_eq!(tokens, cold.0, "the answer keeps every bit of a cold run's");
+    assert_eq!(cached, 4 * B, "the 4 full rows came from disk");
+    let s = settled(&e, |s| s.disk.read == 4);
+    assert_eq!((s.disk.read, s.disk.refused), (4, 0));
 }

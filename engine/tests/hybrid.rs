@@ -14,7 +14,7 @@ use std::time::Duration;
 use support::{collect, sampled as req};
 use tl_arch_qwen3_5 as _;
 use tl_core::{EngineConfig, KvConfig, ModelRunner, Tokenizer};
-use tl_engine::{Engine, EngineError, EngineOptions, Request, Speculation, Usage};
+use tl_engine::{DiskCacheConfig, Engine, EngineError, EngineOptions, Request, Speculation, Usage};
 
 const B: usize = 4;
 
@@ -28,6 +28,11 @@ fn engine(model: &Path, kv: &str, n_blocks: u32) -> Engine {
 
 /// An engine whose hybrid state is kept every `snapshot_tokens` positions (0: every block).
 fn engine_snapshots(model: &Path, kv: &str, n_blocks: u32, snapshot_tokens: usize) -> Engine {
+    engine_disk(model, kv, n_blocks, snapshot_tokens, None)
+}
+
+/// [`engine_snapshots`] keeping its prefix blocks on disk under `disk` when given.
+fn engine_disk(model: &Path, kv: &str, n_blocks: u32, snapshot_tokens: usize, disk: Option<&Path>) -> Engine {
     let kv = KvConfig {
         backend: kv.into(),
         block_tokens: B as u32,
@@ -45,7 +50,9 @@ fn engine_snapshots(model: &Path, kv: &str, n_blocks: u32, snapshot_tokens: usiz
     };
     let runner = ModelRunner::load(model, &cfg).expect("load");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    let opts = EngineOptions { max_queue: 64, speculate: None, ..Default::default() };
+    let disk_cache =
+        disk.map(|d| DiskCacheConfig { dir: d.to_path_buf(), max_bytes: 1 << 30, fingerprint: "fp_hybrid".into() });
+    let opts = EngineOptions { max_queue: 64, speculate: None, disk_cache, ..Default::default() };
     Engine::start(runner, tok, opts).expect("start")
 }
 
@@ -193,5 +200,33 @@ fn a_hybrid_pd_handoff_gives_the_single_engine_answer() {
         }
         assert!(local_seen > 0, "{kv}: a longer prompt found rows and a snapshot in D's own prefix cache");
         settle(&p);
+    }
+}
+
+/// The disk cache on a hybrid: a file holds a block-table row (its page and its state slot,
+/// or a hole where the row kept no snapshot, envelope v3); a restarted engine's hit ends at
+/// the last row whose snapshot is on disk and answers with the bits of a cold run.
+#[test]
+fn a_restarted_hybrid_engine_answers_from_disk_with_the_same_bits() {
+    for kv in ["f16-slab", "q8-slab"] {
+        let p: Vec<u32> = (0..70u32).map(|i| 3 + (i * 7) % 200).collect();
+        let r = || req(p.clone(), 9, 8);
+        let cold = engine(&qwen35(), kv, 256).submit(r()).map(collect).expect("cold").0;
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Snapshots every 3 rows and at step ends (steps of 23): rows with and without one.
+        let start = || engine_disk(&qwen35(), kv, 256, 3 * B, Some(dir.path()));
+        {
+            let e = start();
+            assert_eq!(e.submit(r()).map(collect).expect("write").0, cold, "{kv}: writing through changes nothing");
+            settle(&e);
+            assert!(e.stats().disk.written >= 17, "{kv}: {:?}", e.stats().disk);
+        }
+        let e = start();
+        let (got, usage) = e.submit(r()).map(collect).expect("from disk");
+        assert_eq!(got, cold, "{kv}: the answer from disk keeps every bit of a cold run's");
+        assert!(usage.cached_tokens >= 12 * B, "{kv}: {} positions from disk", usage.cached_tokens);
+        assert_eq!(usage.cached_tokens % (3 * B), 0, "{kv}: the hit ends at a row with a snapshot");
+        settle(&e);
+        assert_eq!(e.stats().disk.refused, 0);
     }
 }
