@@ -52,12 +52,13 @@ fn every_subcommand_reads_the_engine_flags_the_same_way() {
         (with(&["perplexity", &m, "--file", "t.txt"], &pool), true),
         (with(&["info", &m], &pool), true),
     ];
-    let mut want = EngineConfig::default();
-    want.threads = 3;
-    want.weights = "int4:64".parse().expect("weights");
-    want.activations = "q8".parse().expect("activations");
-    want.kv.backend = "q8-slab".into();
-    want.kv.block_tokens = 32;
+    let want = EngineConfig {
+        threads: 3,
+        weights: "int4:64".parse().expect("weights"),
+        activations: "q8".parse().expect("activations"),
+        kv: tl_core::KvConfig { backend: "q8-slab".into(), block_tokens: 32, ..Default::default() },
+        ..Default::default()
+    };
     for (argv, sized) in commands {
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let mut w = want.clone();
@@ -137,7 +138,9 @@ fn the_engine_flags_fall_back_to_the_environment_and_a_flag_wins() {
 #[test]
 fn a_bad_flag_value_fails_in_one_line() {
     let m = qwen3();
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, i32, &str)> = vec![
+    // (arguments, environment, exit status, what the line must name)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, i32, &'a str);
+    let cases: Vec<Case> = vec![
         (vec!["run", &m, "Hi", "--threads", "x"], vec![], 2, "--threads"),
         (vec!["run", &m, "Hi", "--weights", "int5"], vec![], 1, "weights"),
         (vec!["generate", &m, "--prompt", "Hi"], vec![("TL_ACTIVATIONS", "q9")], 1, "activations"),
