@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Answer one chat prompt with SmolLM2-135M-Instruct, from a fresh clone:
-# fetch the model when missing, build in release, generate.
+# fetch the model when missing, build `tl` in release, generate.
 #
 #   ./scripts/demo.sh "What is the capital of France?" [more generate flags]
 #
@@ -12,6 +12,6 @@ prompt="${1:-What is the capital of France?}"
 shift || true
 
 model="$(scripts/fetch_model.sh)"
-cargo build --release --quiet -p tl-examples --bin generate
-exec target/release/generate --model "$model" --chat --prompt "$prompt" \
+cargo build --release --quiet -p tl-cli --bin tl
+exec target/release/tl generate "$model" --chat --prompt "$prompt" \
     --max-tokens 256 --temperature 0 "$@"

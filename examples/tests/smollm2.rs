@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
-use tl_arch_llama as _;
 use tl_core::{ChatTemplate, EngineConfig, Gguf, Message, ModelRunner, Tokenizer};
-use tl_kv as _;
+// Every family, KV backend and sampler, as the binaries link them.
+use tl_families as _;
 
 const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 

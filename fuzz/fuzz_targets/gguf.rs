@@ -1,16 +1,8 @@
 //! The GGUF reader and store: see `checks::gguf` (fuzz/checks.rs), shared with the stable regression test.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tl_arch_gemma3 as _;
-use tl_arch_gpt_oss as _;
-use tl_arch_qwen3_5 as _;
-use tl_arch_llama as _;
-use tl_arch_mistral as _;
-use tl_arch_mixtral as _;
-use tl_arch_olmoe as _;
-use tl_arch_qwen2 as _;
-use tl_arch_qwen3 as _;
-use tl_arch_qwen3_moe as _;
+// Every family (families/src/lib.rs says why naming the crate is needed).
+use tl_families as _;
 
 #[path = "../checks.rs"]
 mod checks;

@@ -5,25 +5,15 @@
 //! choices stream back through channels. docs/serving.md describes the API.
 #![deny(missing_docs)]
 
-// Link every plugin crate so their inventory registrations exist.
-use tl_arch_bigram as _;
-use tl_arch_gemma3 as _;
-use tl_arch_gpt_oss as _;
-use tl_arch_llama as _;
-use tl_arch_mistral as _;
-use tl_arch_mixtral as _;
-use tl_arch_olmoe as _;
-use tl_arch_qwen2 as _;
-use tl_arch_qwen3 as _;
-use tl_arch_qwen3_5 as _;
-use tl_arch_qwen3_moe as _;
-use tl_kv as _;
-use tl_sampling as _;
+// Link every plugin crate so their inventory registrations exist (families/src/lib.rs
+// says why naming the crate is needed).
+use tl_families as _;
 
 mod answer;
 pub mod api;
 mod auth;
 mod chat;
+pub mod cmd;
 mod completions;
 pub mod embeddings;
 mod error;

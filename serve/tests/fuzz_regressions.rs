@@ -5,16 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tl_arch_gemma3 as _;
-use tl_arch_gpt_oss as _;
-use tl_arch_llama as _;
-use tl_arch_mistral as _;
-use tl_arch_mixtral as _;
-use tl_arch_olmoe as _;
-use tl_arch_qwen2 as _;
-use tl_arch_qwen3 as _;
-use tl_arch_qwen3_5 as _;
-use tl_arch_qwen3_moe as _;
+// Every family, as the fuzz targets link them (families/src/lib.rs).
+use tl_families as _;
 
 #[path = "../../fuzz/checks.rs"]
 mod checks;

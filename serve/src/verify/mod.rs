@@ -69,6 +69,8 @@ pub struct Setup {
     pub activations: tl_core::Activations,
     /// KV block size, the same in every run.
     pub block_tokens: u32,
+    /// The registered KV backend (`--kv`), the same in every run.
+    pub kv_backend: String,
     /// The reference's step budget and prefill piece.
     pub max_batch_tokens: usize,
     /// Longest prefill piece per sequence and step in the reference.
@@ -563,7 +565,12 @@ fn load(setup: &Setup, k: &Knobs) -> Result<ModelRunner, VerifyError> {
         threads: k.threads,
         weights: setup.weights,
         activations: setup.activations,
-        kv: KvConfig { block_tokens: setup.block_tokens, n_blocks: Some(k.n_blocks.max(1)), ..KvConfig::default() },
+        kv: KvConfig {
+            backend: setup.kv_backend.clone(),
+            block_tokens: setup.block_tokens,
+            n_blocks: Some(k.n_blocks.max(1)),
+            ..KvConfig::default()
+        },
         ..EngineConfig::default()
     };
     ModelRunner::load(&setup.model, &cfg)

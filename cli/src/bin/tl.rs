@@ -1,0 +1,5 @@
+//! tl: the one command (tl-cli's lib holds the subcommands).
+
+fn main() -> std::process::ExitCode {
+    tl_cli::main()
+}

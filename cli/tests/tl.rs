@@ -1,0 +1,199 @@
+//! `tl`: every subcommand that loads a model reads the one set of engine flags the same
+//! way (the engine configuration it hands the engine is equal across subcommands), the
+//! flags fall back to `TL_*` environment variables, bad values fail in one line with a
+//! non-zero status, and `tl run` answers as the `generate --chat` path does.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use clap::Parser;
+use tl_cli::Tl;
+use tl_core::EngineConfig;
+
+fn fixture(rel: &str) -> String {
+    let p: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    p.to_str().expect("utf-8 path").to_string()
+}
+
+/// A tiny model with a chat template and a byte tokenizer whose greedy answer is varied.
+fn qwen3() -> String {
+    fixture("arch-qwen3/tests/fixtures/tiny-qwen3")
+}
+
+fn engine_of(argv: &[&str]) -> anyhow::Result<EngineConfig> {
+    let tl = Tl::try_parse_from(std::iter::once("tl").chain(argv.iter().copied()))
+        .unwrap_or_else(|e| panic!("{argv:?} did not parse: {e}"));
+    tl.command.engine_config().unwrap_or_else(|| panic!("{argv:?}: no engine config"))
+}
+
+/// The part of the configuration the shared engine flags set (serve adds its own batch
+/// limits; bench and verify size their pools per measurement).
+fn engine_part(c: &EngineConfig) -> String {
+    format!("threads {} weights {} activations {} kv {:?}", c.threads, c.weights, c.activations, c.kv)
+}
+
+#[test]
+fn every_subcommand_reads_the_engine_flags_the_same_way() {
+    let m = qwen3();
+    let flags =
+        ["--threads", "3", "--weights", "int4:64", "--activations", "q8", "--kv", "q8-slab", "--block-tokens", "32"];
+    let pool = ["--kv-memory", "64", "--kv-blocks", "40"];
+    let with = |head: &[&str], extra: &[&str]| -> Vec<String> {
+        head.iter().chain(flags.iter()).chain(extra.iter()).map(|s| s.to_string()).collect()
+    };
+    let commands: Vec<(Vec<String>, bool)> = vec![
+        (with(&["run", &m, "Hi"], &pool), true),
+        (with(&["run", "--model", &m], &pool), true),
+        (with(&["generate", &m, "--prompt", "Hi"], &pool), true),
+        (with(&["serve", "--model", &m, "--port", "0"], &pool), true),
+        (with(&["verify", &m, "--replay", "pair.json"], &pool), true),
+        (with(&["verify", "--model", &m, "--prompt", "Hi"], &[]), false),
+        (with(&["bench", &m], &[]), false),
+        (with(&["perplexity", &m, "--file", "t.txt"], &pool), true),
+        (with(&["info", &m], &pool), true),
+    ];
+    let want = EngineConfig {
+        threads: 3,
+        weights: "int4:64".parse().expect("weights"),
+        activations: "q8".parse().expect("activations"),
+        kv: tl_core::KvConfig { backend: "q8-slab".into(), block_tokens: 32, ..Default::default() },
+        ..Default::default()
+    };
+    for (argv, sized) in commands {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let mut w = want.clone();
+        if sized {
+            w.kv.memory_bytes = 64 << 20;
+            w.kv.n_blocks = Some(40);
+        }
+        let got = engine_of(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e:#}"));
+        assert_eq!(engine_part(&got), engine_part(&w), "{argv:?}");
+    }
+    // Serve's whole configuration: the same, plus its own batch limits.
+    let serve =
+        engine_of(&["serve", &m, "--threads", "3", "--max-seqs", "5", "--max-batch-tokens", "99"]).expect("serve");
+    assert_eq!((serve.threads, serve.max_seqs, serve.max_batch_tokens), (3, 5, 99));
+    // And no flags at all: the same defaults everywhere (verify reads 0 threads as one per core).
+    let defaults = engine_part(&EngineConfig::default());
+    for argv in [vec!["run", &m], vec!["generate", &m], vec!["serve", &m], vec!["bench", &m], vec!["info", &m]] {
+        assert_eq!(engine_part(&engine_of(&argv).expect("defaults")), defaults, "{argv:?}");
+    }
+}
+
+#[test]
+fn a_pool_flag_a_command_would_ignore_is_refused() {
+    let m = qwen3();
+    for argv in [vec!["bench", &m, "--kv-memory", "64"], vec!["verify", &m, "--prompt", "Hi", "--kv-blocks", "9"]] {
+        let e = engine_of(&argv).expect_err("refused");
+        assert!(e.to_string().contains("sizes each run's KV pool itself"), "{argv:?}: {e}");
+    }
+}
+
+fn tl(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tl"));
+    cmd.args(args).env("RAYON_NUM_THREADS", "2");
+    // The test's own environment must not leak engine flags into the child.
+    for v in ["TL_THREADS", "TL_WEIGHTS", "TL_ACTIVATIONS", "TL_KV", "TL_KV_MEMORY", "TL_KV_BLOCKS", "TL_BLOCK_TOKENS"]
+    {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().copied()).output().expect("tl did not start")
+}
+
+fn stdout_ok(what: &str, out: &Output) -> String {
+    assert!(out.status.success(), "{what} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn engine_line(out: &str) -> &str {
+    out.lines().find(|l| l.starts_with("engine: ")).unwrap_or_else(|| panic!("no engine line in {out}"))
+}
+
+#[test]
+fn the_engine_flags_fall_back_to_the_environment_and_a_flag_wins() {
+    let m = qwen3();
+    let env = [("TL_THREADS", "2"), ("TL_WEIGHTS", "f32"), ("TL_KV", "q8-slab"), ("TL_BLOCK_TOKENS", "8")];
+    let out = stdout_ok("info with TL_*", &tl(&["info", &m], &env));
+    assert_eq!(engine_line(&out), "engine: threads 2, weights f32, activations exact, kv q8-slab (8 tokens a block)");
+    let out = stdout_ok("info with a flag", &tl(&["info", &m, "--threads", "1", "--kv", "f16-slab"], &env));
+    assert_eq!(engine_line(&out), "engine: threads 1, weights f32, activations exact, kv f16-slab (8 tokens a block)");
+    let plain = stdout_ok("info", &tl(&["info", &m], &[]));
+    assert_eq!(
+        engine_line(&plain),
+        "engine: threads 0, weights native, activations exact, kv f16-slab (16 tokens a block)"
+    );
+    for want in [
+        "architecture: qwen3",
+        "context: ",
+        "chat template: yes",
+        "model.layers.N.self_attn.q_proj.weight: ",
+        "memory: ",
+    ] {
+        assert!(plain.contains(want), "{want:?} not in {plain}");
+    }
+}
+
+/// A bad value is one line on stderr and a failing status: 2 for what clap refuses (a
+/// number that is not one), 1 for what the engine refuses (an unknown mode or backend).
+#[test]
+fn a_bad_flag_value_fails_in_one_line() {
+    let m = qwen3();
+    // (arguments, environment, exit status, what the line must name)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, i32, &'a str);
+    let cases: Vec<Case> = vec![
+        (vec!["run", &m, "Hi", "--threads", "x"], vec![], 2, "--threads"),
+        (vec!["run", &m, "Hi", "--weights", "int5"], vec![], 1, "weights"),
+        (vec!["generate", &m, "--prompt", "Hi"], vec![("TL_ACTIVATIONS", "q9")], 1, "activations"),
+        (vec!["serve", &m, "--port", "0", "--kv", "q4-slab"], vec![], 1, "q4-slab"),
+        (vec!["bench", &m, "--block-tokens", "0"], vec![], 2, "--block-tokens"),
+        (vec!["verify", &m, "--prompt", "Hi", "--kv-memory", "8"], vec![], 2, "--kv-memory"),
+        (vec!["info", &m, "--model", &m], vec![], 1, "not both"),
+        (vec!["frobnicate"], vec![], 2, "frobnicate"),
+    ];
+    for (argv, env, code, names) in cases {
+        let out = tl(&argv, &env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{argv:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{argv:?}: {err}");
+        assert!(err.contains(names), "{argv:?}: {err}");
+    }
+}
+
+#[test]
+fn run_answers_as_generate_chat_does() {
+    let m = qwen3();
+    let argv = |cmd: &[&str], sampling: &[&str]| -> Vec<String> {
+        cmd.iter()
+            .chain(sampling)
+            .chain(["--max-tokens", "12", "--threads", "2"].iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    for sampling in [vec!["--temperature", "0"], vec!["--temperature", "0.9", "--top-p", "0.9", "--seed", "7"]] {
+        let run = |a: Vec<String>| {
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            stdout_ok(&format!("{a:?}"), &tl(&a, &[]))
+        };
+        let one_shot = run(argv(&["run", &m, "Hello there"], &sampling));
+        let flag = run(argv(&["run", "--model", &m, "Hello there"], &sampling));
+        let generate = run(argv(&["generate", &m, "--chat", "--prompt", "Hello there"], &sampling));
+        assert!(one_shot.trim_end_matches('\n').chars().count() >= 2, "too little output to compare: {one_shot:?}");
+        assert_eq!(one_shot, generate, "{sampling:?}");
+        assert_eq!(flag, generate, "{sampling:?}");
+    }
+    // A model without a chat template: one line that points at generate.
+    let out = tl(&["run", &fixture("arch-llama/tests/fixtures/tiny-llama"), "Hi"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no chat template") && err.contains("tl generate"), "{err}");
+}
+
+#[test]
+fn completions_name_every_subcommand() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = stdout_ok(shell, &tl(&["completions", shell], &[]));
+        for sub in ["run", "serve", "verify", "info", "perplexity"] {
+            assert!(out.contains(sub), "{shell}: {sub} missing");
+        }
+    }
+}
