@@ -66,6 +66,12 @@ pub struct ForwardCtx<'a> {
     /// Which page of a block-table row holds which layer ([`KvLayout`]): a sequence's
     /// table holds G pages per `B` positions, row-major.
     pub layout: &'a KvLayout,
+    /// A speculative verify step of a model with recurrent layers (docs/spec/kv.md,
+    /// "Speculation"): `spares[i]`, when present, are state slots that receive sequence
+    /// `i`'s recurrent state after each of its positions `end - 1 - m .. end - 1` (`m` the
+    /// slice's length, `end` the step's end): the states the step may roll back to. Empty:
+    /// none. Layers without state ignore it.
+    pub spares: &'a [&'a [u32]],
 }
 
 impl ForwardCtx<'_> {

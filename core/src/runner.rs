@@ -265,6 +265,32 @@ impl ModelRunner {
         self.step(batch, true, false, tails)
     }
 
+    /// [`ModelRunner::forward_tails_hidden`] (hidden states only with `want_hidden`) that
+    /// also keeps, for a model with recurrent layers, each sequence's state after its
+    /// last positions in the slots `spares` names ([`ForwardCtx::spares`]): a verify step
+    /// that may roll the state back to any of them.
+    pub fn forward_spares(
+        &mut self,
+        batch: &ForwardBatch,
+        tails: Option<&[usize]>,
+        want_hidden: bool,
+        spares: &[&[u32]],
+    ) -> Result<ForwardOutput, RunnerError> {
+        if let Some(t) = tails {
+            if t.len() != batch.seqs.len() || t.iter().zip(&batch.seqs).any(|(&t, s)| t == 0 || t > s.tokens.len()) {
+                return Err(RunnerError::BadBatch(format!("{} tails for {} sequences", t.len(), batch.seqs.len())));
+            }
+        }
+        if spares.len() > batch.seqs.len() {
+            return Err(RunnerError::BadBatch(format!(
+                "spares for {} of {} sequences",
+                spares.len(),
+                batch.seqs.len()
+            )));
+        }
+        self.run_step(batch, (want_hidden, false, tails), spares)
+    }
+
     fn step(
         &self,
         batch: &ForwardBatch,
@@ -272,12 +298,22 @@ impl ModelRunner {
         all_logits: bool,
         tails: Option<&[usize]>,
     ) -> Result<ForwardOutput, RunnerError> {
+        self.run_step(batch, (want_hidden, all_logits, tails), &[])
+    }
+
+    fn run_step(
+        &self,
+        batch: &ForwardBatch,
+        (want_hidden, all_logits, tails): (bool, bool, Option<&[usize]>),
+        spares: &[&[u32]],
+    ) -> Result<ForwardOutput, RunnerError> {
         let mut guard = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
         let kv: &mut dyn KvBackend = guard.as_mut();
         self.check_batch(batch, kv)?;
+        self.check_spares(batch, kv, spares)?;
         let model = self.model.as_ref();
         let slabs: &mut dyn KvSlabs = &mut *kv;
-        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits, tails, layout: &self.layout };
+        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits, tails, layout: &self.layout, spares };
         let out = self.threads.install(|| model.forward(batch, &mut ctx))?;
         let rows = match tails {
             _ if all_logits => batch.n_tokens(),
@@ -370,6 +406,31 @@ impl ModelRunner {
                     return bad(format!("block {id} is written by two sequences of the step"));
                 }
                 written.push(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Spare state slots must be allocated slots, fewer than the sequence's step tokens,
+    /// and written by nothing else in the step.
+    fn check_spares(&self, batch: &ForwardBatch, kv: &dyn KvBackend, spares: &[&[u32]]) -> Result<(), RunnerError> {
+        let bad = |s: String| Err(RunnerError::BadBatch(s));
+        if spares.iter().all(|s| s.is_empty()) {
+            return Ok(());
+        }
+        if self.layout.state_column().is_none() {
+            return bad("spare state slots for a model without recurrent layers".into());
+        }
+        let mut seen: Vec<u32> = Vec::new();
+        for (i, (sp, s)) in spares.iter().zip(&batch.seqs).enumerate() {
+            if sp.len() >= s.tokens.len() {
+                return bad(format!("sequence {i}: {} spare slots for a step of {} tokens", sp.len(), s.tokens.len()));
+            }
+            for &id in sp.iter() {
+                if id == NO_BLOCK || kv.refs(id)? == 0 || s.blocks.contains(&id) || seen.contains(&id) {
+                    return bad(format!("sequence {i}: spare slot {id} is not a free-standing allocated slot"));
+                }
+                seen.push(id);
             }
         }
         Ok(())

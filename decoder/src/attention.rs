@@ -83,6 +83,9 @@ pub struct Step<'a> {
     pub batch: &'a ForwardBatch<'a>,
     /// Where each token sits.
     pub plan: &'a Plan,
+    /// Per sequence, the state slots a verify step keeps its last states in
+    /// ([`tl_core::ForwardCtx::spares`]).
+    pub spares: &'a [&'a [u32]],
 }
 
 /// Keys `lo .. n` of `d` values, scores scaled by `scale`: one task's span, for the tests.

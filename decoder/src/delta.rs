@@ -139,8 +139,12 @@ impl DeltaNet {
         let (col, sl) = plan.slot(layer)?;
         let (bt, g) = (plan.block_tokens, plan.groups);
         let mut t0 = 0;
-        for s in &batch.seqs {
+        for (si, s) in batch.seqs.iter().enumerate() {
             let (p0, len) = (s.start, s.tokens.len());
+            // A verify step's spare slots: spare j gets the state after step token
+            // `len - 1 - m + j` (kv.md, "Speculation"), so runs also end after each.
+            let spares = cx.step.spares.get(si).copied().unwrap_or_default();
+            let first_spare = t0 + len - 1 - spares.len();
             // The running state lives in the slot of the step's last row; the state before
             // the step is the slot of the row of position p0 - 1 (zeros at position 0).
             let last_row = (p0 + len - 1) / bt;
@@ -156,7 +160,10 @@ impl DeltaNet {
                 // whose slot is allocated gets the state after its last position.
                 let p = plan.pos[t];
                 let row = p / bt;
-                let end = (t0 + len).min(t + (row + 1) * bt - p);
+                let mut end = (t0 + len).min(t + (row + 1) * bt - p);
+                if !spares.is_empty() && end > first_spare && t <= first_spare + spares.len() - 1 {
+                    end = end.min(t.max(first_spare) + 1);
+                }
                 let state = cx.kv.state_mut(live, sl)?;
                 if state.len() != sh.state_floats() {
                     return Err(ModelError::Other(format!(
@@ -171,8 +178,11 @@ impl DeltaNet {
                 let (ur, gr) = (&u[run.start * c..run.end * c], &gates[run.start * 2 * hv..run.end * 2 * hv]);
                 delta_run(path, sh, ur, gr, mats, &mut o[run.start * vd..run.end * vd]);
                 let snap = s.blocks[row * g + col];
-                if row < last_row && snap != NO_BLOCK {
+                if row < last_row && snap != NO_BLOCK && end == t0 + len.min((row + 1) * bt - p0) {
                     cx.kv.copy_state(live, snap, sl)?;
+                }
+                if let Some(&spare) = (end - 1).checked_sub(first_spare).and_then(|j| spares.get(j)) {
+                    cx.kv.copy_state(live, spare, sl)?;
                 }
                 t = end;
             }

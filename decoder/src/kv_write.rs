@@ -14,7 +14,7 @@ use crate::kv_rows::{narrow_f16, write_q8_rows};
 /// (after RoPE and any k norm).
 pub fn write_kv(step: &Step<'_>, kv: &mut dyn KvSlabs, layer: u32, attn: &Attn, qkv: &[f32]) -> Result<(), ModelError> {
     attn.check(&kv.geometry())?;
-    let Step { path, batch, plan } = *step;
+    let Step { path, batch, plan, .. } = *step;
     let (stride, k_col) = (attn.qkv_width(), attn.heads * attn.head_dim);
     let v_col = k_col + attn.kv_heads * attn.head_dim;
     let g = kv.geometry();

@@ -196,11 +196,11 @@ pub struct EngineInfo {
     pub recurrent: bool,
 }
 
-/// Why a hybrid model refuses speculation: a rejected draft's positions would stay in its
-/// recurrent state, and the per-position state copies that undo them (kv.md,
-/// "Speculation") are not built yet.
-const NO_HYBRID_SPECULATION: &str =
-    "speculative decoding is not available for models with recurrent layers yet (their state cannot be rolled back past rejected drafts)";
+/// Why a draft model with recurrent layers is refused: its own state would keep the
+/// rejected drafts (the target's is rolled back through spare slots; the draft model's
+/// tables are not).
+const NO_HYBRID_DRAFT: &str =
+    "a draft model with recurrent layers is not supported (its state cannot be rolled back past rejected drafts); use a draft model without them, or ngram";
 
 enum Cmd {
     Submit(Box<Seq>),
@@ -242,6 +242,9 @@ impl Engine {
                     reason: format!("the draft model's vocabulary has {dv} ids, the model's {tv}"),
                 });
             }
+            if d.kv_layout().state_column().is_some() {
+                return Err(EngineError::BadRequest { field: "draft", reason: NO_HYBRID_DRAFT.into() });
+            }
         }
         let n_blocks =
             runner.pool().lock().map_err(|_| EngineError::Internal("KV pool lock poisoned".into()))?.n_blocks()
@@ -264,9 +267,6 @@ impl Engine {
         }
         if matches!(info.speculate, Speculation::Draft { .. }) && draft.is_none() {
             return Err(EngineError::BadRequest { field: "speculate", reason: "no draft model is loaded".into() });
-        }
-        if info.recurrent && info.speculate != Speculation::Off {
-            return Err(EngineError::BadRequest { field: "speculate", reason: NO_HYBRID_SPECULATION.into() });
         }
         let shared = Arc::new(Shared { accepting: AtomicBool::new(true), ..Shared::default() });
         let eos = runner.config().eos_token_ids.first().copied();
@@ -425,9 +425,6 @@ impl Engine {
         }
         if let Some(spec) = r.speculate {
             spec.check().or_else(|e| bad("speculate", e))?;
-            if self.info.recurrent && spec != Speculation::Off {
-                return bad("speculate", NO_HYBRID_SPECULATION.into());
-            }
             if matches!(spec, Speculation::Draft { .. }) && !self.info.draft_model {
                 return bad("speculate", "this engine has no draft model".into());
             }

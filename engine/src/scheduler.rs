@@ -439,7 +439,16 @@ impl Scheduler {
         // Hidden rows only when an embedding sequence is in the step (each row's bits are
         // the same either way); `fed[k]`: the rows of the step's k-th sequence.
         let fed: Vec<usize> = batch.seqs.iter().map(|s| s.tokens.len()).collect();
-        let (logits, hidden) = if planned.iter().any(|&i| self.running[i].embed.is_some()) {
+        // A hybrid model's verify steps keep the states they may roll back to (speculator.rs).
+        let spares: Vec<&[u32]> = planned
+            .iter()
+            .map(|&i| self.running[i].spec.as_ref().filter(|d| !d.draft.is_empty()).map_or(&[][..], |d| &d.spares))
+            .collect();
+        let (logits, hidden) = if spares.iter().any(|s| !s.is_empty()) {
+            let wants = planned.iter().any(|&i| self.running[i].embed.is_some());
+            let out = self.runner.forward_spares(&batch, Some(&tails), wants, &spares).map_err(kv_err)?;
+            (out.logits, out.hidden)
+        } else if planned.iter().any(|&i| self.running[i].embed.is_some()) {
             let out = self.runner.forward_tails_hidden(&batch, drafting.then_some(&tails[..])).map_err(kv_err)?;
             (out.logits, out.hidden)
         } else if drafting {

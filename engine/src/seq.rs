@@ -144,6 +144,7 @@ impl Seq {
         }
         if let Some(d) = self.spec.as_mut() {
             d.kv = None; // its draft-pool blocks go back with it
+            tl_core::release_all(pool, d.spares.drain(..)).map_err(kv_err)?;
         }
         Ok(())
     }

@@ -169,6 +169,10 @@ pub(crate) struct Drafting {
     pub(crate) adapt: Adapt,
     /// Its K/V in the draft model's pool (draft-model speculation only).
     pub(crate) kv: Option<DraftKv>,
+    /// A hybrid model's verify step: state slots receiving the state after the step's
+    /// last non-draft token and each draft but the last (kv.md, "Speculation"); the one
+    /// of the accepted length becomes the row's slot, the others go back.
+    pub(crate) spares: Vec<u32>,
 }
 
 impl Drafting {
@@ -182,6 +186,7 @@ impl Drafting {
             spec_blocks: 0,
             adapt: Adapt::default(),
             kv: None,
+            spares: Vec::new(),
         })
     }
 }

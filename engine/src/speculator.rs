@@ -138,6 +138,14 @@ impl Speculator {
             if s.blocks.len() < need && self.layout.alloc_entries(g.as_mut(), &mut s.blocks, need).is_err() {
                 d.draft.truncate(s.blocks.len() / self.groups * b - s.tokens.len());
             }
+            // A hybrid's verify step keeps the state after each position it may roll back
+            // to; no spare slots to be had, no draft this step (a draft never preempts).
+            if self.layout.state_column().is_some() && !d.draft.is_empty() {
+                match g.alloc_slots(d.draft.len()) {
+                    Ok(s) => d.spares = s,
+                    Err(_) => d.draft.clear(),
+                }
+            }
             if d.draft.is_empty() {
                 continue;
             }
@@ -187,6 +195,19 @@ impl Speculator {
         }
         let keep = d.spec_blocks.max(s.computed.div_ceil(self.block_tokens) * self.groups).min(s.blocks.len());
         let mut g = lock(&self.pool)?;
+        let mut spares = std::mem::take(&mut d.spares);
+        if let (Some(col), Some(j)) = (self.layout.state_column(), (accepted < draft.len()).then_some(accepted)) {
+            // Rolled back: the state after the last accepted position is spare `j`'s; it
+            // becomes the slot of that position's row (whatever that row held, a slot or
+            // a hole, has the rejected drafts in it or nothing).
+            let (b, e) = (self.block_tokens, (s.computed - 1) / self.block_tokens * self.groups + col);
+            // Its fill: the row's positions through the accepted one (a prefix cache
+            // registers the row's slot once the row is full).
+            g.set_fill(spares[j], ((s.computed - 1) % b + 1) as u32).map_err(kv_err)?;
+            let old = std::mem::replace(&mut s.blocks[e], spares[j]);
+            spares[j] = old;
+        }
+        tl_core::release_all(g.as_mut(), spares).map_err(kv_err)?;
         tl_core::release_all(g.as_mut(), s.blocks.drain(keep..)).map_err(kv_err)?;
         d.draft = draft;
         d.draft.clear();

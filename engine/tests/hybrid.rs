@@ -2,8 +2,8 @@
 //! state lives in the pool's state column, one gated attention layer; docs/spec/kv.md,
 //! "Recurrent state beside the pages"): answers keep their bits alone, in a batch with
 //! chunked prefills crossing block rows, after a prefix hit that resumes from a state
-//! snapshot, and under preemption; speculation, which would need the state rolled back
-//! past rejected drafts, is refused by name.
+//! snapshot, under preemption, with speculation (the state rolled back past rejected
+//! drafts), through a P/D hand-off and a disk-cache restart.
 
 mod support;
 
@@ -147,18 +147,74 @@ fn preempted_hybrid_sequences_keep_their_bits() {
     settle(&e);
 }
 
+/// Speculation on a hybrid (docs/spec/kv.md, "Speculation"): a verify step keeps the
+/// state after each position it may roll back to in spare slots, and a rejected draft's
+/// positions leave nothing in the state. Prompt-lookup drafts, greedy and sampled,
+/// batched with chunked prefills: every token and logprob is the bits of plain decoding,
+/// with drafts both accepted and rejected, and no slot left behind.
 #[test]
-fn speculation_on_a_hybrid_model_is_refused_naming_the_field() {
-    let e = engine(&qwen35(), "f16-slab", 64);
-    let mut r = req(vec![1, 2, 3], 1, 4);
-    r.speculate = Some(Speculation::Ngram { k: 4 });
-    match e.submit(r) {
+fn speculation_on_a_hybrid_keeps_the_bits_of_plain_decoding() {
+    // Repeating prompts: prompt lookup drafts often, and the tiny model often disagrees.
+    let base: Vec<Vec<u32>> =
+        (0..4u32).map(|i| (0..40 + 9 * i).map(|j| 5 + (j % (7 + i)) * 11 + i).collect()).collect();
+    for kv in ["f16-slab", "q8-slab"] {
+        for greedy in [true, false] {
+            let make = |i: usize, p: Vec<u32>| {
+                let mut r = req(p, 70 + i as u64, 24);
+                if greedy {
+                    r.params.temperature = 0.0;
+                }
+                r
+            };
+            // Greedy: the prompt, its own greedy answer, the prompt again; the answer then
+            // tends to come back, and prompt lookup drafts it (some drafts accepted).
+            let reqs: Vec<Request> = base
+                .iter()
+                .enumerate()
+                .map(|(i, p)| match greedy {
+                    true => {
+                        let first: Vec<u32> = alone(kv, &make(i, p.clone())).iter().map(|t| t.0).collect();
+                        make(i, [&p[..], &first[..], &p[..]].concat())
+                    }
+                    false => make(i, p.clone()),
+                })
+                .collect();
+            let plain: Vec<_> = reqs.iter().map(|r| alone(kv, r)).collect();
+            let e = engine(&qwen35(), kv, 512);
+            let spec: Vec<Request> =
+                reqs.iter().map(|r| Request { speculate: Some(Speculation::Ngram { k: 4 }), ..r.clone() }).collect();
+            let got = run_all(&e, &spec);
+            for (i, (g, want)) in got.iter().zip(&plain).enumerate() {
+                assert_eq!(&g.0, want, "{kv}, greedy {greedy}: prompt {i} differs from plain decoding");
+            }
+            settle(&e);
+            let st = e.stats();
+            assert!(st.draft_tokens > st.draft_accepted, "{kv}, greedy {greedy}: no draft rejected: {st:?}");
+            if greedy {
+                assert!(st.draft_accepted > 0, "{kv}: no draft accepted: {st:?}");
+            }
+        }
+    }
+}
+
+/// A draft model with recurrent layers is refused, naming the field: its own state would
+/// keep the rejected drafts.
+#[test]
+fn a_hybrid_draft_model_is_refused_naming_the_field() {
+    let cfg = EngineConfig {
+        kv: KvConfig { block_tokens: B as u32, n_blocks: Some(64), ..KvConfig::default() },
+        ..EngineConfig::default()
+    };
+    let target = ModelRunner::load(&qwen35(), &cfg).expect("load");
+    let draft = ModelRunner::load(&qwen35(), &cfg).expect("load draft");
+    let tok = Arc::new(Tokenizer::load(target.config()).expect("tokenizer"));
+    match Engine::start_with_draft(target, Some(draft), tok, EngineOptions::default()) {
         Err(EngineError::BadRequest { field, reason }) => {
-            assert_eq!(field, "speculate");
+            assert_eq!(field, "draft");
             assert!(reason.contains("recurrent"), "{reason}");
         }
         Err(other) => panic!("wrong error: {other}"),
-        Ok(_) => panic!("speculation was accepted on a hybrid model"),
+        Ok(_) => panic!("a hybrid draft model was accepted"),
     }
 }
 
