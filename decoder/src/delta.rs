@@ -161,7 +161,7 @@ impl DeltaNet {
                 let p = plan.pos[t];
                 let row = p / bt;
                 let mut end = (t0 + len).min(t + (row + 1) * bt - p);
-                if !spares.is_empty() && end > first_spare && t <= first_spare + spares.len() - 1 {
+                if !spares.is_empty() && end > first_spare && t < first_spare + spares.len() {
                     end = end.min(t.max(first_spare) + 1);
                 }
                 let state = cx.kv.state_mut(live, sl)?;
