@@ -92,7 +92,7 @@ pub struct Gemma4Config {
 fn kinds(json: &Value, n: usize) -> Result<Vec<Kind>, ConfigError> {
     let Some(list) = field(json, "layer_types") else {
         // transformers: every sixth layer full, and the last one full whatever the pattern.
-        let full = |i: usize| (i + 1) % DEFAULT_PATTERN == 0 || i + 1 == n;
+        let full = |i: usize| (i + 1).is_multiple_of(DEFAULT_PATTERN) || i + 1 == n;
         return Ok((0..n).map(|i| if full(i) { Kind::Full } else { Kind::Sliding }).collect());
     };
     let items = list.as_array().filter(|l| l.len() == n).ok_or_else(|| {
@@ -324,7 +324,7 @@ impl Gemma4Config {
     fn check_pool(&self) -> Result<(), ConfigError> {
         let (kv, _) = self.pool_shape();
         for s in [&self.sliding, &self.full] {
-            if kv % s.kv_heads != 0 || self.heads % kv != 0 {
+            if !kv.is_multiple_of(s.kv_heads) || !self.heads.is_multiple_of(kv) {
                 return Err(invalid(
                     "num_key_value_heads",
                     &Value::from(s.kv_heads),

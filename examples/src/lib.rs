@@ -5,6 +5,7 @@
 // Link every plugin crate so their inventory registrations exist in each binary.
 use tl_arch_bigram as _;
 use tl_arch_gemma3 as _;
+use tl_arch_gemma4 as _;
 use tl_arch_gpt_oss as _;
 use tl_arch_llama as _;
 use tl_arch_mistral as _;

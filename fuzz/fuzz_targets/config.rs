@@ -4,6 +4,7 @@ use libfuzzer_sys::fuzz_target;
 use tl_arch_gemma3 as _;
 use tl_arch_gpt_oss as _;
 use tl_arch_qwen3_5 as _;
+use tl_arch_gemma4 as _;
 use tl_arch_llama as _;
 use tl_arch_mistral as _;
 use tl_arch_mixtral as _;
