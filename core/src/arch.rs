@@ -130,8 +130,8 @@ pub trait Architecture: Send + Sync {
         let _ = config;
         Ok(None)
     }
-    /// Layers that read an earlier layer's K and V instead of writing their own (Gemma 4's
-    /// `num_kv_shared_layers`): `Some(source)` per sharing layer, one entry per layer. The
+    /// Layers that read an earlier layer's K and V instead of writing their own (a family
+    /// whose last layers reuse earlier keys): `Some(source)` per sharing layer, one entry per layer. The
     /// runner gives them no slabs ([`KvLayout::with_shared`]), so the pool holds the owning
     /// layers only. The default, `None`: every attention layer owns its KV.
     fn kv_shared(&self, config: &ModelConfig) -> Result<Option<Vec<Option<u32>>>, ConfigError> {

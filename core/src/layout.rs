@@ -19,7 +19,7 @@
 //! state after `next - 1`, so the column behaves as a window of 2 and every windowed rule
 //! (given back early, `NO_BLOCK` entries, the prefix hit) serves it unchanged.
 //!
-//! A layer that reads another layer's K and V (Gemma 4's shared-KV layers,
+//! A layer that reads another layer's K and V (a shared-KV layer,
 //! [`KvLayout::with_shared`]) owns no slab: it is in no group, and its slot is its
 //! source's, which the forward only reads. Pages hold the owning layers only, so the pool
 //! shrinks by the shared layers.
