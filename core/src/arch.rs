@@ -136,6 +136,14 @@ pub trait Architecture: Send + Sync {
         let _ = config;
         Ok(None)
     }
+    /// Layers that read an earlier layer's K and V instead of writing their own (a family
+    /// whose last layers reuse earlier keys): `Some(source)` per sharing layer, one entry per layer. The
+    /// runner gives them no slabs ([`KvLayout::with_shared`]), so the pool holds the owning
+    /// layers only. The default, `None`: every attention layer owns its KV.
+    fn kv_shared(&self, config: &ModelConfig) -> Result<Option<Vec<Option<u32>>>, ConfigError> {
+        let _ = config;
+        Ok(None)
+    }
     /// Build the model from its weights.
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError>;
 }

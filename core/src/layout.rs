@@ -18,6 +18,11 @@
 //! `r` holds the state after row `r`'s last computed position; a query at `next` needs the
 //! state after `next - 1`, so the column behaves as a window of 2 and every windowed rule
 //! (given back early, `NO_BLOCK` entries, the prefix hit) serves it unchanged.
+//!
+//! A layer that reads another layer's K and V (a shared-KV layer,
+//! [`KvLayout::with_shared`]) owns no slab: it is in no group, and its slot is its
+//! source's, which the forward only reads. Pages hold the owning layers only, so the pool
+//! shrinks by the shared layers.
 
 use crate::kv::{KvBackend, KvError, KvGeometry};
 
@@ -84,6 +89,35 @@ impl KvLayout {
     /// every layer; a recurrent layer's is ignored), as [`KvLayout::from_windows`], then
     /// the state column of the `recurrent` layers (ascending model indices), when any.
     pub fn hybrid(windows: &[Option<usize>], recurrent: &[u32]) -> Result<KvLayout, KvError> {
+        KvLayout::with_shared(windows, recurrent, &[])
+    }
+
+    /// [`KvLayout::hybrid`] where `shared[l] = Some(src)` says layer `l` reads layer
+    /// `src`'s K and V and writes none (`shared` empty: no layer shares): `l` joins no
+    /// group and its slot is `src`'s. `src` must be an earlier attention layer that owns
+    /// its KV and has `l`'s window (a query of `l` sees the keys `src`'s pages keep).
+    pub fn with_shared(
+        windows: &[Option<usize>],
+        recurrent: &[u32],
+        shared: &[Option<u32>],
+    ) -> Result<KvLayout, KvError> {
+        if !shared.is_empty() && shared.len() != windows.len() {
+            return Err(KvError::Backend(format!(
+                "{} shared-KV entries for a {}-layer model",
+                shared.len(),
+                windows.len()
+            )));
+        }
+        let source = |l: usize| shared.get(l).copied().flatten();
+        for (l, src) in (0..windows.len()).filter_map(|l| source(l).map(|s| (l, s as usize))) {
+            let owns = |s: usize| s < l && source(s).is_none() && !recurrent.contains(&(s as u32));
+            if !owns(src) || windows.get(src) != windows.get(l) {
+                return Err(KvError::Backend(format!(
+                    "layer {l} cannot read layer {src}'s KV: the source must be an earlier attention layer that \
+                     owns its KV, with the same window"
+                )));
+            }
+        }
         if windows.is_empty() {
             return Err(KvError::ZeroCapacity { field: "n_layers" });
         }
@@ -98,7 +132,7 @@ impl KvLayout {
         }
         let mut kinds: Vec<(Option<usize>, Vec<u32>)> = Vec::new();
         for (l, &w) in windows.iter().enumerate() {
-            if recurrent.contains(&(l as u32)) {
+            if recurrent.contains(&(l as u32)) || source(l).is_some() {
                 continue;
             }
             match kinds.iter_mut().find(|(k, _)| *k == w) {
@@ -123,6 +157,11 @@ impl KvLayout {
         for (k, gr) in groups.iter().enumerate() {
             for (i, &l) in gr.layers.iter().enumerate() {
                 slot_of[l as usize] = (k as u32, i as u32);
+            }
+        }
+        for l in 0..windows.len() {
+            if let Some(src) = source(l) {
+                slot_of[l] = slot_of[src as usize];
             }
         }
         Ok(KvLayout { groups, slot_of, snapshot_every: 1 })
@@ -182,7 +221,14 @@ impl KvLayout {
         self.groups.iter().any(|g| g.window.is_some())
     }
 
+    /// Layers that own a slab of a page or a state slot (every layer but the shared-KV
+    /// ones).
+    pub fn owning_layers(&self) -> usize {
+        self.groups.iter().map(|g| g.layers.len()).sum()
+    }
+
     /// Layer `layer`'s (group, slab index in its group), or `None` past the last layer.
+    /// A shared-KV layer's is its source's.
     pub fn slot(&self, layer: u32) -> Option<(usize, u32)> {
         self.slot_of.get(layer as usize).map(|&(k, i)| (k as usize, i))
     }

@@ -149,6 +149,7 @@ impl ModelRunner {
     ) -> Result<Self, RunnerError> {
         let model_geometry = arch.kv_geometry(&config, cfg.kv.block_tokens)?;
         let recurrent = arch.recurrent(&config)?;
+        let shared = arch.kv_shared(&config)?;
         let layout = match arch.kv_windows(&config)? {
             Some(w) if w.len() != model_geometry.n_layers as usize => {
                 return Err(RunnerError::Other(format!(
@@ -157,10 +158,18 @@ impl ModelRunner {
                     model_geometry.n_layers
                 )))
             }
-            Some(w) => KvLayout::hybrid(&w, recurrent.as_ref().map_or(&[], |r| &r.layers))?,
-            None => match &recurrent {
-                Some(r) => KvLayout::hybrid(&vec![None; model_geometry.n_layers as usize], &r.layers)?,
-                None => KvLayout::uniform(model_geometry.n_layers),
+            Some(w) => KvLayout::with_shared(
+                &w,
+                recurrent.as_ref().map_or(&[], |r| &r.layers),
+                shared.as_deref().unwrap_or(&[]),
+            )?,
+            None => match (&recurrent, &shared) {
+                (None, None) => KvLayout::uniform(model_geometry.n_layers),
+                (r, s) => KvLayout::with_shared(
+                    &vec![None; model_geometry.n_layers as usize],
+                    r.as_ref().map_or(&[], |r| &r.layers),
+                    s.as_deref().unwrap_or(&[]),
+                )?,
             },
         };
         let b = cfg.kv.block_tokens.max(1) as usize;

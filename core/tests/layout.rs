@@ -76,3 +76,35 @@ fn bad_windows_are_refused() {
     assert!(matches!(KvLayout::from_windows(&[]), Err(KvError::ZeroCapacity { .. })));
     assert!(matches!(KvLayout::from_windows(&[Some(0), None]), Err(KvError::ZeroCapacity { .. })));
 }
+
+/// Gemma 4's shared KV: the last layers read the last owning layer of their kind and own
+/// no slab, so the pages hold the owning layers only.
+#[test]
+fn shared_kv_layers_take_their_sources_slot_and_no_slab() {
+    // 6 layers [s, s, f, s, s, f]; 4 reads 3, 5 reads 2.
+    let w = vec![Some(8), Some(8), None, Some(8), Some(8), None];
+    let shared = [None, None, None, None, Some(3), Some(2)];
+    let l = KvLayout::with_shared(&w, &[], &shared).unwrap();
+    let groups: Vec<(Vec<u32>, Option<usize>)> = l.groups().iter().map(|g| (g.layers.clone(), g.window)).collect();
+    // Owning kinds: 3 windowed, 1 global: g = 1, four groups of one layer.
+    assert_eq!(groups, vec![(vec![0], Some(8)), (vec![1], Some(8)), (vec![2], None), (vec![3], Some(8))]);
+    assert_eq!((l.n_layers(), l.owning_layers(), l.group_layers()), (6, 4, 1));
+    assert_eq!(l.slot(4), l.slot(3));
+    assert_eq!(l.slot(5), l.slot(2));
+    let g = KvGeometry { n_layers: 6, n_kv_heads: 2, head_dim: 32, block_tokens: 16 };
+    assert_eq!(l.page_geometry(g), KvGeometry { n_layers: 1, ..g });
+    // Without sharing: 4 windowed and 2 global layers, three groups of 2 (six slabs a row
+    // against four).
+    assert_eq!(KvLayout::with_shared(&w, &[], &[]).unwrap(), KvLayout::from_windows(&w).unwrap());
+    let own = KvLayout::from_windows(&w).unwrap();
+    assert_eq!((own.n_groups(), own.group_layers()), (3, 2));
+    // Refused: a later source, a sharing source, another window, a wrong length.
+    for bad in [
+        vec![None, None, None, None, Some(5), None],
+        vec![None, None, None, Some(1), Some(3), None],
+        vec![None, None, None, None, Some(2), None],
+        vec![None, Some(0)],
+    ] {
+        assert!(KvLayout::with_shared(&w, &[], &bad).is_err(), "{bad:?}");
+    }
+}

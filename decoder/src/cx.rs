@@ -37,6 +37,11 @@ pub struct Buffers {
     pub ropes: Vec<RopeTables>,
     /// The mixture-of-experts block's scratch.
     pub moe: MoeBuffers,
+    /// A family's per-step inputs beside the residual ([`crate::StepInputs`]: Gemma 4's
+    /// `(N, L*P)` per-layer inputs), and any scratch of its own blocks after them.
+    pub aux: Vec<f32>,
+    /// A family's block scratch (Gemma 4's padded q/k/v rows).
+    pub aux2: Vec<f32>,
 }
 
 /// What a layer body is handed for one step: the step, the KV slabs and the buffers.

@@ -87,7 +87,7 @@ pub use rope::{
     RopeTables, YarnScaling,
 };
 pub use rowops::{add, clamped_swiglu, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, rms_norm, swiglu};
-pub use stack::{Ends, Stack, StackParts};
+pub use stack::{Ends, Stack, StackParts, StepInputs};
 
 /// The forward's vector kernels, exposed for the tests that compare every instruction set
 /// with the portable reference; not an API.

@@ -42,6 +42,9 @@ pub struct Ends {
     /// `Some(s)`: embedding rows are multiplied by `s` (one f32 product each; Gemma's
     /// `sqrt(d)`); the tied head stays unscaled.
     pub embed_scale: Option<f32>,
+    /// `Some(c)`: every logit becomes `c * tanh(logit / c)` (Gemma 2 and 4's final
+    /// softcap: a division, tanh, a product, each rounded to f32 as transformers does).
+    pub softcap: Option<f32>,
 }
 
 impl Ends {
@@ -53,7 +56,7 @@ impl Ends {
     pub fn load(w: &Loader<'_>, vocab: usize, d: usize, tied: bool, norm: Vec<f32>) -> Result<Ends, ModelError> {
         let table = w.matrix("model.embed_tokens.weight", vocab, d)?;
         let (embed, lm_head) = if tied { (None, table) } else { (Some(table), w.matrix("lm_head.weight", vocab, d)?) };
-        Ok(Ends { embed, lm_head, norm, embed_scale: None })
+        Ok(Ends { embed, lm_head, norm, embed_scale: None, softcap: None })
     }
 
     /// The `(V, d)` embedding table (rows widened to f32 on lookup).
@@ -84,9 +87,21 @@ pub struct StackParts<L> {
     pub layers: Vec<L>,
 }
 
+/// What a family computes once per step from the tokens and the scaled embeddings, before
+/// the first layer, for its layers to read (Gemma 4's per-layer inputs, into
+/// [`Buffers::aux`]). Each token's rows must be a function of that token's alone.
+pub trait StepInputs: Send + Sync {
+    /// Fill the buffers the layers read; `cx.b.x` holds the step's embeddings.
+    fn forward(&self, cx: &mut Cx<'_, '_>) -> Result<(), ModelError>;
+    /// Bytes its weights hold.
+    fn weight_bytes(&self) -> usize;
+}
+
 /// A loaded decoder: immutable weights; per-sequence state lives in the KV pool.
 pub struct Stack<L> {
     p: StackParts<L>,
+    /// Run after the embedding, before the first layer.
+    inputs: Option<Box<dyn StepInputs>>,
     /// The step's buffers; a lock because `forward` takes `&self` (steps do not overlap
     /// in practice; a second concurrent step would wait).
     bufs: Mutex<Buffers>,
@@ -98,7 +113,13 @@ impl<L: LayerBody> Stack<L> {
         if !device.is_cpu() {
             return Err(ModelError::Other(format!("the {} forward runs on the CPU, not {device:?}", parts.family)));
         }
-        Ok(Stack { p: parts, bufs: Mutex::new(Buffers::default()) })
+        Ok(Stack { p: parts, inputs: None, bufs: Mutex::new(Buffers::default()) })
+    }
+
+    /// The model with `inputs` computed each step before the first layer.
+    pub fn with_inputs(mut self, inputs: Box<dyn StepInputs>) -> Stack<L> {
+        self.inputs = Some(inputs);
+        self
     }
 }
 
@@ -110,7 +131,8 @@ impl<L: LayerBody> Model for Stack<L> {
     fn weight_bytes(&self) -> Option<usize> {
         let layers: usize = self.p.layers.iter().map(LayerBody::weight_bytes).sum();
         let rope: usize = self.p.ropes.iter().map(|r| f32_bytes(&r.inv_freq)).sum();
-        Some(layers + self.p.ends.bytes() + rope)
+        let inputs = self.inputs.as_ref().map_or(0, |i| i.weight_bytes());
+        Some(layers + self.p.ends.bytes() + rope + inputs)
     }
 
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
@@ -135,11 +157,18 @@ impl<L: LayerBody> Model for Stack<L> {
         }
 
         let mut cx = Cx { step, kv: &mut *ctx.kv, n, dm, eps: p.eps, b };
+        if let Some(inputs) = &self.inputs {
+            inputs.forward(&mut cx)?;
+        }
         for (l, layer) in p.layers.iter().enumerate() {
             layer.forward(l as u32, &mut cx)?;
         }
 
         let head = LmHead { norm: &p.ends.norm, eps: p.eps, head: &p.ends.lm_head };
-        head.run(step.path, &b.x, &plan, ctx, &mut b.tmp)
+        let mut out = head.run(step.path, &b.x, &plan, ctx, &mut b.tmp)?;
+        if let Some(c) = p.ends.softcap {
+            out.logits.data.iter_mut().for_each(|v| *v = (*v / c).tanh() * c);
+        }
+        Ok(out)
     }
 }

@@ -13,6 +13,7 @@ fn link_registers_every_family_kv_backend_and_sampler() {
         vec![
             "bigram",
             "gemma3",
+            "gemma4",
             "gpt_oss",
             "llama",
             "mistral",
