@@ -39,7 +39,7 @@
 
 use serde_json::{json, Map, Value};
 use tl_core::{BuildCtx, Gguf, GgufArch, GgufRegistration, ModelError, TensorInfo, TensorMap, WeightError, Weights};
-use tl_decoder::gguf::{expert_counts, MoeGguf};
+use tl_decoder::gguf::{expert_counts, shared_fields, MoeGguf};
 use tl_decoder::{DeltaNet, DeltaShape, Loader, Proj, MLP_NAMES};
 use tl_quant::{Linear, QLinear};
 
@@ -209,28 +209,7 @@ pub fn config_json(file: &Gguf, moe: bool) -> Result<Value, WeightError> {
     } else {
         cfg.insert("intermediate_size".into(), json!(file.required(&key("feed_forward_length"))?));
     }
-    if let Some(ctx) = file.uint(&key("context_length"))? {
-        cfg.insert("max_position_embeddings".into(), json!(ctx));
-    }
-    cfg.insert("tie_word_embeddings".into(), json!(!file.has_gguf_tensor("output.weight")));
-    if let Some(bos) = file.uint("tokenizer.ggml.bos_token_id")? {
-        cfg.insert("bos_token_id".into(), json!(bos));
-    }
-    // llama.cpp stops at every end-of-generation id: EOS and, when given, EOT.
-    let mut eos: Vec<u64> = Vec::new();
-    for k in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
-        if let Some(id) = file.uint(k)?.filter(|id| !eos.contains(id)) {
-            eos.push(id);
-        }
-    }
-    match eos.as_slice() {
-        [] => {}
-        [one] => drop(cfg.insert("eos_token_id".into(), json!(one))),
-        many => drop(cfg.insert("eos_token_id".into(), json!(many))),
-    }
-    if let Some(pad) = file.uint("tokenizer.ggml.padding_token_id")? {
-        cfg.insert("pad_token_id".into(), json!(pad));
-    }
+    shared_fields(file, &key("context_length"), &mut cfg)?;
     Ok(Value::Object(cfg))
 }
 

@@ -149,7 +149,15 @@ pub fn config_json(file: &Gguf, fam: &Family) -> Result<Map<String, Value>, Weig
     if let Some(y) = yarn {
         cfg.insert("rope_scaling".into(), y);
     }
-    if let Some(ctx) = file.uint(&key("context_length"))? {
+    shared_fields(file, &key("context_length"), &mut cfg)?;
+    Ok(cfg)
+}
+
+/// The config fields every family's GGUF file gives the same way: the context length
+/// (`ctx_key`), tied embeddings (no `output.weight`), and the BOS, EOS and pad ids
+/// (llama.cpp stops at every end-of-generation id: EOS and, when given, EOT).
+pub fn shared_fields(file: &Gguf, ctx_key: &str, cfg: &mut Map<String, Value>) -> Result<(), WeightError> {
+    if let Some(ctx) = file.uint(ctx_key)? {
         cfg.insert("max_position_embeddings".into(), json!(ctx));
     }
     cfg.insert("tie_word_embeddings".into(), json!(!file.has_gguf_tensor("output.weight")));
@@ -173,7 +181,7 @@ pub fn config_json(file: &Gguf, fam: &Family) -> Result<Map<String, Value>, Weig
     if let Some(pad) = file.uint("tokenizer.ggml.padding_token_id")? {
         cfg.insert("pad_token_id".into(), json!(pad));
     }
-    Ok(cfg)
+    Ok(())
 }
 
 /// Llama 3's RoPE scaling from a GGUF file's `rope_freqs.weight`: llama.cpp's converter
