@@ -371,6 +371,23 @@ impl KvLayout {
     }
 }
 
+/// Cut a table prefix (rows of `n` entries) that a sequence will resume from back to its
+/// last row whose state column `state` holds a slot (a hybrid model resumes from a row's
+/// state snapshot, kv.md), giving back the rows after it; returns the rows kept. Without a
+/// state column every row is kept.
+pub fn keep_to_last_state(
+    pool: &mut dyn KvBackend,
+    table: &mut Vec<u32>,
+    n: usize,
+    state: Option<usize>,
+) -> Result<usize, KvError> {
+    let rows = table.len() / n.max(1);
+    let Some(k) = state else { return Ok(rows) };
+    let keep = (0..rows).rev().find(|r| table[r * n + k] != NO_BLOCK).map_or(0, |r| r + 1);
+    release_all(pool, table.drain(keep * n..))?;
+    Ok(keep)
+}
+
 /// Give back every page of `ids` ([`NO_BLOCK`] entries skipped).
 pub fn release_all(pool: &mut dyn KvBackend, ids: impl IntoIterator<Item = u32>) -> Result<(), KvError> {
     for id in ids {

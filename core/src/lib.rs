@@ -51,7 +51,7 @@ pub use kv::{
     quantize_q8, KvBackend, KvElem, KvError, KvGeometry, KvRegistration, KvSlabs, KvSpec, Q8Slab, Q8SlabMut,
     SharedPool, StateGeometry,
 };
-pub use layout::{release_all, KvGroup, KvLayout, NO_BLOCK};
+pub use layout::{keep_to_last_state, release_all, KvGroup, KvLayout, NO_BLOCK};
 pub use runner::{ModelRunner, RunnerError};
 pub use safetensors::SafeTensors;
 pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};

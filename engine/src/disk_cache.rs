@@ -297,10 +297,6 @@ pub(crate) fn disk_hits(
             }
         }
     }
-    if let Some(k) = state {
-        let keep = (0..*h).rev().find(|r| hits[r * n + k] != NO_BLOCK).map_or(0, |r| r + 1);
-        tl_core::release_all(g, hits.drain(keep * n..)).map_err(kv_err)?;
-        *h = keep;
-    }
+    *h = tl_core::keep_to_last_state(g, hits, n, state).map_err(kv_err)?;
     Ok(())
 }

@@ -324,11 +324,7 @@ impl Engine {
             }
         }
         // A hybrid resumes from its last local row's state: back to the last row that has it.
-        if let Some(k) = p.state {
-            let rows = (0..p.blocks.len() / p.groups).rev().find(|r| p.blocks[r * p.groups + k] != NO_BLOCK);
-            let keep = rows.map_or(0, |r| (r + 1) * p.groups);
-            tl_core::release_all(g.as_mut(), p.blocks.drain(keep..))?;
-        }
+        tl_core::keep_to_last_state(g.as_mut(), &mut p.blocks, p.groups, p.state)?;
         p.local = p.blocks.len();
         republish(&self.shared, g.as_ref());
         Ok(p)
