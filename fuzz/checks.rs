@@ -250,3 +250,22 @@ pub fn embed_request(data: &[u8]) {
     let floats: Vec<f32> = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     assert_eq!(embeddings::base64_f32(&floats).len(), (floats.len() * 4).div_ceil(3) * 4);
 }
+
+/// A MODEL reference (the first line) picked from a repository's file list (the other
+/// lines): parsing and picking refuse or answer; what they pick is in the list.
+pub fn model_ref(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let mut lines = text.split('\n');
+    let reference = lines.next().unwrap_or_default();
+    let files: Vec<String> = lines.map(str::to_string).collect();
+    let _ = tl_hub::catalog::find(reference);
+    let Some(Ok(r)) = tl_hub::reference::parse_hf(reference) else { return };
+    assert!(r.repo.contains('/') && !r.repo.contains(".."), "{reference}: repo {}", r.repo);
+    match tl_hub::hf::select(&r, &files) {
+        Ok(tl_hub::hf::Selection::File(f)) => assert!(files.contains(&f), "{reference}: picked {f}, not listed"),
+        Ok(tl_hub::hf::Selection::Dir(fs)) => {
+            assert!(fs.iter().all(|f| files.contains(f)), "{reference}: picked {fs:?}, not all listed")
+        }
+        Err(e) => assert!(!e.to_string().contains('\n') || files.iter().any(|f| f.contains('\n')), "{e}"),
+    }
+}

@@ -288,3 +288,12 @@ for name, schema in [
                    "$ref": "#/$defs/T"}),
 ]:
     put("json_schema", name, json.dumps(schema))
+
+# model_ref: a reference, then the repository's file list, one per line.
+gguf_files = "README.md\nmodel-Q4_K_M.gguf\nmodel-Q8_0.gguf\nmmproj-model-f16.gguf"
+put("model_ref", "quant", "hf:org/repo:Q4_K_M\n" + gguf_files)
+put("model_ref", "repo-ambiguous", "hf:org/repo\n" + gguf_files)
+put("model_ref", "file", "hf.co/org/repo@v1/sub/model.gguf\nsub/model.gguf\nconfig.json")
+put("model_ref", "dir", "hf:org/st\nconfig.json\nmodel-00001-of-00002.safetensors\nmodel-00002-of-00002.safetensors\nmodel.safetensors.index.json\ntokenizer.json\nonnx/model.onnx")
+put("model_ref", "split", "hf:org/split:q4_k_m\nm-Q4_K_M-00001-of-00002.gguf\nm-Q4_K_M-00002-of-00002.gguf")
+put("model_ref", "catalog", "qwen2.5-coder:1.5b")

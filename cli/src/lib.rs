@@ -14,6 +14,7 @@ pub mod generate;
 pub mod info;
 pub mod perplexity;
 pub mod probe;
+pub mod pull;
 pub mod run;
 pub mod session;
 
@@ -32,6 +33,9 @@ pub struct Tl {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Download a MODEL that is not on disk without asking.
+    #[arg(long, short = 'y', global = true)]
+    pub yes: bool,
 }
 
 /// The subcommands.
@@ -55,6 +59,12 @@ pub enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// What a model is: architecture, tensor formats, context, chat template, memory.
     Info(info::InfoArgs),
+    /// Download models by name: a catalog name (`tl list --catalog`) or hf:ORG/REPO[:QUANT].
+    Pull(pull::PullArgs),
+    /// List the models on disk (tl's cache and Hugging Face's).
+    List(pull::ListArgs),
+    /// Remove pulled models.
+    Rm(pull::RmArgs),
     /// Print a shell completion script: `tl completions bash > /etc/bash_completion.d/tl`.
     Completions {
         /// The shell.
@@ -76,7 +86,26 @@ impl Command {
             Command::Bench(a) => a.engine_config(),
             Command::Perplexity(a) => a.engine.engine(),
             Command::Info(a) => a.engine.engine(),
-            Command::Probe(_) | Command::Convert(_) | Command::Completions { .. } => return None,
+            Command::Probe(_)
+            | Command::Convert(_)
+            | Command::Pull(_)
+            | Command::List(_)
+            | Command::Rm(_)
+            | Command::Completions { .. } => return None,
+        })
+    }
+
+    /// The MODEL argument of the subcommands that load one.
+    pub fn model_arg(&mut self) -> Option<&mut tl_families::flags::ModelArg> {
+        Some(match self {
+            Command::Run(a) => &mut a.model,
+            Command::Generate(a) => &mut a.model,
+            Command::Serve(a) => &mut a.model,
+            Command::Verify(a) => &mut a.model,
+            Command::Bench(a) => &mut a.model,
+            Command::Perplexity(a) => &mut a.model,
+            Command::Info(a) => &mut a.model,
+            _ => return None,
         })
     }
 
@@ -93,6 +122,9 @@ impl Command {
             Command::Convert(a) => done(a.run()),
             Command::Perplexity(a) => done(a.run()),
             Command::Info(a) => done(a.run()),
+            Command::Pull(a) => done(a.run()),
+            Command::List(a) => done(a.run()),
+            Command::Rm(a) => done(a.run()),
             Command::Completions { shell } => {
                 clap_complete::generate(shell, &mut Tl::command(), "tl", &mut std::io::stdout());
                 ExitCode::SUCCESS
@@ -105,7 +137,14 @@ impl Command {
 pub fn main() -> ExitCode {
     tl_families::link();
     match tl_families::flags::parse::<Tl>(std::env::args_os()) {
-        Parsed::Ok(tl) => tl.command.run(),
+        Parsed::Ok(mut tl) => {
+            if let Some(m) = tl.command.model_arg() {
+                if let Err(e) = pull::resolve_model(m, tl.yes) {
+                    return fail(e);
+                }
+            }
+            tl.command.run()
+        }
         Parsed::Shown => ExitCode::SUCCESS,
         Parsed::Bad => ExitCode::from(2),
     }

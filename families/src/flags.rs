@@ -134,7 +134,8 @@ pub fn fail(e: anyhow::Error) -> std::process::ExitCode {
 /// binaries' spelling, kept so their scripts still work).
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ModelArg {
-    /// Model directory (config.json + weights) or a .gguf file.
+    /// Model directory (config.json + weights), a .gguf file, a catalog name (`tl list
+    /// --catalog`) or hf:ORG/REPO[:QUANT|/FILE] (`tl` pulls it on first use with --yes).
     #[arg(value_name = "MODEL", required_unless_present = "model_flag")]
     pub model_pos: Option<std::path::PathBuf>,
     /// The same as MODEL, as a flag.

@@ -89,3 +89,8 @@ fn embed_request_inputs() {
 fn json_schema_inputs() {
     each("json_schema", checks::json_schema);
 }
+
+#[test]
+fn model_ref_inputs() {
+    each("model_ref", checks::model_ref);
+}
