@@ -138,8 +138,9 @@ pub fn main() -> ExitCode {
     tl_families::link();
     match tl_families::flags::parse::<Tl>(std::env::args_os()) {
         Parsed::Ok(mut tl) => {
+            let several = matches!(tl.command, Command::Serve(_));
             if let Some(m) = tl.command.model_arg() {
-                if let Err(e) = pull::resolve_model(m, tl.yes) {
+                if let Err(e) = pull::resolve_model(m, tl.yes, several) {
                     return fail(e);
                 }
             }

@@ -106,15 +106,11 @@ fn ask(question: &str) -> bool {
     std::io::stdin().lock().read_line(&mut line).is_ok() && matches!(line.trim(), "y" | "Y" | "yes" | "Yes")
 }
 
-/// Replace the model a subcommand names by its path on disk, pulling it first where
+/// Replace the models a subcommand names by their paths on disk, pulling them first where
 /// `yes` or the user's answer allows (a question only when stdin and stderr are terminals).
-pub fn resolve_model(arg: &mut ModelArg, yes: bool) -> anyhow::Result<()> {
-    // `tl run --model M PROMPT` keeps the prompt where MODEL would go: resolve the flag.
-    let slot = if arg.model_flag.is_some() { &mut arg.model_flag } else { &mut arg.model_pos };
-    let Some(text) = slot.as_ref().and_then(|p| p.to_str()).map(str::to_string) else { return Ok(()) };
-    if Path::new(&text).exists() || looks_like_path(&text) {
-        return Ok(());
-    }
+/// `positional`: whether MODEL is a model even beside `--model` (serve's several models;
+/// `tl run --model M PROMPT` keeps the prompt where MODEL would go).
+pub fn resolve_model(arg: &mut ModelArg, yes: bool, positional: bool) -> anyhow::Result<()> {
     let asker = |q: &str| ask(q);
     let consent = if yes {
         Consent::Yes
@@ -123,6 +119,14 @@ pub fn resolve_model(arg: &mut ModelArg, yes: bool) -> anyhow::Result<()> {
     } else {
         Consent::No
     };
-    *slot = Some(tl_hub::resolve(&HubConfig::from_env(), &text, &consent)?);
+    let cfg = HubConfig::from_env();
+    let pos = if positional || arg.model_flag.is_empty() { arg.model_pos.as_mut() } else { None };
+    for slot in pos.into_iter().chain(arg.model_flag.iter_mut()) {
+        let Some(text) = slot.to_str().map(str::to_string) else { continue };
+        if Path::new(&text).exists() || looks_like_path(&text) {
+            continue;
+        }
+        *slot = tl_hub::resolve(&cfg, &text, &consent)?;
+    }
     Ok(())
 }

@@ -56,8 +56,8 @@ impl RunArgs {
     /// The model path and the one-shot prompt. `tl run --model M "Hi"` puts "Hi" where
     /// MODEL would go: with `--model` given, a lone positional is the prompt.
     pub fn model_and_prompt(&self) -> anyhow::Result<(&Path, Option<&str>)> {
-        match (&self.model.model_flag, &self.model.model_pos, &self.prompt) {
-            (Some(m), Some(p), None) => Ok((m, p.to_str())),
+        match (self.model.model_flag.as_slice(), &self.model.model_pos, &self.prompt) {
+            ([m], Some(p), None) => Ok((m, p.to_str())),
             _ => Ok((self.model.path()?, self.prompt.as_deref())),
         }
     }

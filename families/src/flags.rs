@@ -131,25 +131,33 @@ pub fn fail(e: anyhow::Error) -> std::process::ExitCode {
 }
 
 /// The model a command runs: a positional `MODEL` (`tl run M`) or `--model M` (the old
-/// binaries' spelling, kept so their scripts still work).
+/// binaries' spelling, kept so their scripts still work). Only `serve` takes several
+/// (`tl serve A --model B --model C`); every other command refuses more than one.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ModelArg {
     /// Model directory (config.json + weights), a .gguf file, a catalog name (`tl list
     /// --catalog`) or hf:ORG/REPO[:QUANT|/FILE] (`tl` pulls it on first use with --yes).
     #[arg(value_name = "MODEL", required_unless_present = "model_flag")]
     pub model_pos: Option<std::path::PathBuf>,
-    /// The same as MODEL, as a flag.
-    #[arg(long = "model", id = "model_flag", value_name = "MODEL")]
-    pub model_flag: Option<std::path::PathBuf>,
+    /// The same as MODEL, as a flag (repeatable for `serve`).
+    #[arg(long = "model", id = "model_flag", value_name = "MODEL", action = clap::ArgAction::Append)]
+    pub model_flag: Vec<std::path::PathBuf>,
 }
 
 impl ModelArg {
-    /// The model path; both spellings at once is an error (which one was meant?).
+    /// The model path; both spellings at once, or several models, is an error (which one
+    /// was meant?).
     pub fn path(&self) -> anyhow::Result<&std::path::Path> {
-        match (&self.model_pos, &self.model_flag) {
-            (Some(p), None) | (None, Some(p)) => Ok(p),
-            (Some(_), Some(_)) => anyhow::bail!("give the model once: MODEL or --model, not both"),
-            (None, None) => anyhow::bail!("no model: give MODEL or --model"),
+        match (&self.model_pos, self.model_flag.as_slice()) {
+            (Some(p), []) | (None, [p]) => Ok(p),
+            (Some(_), [_]) => anyhow::bail!("give the model once: MODEL or --model, not both"),
+            (None, []) => anyhow::bail!("no model: give MODEL or --model"),
+            _ => anyhow::bail!("give one model (only `serve` runs several)"),
         }
+    }
+
+    /// Every model named, MODEL first (for `serve`).
+    pub fn all(&self) -> Vec<&std::path::Path> {
+        self.model_pos.iter().chain(&self.model_flag).map(|p| p.as_path()).collect()
     }
 }

@@ -25,10 +25,27 @@ pub(crate) fn same_key(given: &[u8], key: &[u8]) -> bool {
 }
 
 pub(crate) async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let Some(key) = &st.api_key else { return next.run(req).await };
+    match refusal(st.api_key.as_deref(), &req) {
+        None => next.run(req).await,
+        Some(r) => {
+            st.metrics.requests.get_or_create(&crate::metrics::Status { endpoint: "auth".into(), code: 401 }).inc();
+            r
+        }
+    }
+}
+
+/// The 401 answer for a request that needs `key` and does not carry it (`None`: let it
+/// through). Shared with the multi-model front (multi.rs), whose own routes need the key too.
+pub(crate) fn refusal(key: Option<&[u8]>, req: &Request) -> Option<Response> {
+    let key = key?;
     let path = req.uri().path();
-    if !(path.starts_with("/v1") || path == "/rerank" || path == "/tokenize" || path == "/detokenize") {
-        return next.run(req).await;
+    if !(path.starts_with("/v1")
+        || path.starts_with("/models/")
+        || path == "/rerank"
+        || path == "/tokenize"
+        || path == "/detokenize")
+    {
+        return None;
     }
     let given = req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
     let bearer = given.and_then(|v| {
@@ -39,7 +56,7 @@ pub(crate) async fn require_key(State(st): State<Arc<AppState>>, req: Request, n
     let x_api_key = req.headers().get("x-api-key").map(|v| v.as_bytes().trim_ascii());
     let keys = [bearer, x_api_key];
     if keys.iter().flatten().any(|t| same_key(t, key)) {
-        return next.run(req).await;
+        return None;
     }
     let message = match keys {
         [None, None] => {
@@ -52,6 +69,5 @@ pub(crate) async fn require_key(State(st): State<Arc<AppState>>, req: Request, n
     let mut r =
         if path.starts_with("/v1/messages") { crate::messages::error_response(err) } else { err.into_response() };
     r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    st.metrics.requests.get_or_create(&crate::metrics::Status { endpoint: "auth".into(), code: 401 }).inc();
-    r
+    Some(r)
 }

@@ -23,6 +23,7 @@ mod generate;
 mod http;
 pub mod messages;
 pub mod metrics;
+pub mod multi;
 mod options;
 pub mod page;
 mod pd;

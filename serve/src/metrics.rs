@@ -192,3 +192,53 @@ impl Observer for Feed {
         self.0.itl.observe(gap.as_secs_f64());
     }
 }
+
+/// Several models' expositions as one: each sample gains a `model` label, and each metric
+/// family's `# HELP`/`# TYPE` lines appear once, its samples from every model together (the
+/// text format wants a family in one piece).
+pub(crate) fn merge_labelled(texts: &[(String, String)]) -> String {
+    // family name -> (its # lines, its samples), in first-seen order.
+    let mut order: Vec<String> = Vec::new();
+    let mut fams: std::collections::HashMap<String, (Vec<String>, Vec<String>)> = Default::default();
+    for (model, text) in texts {
+        let mut family = String::new();
+        for line in text.lines() {
+            if line == "# EOF" || line.is_empty() {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# ") {
+                let name = rest.split_whitespace().nth(1).unwrap_or_default().to_string();
+                family = name.clone();
+                let f = fams.entry(name.clone()).or_insert_with(|| {
+                    order.push(name.clone());
+                    Default::default()
+                });
+                if !f.0.iter().any(|l| l == line) {
+                    f.0.push(line.to_string());
+                }
+                continue;
+            }
+            let label = format!("model=\"{}\"", model.replace('\\', "\\\\").replace('"', "\\\""));
+            let labelled = match line.find(['{', ' ']) {
+                Some(i) if line.as_bytes()[i] == b'{' => format!("{}{{{label},{}", &line[..i], &line[i + 1..]),
+                Some(i) => format!("{}{{{label}}}{}", &line[..i], &line[i..]),
+                None => continue,
+            };
+            let f = fams.entry(family.clone()).or_insert_with(|| {
+                order.push(family.clone());
+                Default::default()
+            });
+            f.1.push(labelled);
+        }
+    }
+    let mut out = String::new();
+    for name in order {
+        let (heads, samples) = &fams[&name];
+        for l in heads.iter().chain(samples) {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out.push_str("# EOF\n");
+    out
+}

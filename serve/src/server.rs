@@ -93,6 +93,25 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for StallGuard<T> {
     }
 }
 
+/// What the accept loop stops at shutdown: one model's engine, or every model of the
+/// multi-model front.
+pub(crate) trait Drain: Send + Sync {
+    /// Stop taking work; what is in flight gets `grace`.
+    fn shutdown(&self, grace: Duration);
+    /// Whether everything has stopped.
+    fn stopped(&self) -> bool;
+}
+
+impl Drain for AppState {
+    fn shutdown(&self, grace: Duration) {
+        self.engine.shutdown(grace);
+    }
+
+    fn stopped(&self) -> bool {
+        self.engine.stats().stopped
+    }
+}
+
 /// Serve `listener` until `signal` resolves (see [`crate::run`]).
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
@@ -100,7 +119,19 @@ pub(crate) async fn serve(
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let app = crate::routes::router(Arc::clone(&state));
-    let limits = state.limits;
+    let (limits, grace) = (state.limits, state.grace);
+    serve_app(listener, app, limits, grace, state, signal).await
+}
+
+/// The accept loop over any route table; `drain` is what stops at the signal.
+pub(crate) async fn serve_app<D: Drain + ?Sized>(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    limits: crate::options::Limits,
+    grace: Duration,
+    drain: Arc<D>,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     let graceful = GracefulShutdown::new();
     let mut signal = std::pin::pin!(signal);
     let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
@@ -117,11 +148,11 @@ pub(crate) async fn serve(
             },
             _ = &mut signal, if !draining => {
                 draining = true;
-                state.engine.shutdown(state.grace);
+                drain.shutdown(grace);
                 continue;
             }
             _ = sleep(poll), if draining => {
-                if state.engine.stats().stopped { break }
+                if drain.stopped() { break }
                 continue;
             }
         };
@@ -136,11 +167,11 @@ pub(crate) async fn serve(
             },
             _ = &mut signal, if !draining => {
                 draining = true;
-                state.engine.shutdown(state.grace);
+                drain.shutdown(grace);
                 continue;
             }
             _ = sleep(poll), if draining => {
-                if state.engine.stats().stopped { break }
+                if drain.stopped() { break }
                 continue;
             }
         };
@@ -158,7 +189,7 @@ pub(crate) async fn serve(
         });
     }
     drop(listener);
-    state.engine.shutdown(state.grace);
+    drain.shutdown(grace);
     graceful.shutdown().await;
     Ok(())
 }

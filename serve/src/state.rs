@@ -21,6 +21,25 @@ use crate::tools;
 #[derive(Default)]
 pub struct Load(pub(crate) AtomicUsize);
 
+/// The model id clients send: `--model-name`, else the file's stem or the directory's name
+/// (for a snapshot in Hugging Face's cache, `models--ORG--REPO/snapshots/COMMIT`, REPO).
+pub(crate) fn model_id(opts: &Options) -> String {
+    let hub_repo = || {
+        let parent = opts.model.parent()?;
+        let repo = parent.parent()?.file_name()?.to_str()?.strip_prefix("models--")?;
+        (parent.file_name()? == "snapshots").then(|| repo.rsplit("--").next().unwrap_or(repo).to_string())
+    };
+    if opts.model.is_dir() {
+        if let (None, Some(repo)) = (&opts.model_name, hub_repo()) {
+            return repo;
+        }
+    }
+    opts.model_name.clone().unwrap_or_else(|| {
+        let stem = if opts.model.is_file() { opts.model.file_stem() } else { opts.model.file_name() };
+        stem.map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+    })
+}
+
 /// What every handler shares.
 pub struct AppState {
     /// The engine.
@@ -94,10 +113,7 @@ impl AppState {
                 }),
             },
         )?;
-        let model_id = opts.model_name.clone().unwrap_or_else(|| {
-            let stem = if opts.model.is_file() { opts.model.file_stem() } else { opts.model.file_name() };
-            stem.map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
-        });
+        let model_id = model_id(opts);
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Ok(Arc::new(AppState {
             engine,

@@ -10,7 +10,7 @@
 //! http://HOST:PORT` once ready; SIGTERM or Ctrl-C stops it
 //! (in-flight requests get `--shutdown-grace` seconds) with exit status 0.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,9 +25,19 @@ pub struct ServeArgs {
     /// The model (MODEL or --model).
     #[command(flatten)]
     pub model: ModelArg,
-    /// The model name clients send; defaults to the file or directory name.
+    /// The model name clients send; defaults to the file or directory name (one model only).
     #[arg(long)]
     pub model_name: Option<String>,
+    /// Serve every .gguf file and model directory in DIR too (each by its file or directory name).
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// With several models: unload one after this many seconds without a request (0: never).
+    #[arg(long, default_value_t = 0, value_name = "SECS")]
+    pub keep_alive: u64,
+    /// With several models: the most loaded at once; loading another unloads the least
+    /// recently used idle one (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub models_max: usize,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -122,13 +132,27 @@ impl ServeArgs {
     /// What the server is started with: the engine configuration (the shared engine flags
     /// plus this command's batch limits) and every other option.
     pub fn options(&self) -> anyhow::Result<Options> {
+        self.options_for(self.model.path()?)
+    }
+
+    /// Every model this server serves: MODEL, each --model and --models-dir's entries.
+    pub fn models(&self) -> anyhow::Result<Vec<PathBuf>> {
+        let mut all: Vec<PathBuf> = self.model.all().into_iter().map(Path::to_path_buf).collect();
+        if let Some(dir) = &self.models_dir {
+            all.extend(crate::multi::models_in(dir)?);
+        }
+        Ok(all)
+    }
+
+    /// The options of one model (the shared flags, `model` set).
+    pub fn options_for(&self, model: &Path) -> anyhow::Result<Options> {
         let mut engine = self.engine.engine()?;
         engine.max_batch_tokens = self.max_batch_tokens;
         engine.max_seqs = self.max_seqs;
         engine.prefill_chunk = self.prefill_chunk;
         let (speculate, draft_model) = speculate_flag(&self.speculate)?;
         Ok(Options {
-            model: self.model.path()?.to_path_buf(),
+            model: model.to_path_buf(),
             model_name: self.model_name.clone(),
             engine,
             max_queue: self.max_queue,
@@ -163,6 +187,10 @@ impl ServeArgs {
 
     /// Run the server until SIGTERM or Ctrl-C; an error is one line for stderr.
     pub fn run(&self) -> anyhow::Result<()> {
+        let models = self.models()?;
+        if models.len() > 1 {
+            return self.run_several(models);
+        }
         let opts = self.options()?;
         self.engine.size_candle_pool();
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -198,6 +226,44 @@ impl ServeArgs {
                 });
             };
             crate::run(listener, state, sig).await.map_err(|e| anyhow::anyhow!("{e}"))
+        })
+    }
+}
+
+impl ServeArgs {
+    /// Several models behind one endpoint (multi.rs): nothing loads until a request names
+    /// a model.
+    fn run_several(&self, models: Vec<PathBuf>) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.model_name.is_none(),
+            "--model-name names one model; with several, each is called by its file or directory name"
+        );
+        let opts: Vec<Options> = models.iter().map(|m| self.options_for(m)).collect::<anyhow::Result<_>>()?;
+        let first = &opts[0];
+        let multi_opts = crate::multi::MultiOptions {
+            keep_alive: (self.keep_alive > 0).then(|| Duration::from_secs(self.keep_alive)),
+            models_max: self.models_max,
+            api_key: first.api_key.clone(),
+            max_body: first.max_body,
+            limits: first.limits,
+            grace: first.shutdown_grace,
+        };
+        let multi = crate::multi::Multi::new(opts, multi_opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+        self.engine.size_candle_pool();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| anyhow::anyhow!("tokio runtime: {e}"))?;
+        let addr = format!("{}:{}", self.host, self.port);
+        rt.block_on(async move {
+            let listener =
+                tokio::net::TcpListener::bind(&addr).await.map_err(|e| anyhow::anyhow!("bind {addr}: {e}"))?;
+            let signals = Signals::register()?;
+            println!("listening on http://{} ({} models, loaded on first use)", listener.local_addr()?, models.len());
+            crate::multi::run(listener, multi, async move { signals.recv().await })
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))
         })
     }
 }
