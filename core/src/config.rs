@@ -100,6 +100,9 @@ pub struct ModelConfig {
     pub dir: Option<PathBuf>,
     /// The GGUF file the config was translated from (its tokenizer is the model's).
     pub gguf: Option<PathBuf>,
+    /// Where the text model's weights are when the checkpoint nests it (a multimodal
+    /// checkpoint; crate::nested): `json` is then its text config.
+    pub nested: Option<&'static crate::arch::NestedRegistration>,
     json: Value,
     arch_config: Option<Arc<dyn Any + Send + Sync>>,
 }
@@ -201,6 +204,7 @@ impl ModelConfig {
             max_position_embeddings,
             dir: dir.map(Path::to_path_buf),
             gguf: None,
+            nested: None,
             json,
             arch_config: None,
         })
