@@ -76,9 +76,8 @@ pub(crate) fn flatten(json: Value) -> Result<(Value, Option<&'static NestedRegis
 fn merge(text: &mut Map<String, Value>, outer: Map<String, Value>, field: &str) {
     for (k, v) in outer {
         let sub_config = k == field || k.ends_with("_config");
-        if OUTER_DECIDES.contains(&k.as_str()) {
-            text.insert(k, v);
-        } else if !sub_config && k != "model_type" && k != "architectures" && !text.contains_key(&k) {
+        let fills_in = !sub_config && k != "model_type" && k != "architectures" && !text.contains_key(&k);
+        if OUTER_DECIDES.contains(&k.as_str()) || fills_in {
             text.insert(k, v);
         }
     }

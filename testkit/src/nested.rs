@@ -33,7 +33,8 @@ pub fn check_nested(text: &Path, nested: &Path) {
 /// nobody registered as nesting, and weights not under the registered prefix (the text-only
 /// checkpoint's `model.*` names under the nested config). `prefix` is the registered one.
 pub fn check_nested_refusals(text: &Path, nested: &Path, prefix: &str) {
-    let cases: [(fn(&mut Value), &str); 4] = [
+    type Edit = fn(&mut Value);
+    let cases: [(Edit, &str); 4] = [
         (|c| drop(c.as_object_mut().unwrap().remove("text_config")), "\"text_config\""),
         (|c| c["text_config"] = json!([1, 2]), "text_config"),
         (|c| c["text_config"]["model_type"] = json!("llama"), "text_config.model_type"),
