@@ -19,7 +19,11 @@
 //! `model.language_model.`) run their text model through tl-core's generic nesting (a
 //! `NestedRegistration` below); the vision and audio towers are not read.
 //!
-//! Not yet: the MoE block (`enable_moe_block`, refused naming it) and GGUF files.
+//! GGUF files (`general.architecture` `gemma4`, llama.cpp's converter) are read by [`gguf`]:
+//! llama.cpp's names back to these, the metadata back to the config.
+//!
+//! Not yet: the MoE block (`enable_moe_block`, refused naming it; in GGUF `expert_count`) and
+//! a GGUF file's own vocabulary (`tokenizer.ggml.model` "gemma4").
 //!
 //! Nothing names this crate from core: a binary or test that loads a Gemma 4 writes
 //! `use tl_arch_gemma4 as _;` so the registrations are linked.
@@ -28,6 +32,7 @@
 mod attn;
 mod config;
 mod forward;
+pub mod gguf;
 mod weights;
 
 use std::any::Any;
