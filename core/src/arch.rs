@@ -183,7 +183,7 @@ inventory::collect!(ModelTypeRegistration);
 /// `weights` where the text-only checkpoint has `text_weights`; the other towers are not
 /// read (crate::nested). `inventory::submit!(NestedRegistration { .. })`.
 pub struct NestedRegistration {
-    /// The outer config's `model_type` (`"gemma4"`).
+    /// The outer config's `model_type`.
     pub model_type: &'static str,
     /// The outer config's field holding the text model's config (`"text_config"`).
     pub text_config: &'static str,

@@ -41,7 +41,7 @@ pub use arch::{
 };
 pub use batch::{ForwardBatch, ForwardSeq, Logits};
 pub use chat::{ChatError, ChatTemplate, Message, ToolCall};
-pub use config::{ConfigError, ModelConfig, TokenizerKind};
+pub use config::{ConfigError, ModelConfig, Nesting, TokenizerKind};
 pub use engine::{EngineConfig, KvConfig, PrefixCache, SchedPolicy, Weights};
 pub use envelope::Envelope;
 pub use error::RegistryError;

@@ -1,9 +1,9 @@
-//! Multimodal Hugging Face checkpoints whose text model tl runs (`Gemma4ForConditionalGeneration`,
-//! `Qwen3_5ForConditionalGeneration`, ...): the text model's config sits under a field of the
-//! outer config.json (`text_config`) and its weights under a prefix of the outer model
-//! (`model.language_model.` for `model.`), beside towers tl does not run (vision, audio).
+//! Multimodal Hugging Face checkpoints whose text model tl runs (a `...ForConditionalGeneration`
+//! class): the text model's config sits under a field of the outer config.json (`text_config`)
+//! and its weights under a prefix of the outer model (`model.language_model.` for `model.`),
+//! beside towers tl does not run (vision, audio).
 //!
-//! A family says so once, with a [`NestedRegistration`]; loading then reads such a checkpoint
+//! A family says so once, with a [`crate::arch::NestedRegistration`]; loading then reads such a checkpoint
 //! as the text-only one it contains: [`flatten`] gives the config the architecture parses
 //! (the text config, with what the outer config decides for the whole model), and
 //! [`TextWeights`] names the stored tensors as the text-only checkpoint names them, hiding
@@ -14,8 +14,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::arch::NestedRegistration;
-use crate::config::ConfigError;
+use crate::config::{ConfigError, Nesting};
 use crate::registry;
 use crate::weights::{Stored, TensorInfo, WeightError, WeightStore};
 
@@ -29,7 +28,7 @@ const OUTER_DECIDES: &[&str] = &["tie_word_embeddings"];
 /// [`OUTER_DECIDES`] fields over it, and the outer fields it lacks beside it, such as
 /// `tl_tokenizer`), with the registration that says where its weights are. A config with a
 /// `text_config` that no registration describes is refused naming that field.
-pub(crate) fn flatten(json: Value) -> Result<(Value, Option<&'static NestedRegistration>), ConfigError> {
+pub(crate) fn flatten(json: Value) -> Result<(Value, Option<Nesting>), ConfigError> {
     if json.get("tl_arch").is_some() {
         return Ok((json, None));
     }
@@ -70,7 +69,8 @@ pub(crate) fn flatten(json: Value) -> Result<(Value, Option<&'static NestedRegis
     }
     let Value::Object(outer) = json else { unreachable!("json has a model_type, so it is an object") };
     merge(&mut text, outer, field);
-    Ok((Value::Object(text), Some(reg)))
+    let nesting = Nesting { model_type: reg.model_type, weights: reg.weights, text_weights: reg.text_weights };
+    Ok((Value::Object(text), Some(nesting)))
 }
 
 fn merge(text: &mut Map<String, Value>, outer: Map<String, Value>, field: &str) {
@@ -89,13 +89,13 @@ fn merge(text: &mut Map<String, Value>, outer: Map<String, Value>, field: &str) 
 /// `mtp.*`) keep their names. Messages name the stored tensor.
 pub(crate) struct TextWeights<'a> {
     inner: &'a dyn WeightStore,
-    reg: &'static NestedRegistration,
+    reg: Nesting,
 }
 
 impl<'a> TextWeights<'a> {
     /// The text model of `inner`; a store with no tensor under the registered prefix is
     /// refused naming it.
-    pub(crate) fn new(inner: &'a dyn WeightStore, reg: &'static NestedRegistration) -> Result<Self, WeightError> {
+    pub(crate) fn new(inner: &'a dyn WeightStore, reg: Nesting) -> Result<Self, WeightError> {
         if !inner.names().iter().any(|n| n.starts_with(reg.weights)) {
             return Err(WeightError::Format {
                 path: inner.path().to_path_buf(),
@@ -149,7 +149,7 @@ impl WeightStore for TextWeights<'_> {
         self.inner.f32(&self.stored_name(name), shape)
     }
 
-    fn raw(&self, name: &str, dtype: crate::DType, shape: &[usize]) -> Result<&[u8], WeightError> {
+    fn raw(&self, name: &str, dtype: crate::weights::DType, shape: &[usize]) -> Result<&[u8], WeightError> {
         self.inner.raw(&self.stored_name(name), dtype, shape)
     }
 
