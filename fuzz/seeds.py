@@ -37,6 +37,9 @@ put("config", "tiny-llama-int4", read(f"{FIX}/tiny-llama-int4/config.json"))
 for k, v in [("rope_scaling", {"rope_type": "linear", "factor": 2.0}), ("num_key_value_heads", 3), ("vocab_size", 1 << 40),
              ("tl_arch", "qwen2"), ("eos_token_id", [257, 1 << 33]), ("hidden_act", "gelu")]:
     put("config", f"variant-{k}", json.dumps({**cfg, k: v}))
+# Multimodal checkpoints nesting their text model under text_config (core/src/nested.rs).
+for mm in ["arch-gemma4/tests/fixtures/tiny-gemma4-mm", "arch-qwen3-5/tests/fixtures/tiny-qwen3_5-mm"]:
+    put("config", os.path.basename(mm), read(os.path.join(ROOT, mm, "config.json")))
 
 # GGUF: the SmolLM2 header's first 256 KiB, and a tiny complete llama GGUF.
 if os.path.isfile(SMOL):

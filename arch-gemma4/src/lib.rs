@@ -14,9 +14,16 @@
 //! it to its source's), so pages hold the owning layers only; rows are the larger kind's
 //! (KV heads, head size), the other kind padded (attn.rs says why the bits do not move).
 //!
-//! Not yet: the MoE block (`enable_moe_block`, refused naming it), the multimodal
-//! checkpoints' nesting (`Gemma4ForConditionalGeneration`, `model_type = "gemma4"`,
-//! `text_config`: refused as an unknown model type) and GGUF files.
+//! The multimodal checkpoints (`Gemma4ForConditionalGeneration`, `model_type = "gemma4"`,
+//! the text model's config under `text_config` and its weights under
+//! `model.language_model.`) run their text model through tl-core's generic nesting (a
+//! `NestedRegistration` below); the vision and audio towers are not read.
+//!
+//! GGUF files (`general.architecture` `gemma4`, llama.cpp's converter) are read by [`gguf`]:
+//! llama.cpp's names back to these, the metadata back to the config.
+//!
+//! Not yet: the MoE block (`enable_moe_block`, refused naming it; in GGUF `expert_count`) and
+//! a GGUF file's own vocabulary (`tokenizer.ggml.model` "gemma4").
 //!
 //! Nothing names this crate from core: a binary or test that loads a Gemma 4 writes
 //! `use tl_arch_gemma4 as _;` so the registrations are linked.
@@ -25,6 +32,7 @@
 mod attn;
 mod config;
 mod forward;
+pub mod gguf;
 mod weights;
 
 use std::any::Any;
@@ -32,7 +40,7 @@ use std::sync::Arc;
 
 use tl_core::{
     ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
-    ModelTypeRegistration,
+    ModelTypeRegistration, NestedRegistration,
 };
 
 pub use config::{Gemma4Config, Kind, KindShape};
@@ -78,3 +86,13 @@ impl Architecture for Gemma4Arch {
 inventory::submit!(ArchRegistration { name: "gemma4", make: || Box::new(Gemma4Arch) });
 // A Hugging Face config.json without `tl_arch` selects this crate by its `model_type`.
 inventory::submit!(ModelTypeRegistration { model_type: "gemma4_text", arch: "gemma4" });
+// `Gemma4ForConditionalGeneration` (the released E2B/E4B/...): the text model's config under
+// `text_config`, its weights under `model.language_model.`; the vision and audio towers
+// (`model.vision_tower.*`, `model.audio_tower.*`, `model.embed_*`) are not read.
+inventory::submit!(NestedRegistration {
+    model_type: "gemma4",
+    text_config: "text_config",
+    weights: "model.language_model.",
+    text_weights: "model.",
+    arch: "gemma4",
+});

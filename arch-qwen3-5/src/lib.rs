@@ -18,9 +18,12 @@
 //! read by [`gguf`]: llama.cpp's names and layout back to these, each converter transform
 //! undone (the table is in that module).
 //!
-//! Not yet: the multimodal checkpoints' nesting (`Qwen3_5ForConditionalGeneration`,
-//! `model_type = "qwen3_5"`, `text_config`, `model.language_model.*`: refused as an
-//! unknown model type) and the MTP head. Experts may be one tensor each or stacked
+//! The multimodal checkpoints (`Qwen3_5ForConditionalGeneration`, `model_type = "qwen3_5"`,
+//! and `..._moe`: the text config under `text_config`, weights under `model.language_model.`)
+//! run their text model through tl-core's generic nesting (the `NestedRegistration`s below);
+//! the vision tower (`model.visual.*`) is not read.
+//!
+//! Not yet: the MTP head. Experts may be one tensor each or stacked
 //! (`experts.gate_up_proj` `[E, 2I, d]`, `experts.down_proj`: [`stacked`]).
 //!
 //! Nothing names this crate from core: a binary or test that loads a Qwen3.5 writes
@@ -33,7 +36,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tl_core::{
     ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
-    ModelTypeRegistration, Recurrent,
+    ModelTypeRegistration, NestedRegistration, Recurrent,
 };
 use tl_decoder::fields::experts;
 use tl_decoder::fields::{field, flag, invalid, size};
@@ -327,3 +330,19 @@ inventory::submit!(ArchRegistration { name: "qwen3_5_moe", make: || Box::new(Qwe
 // `Qwen3_5ForCausalLM.save_pretrained` and `Qwen3_5MoeForCausalLM`'s write these.
 inventory::submit!(ModelTypeRegistration { model_type: "qwen3_5_text", arch: "qwen3_5" });
 inventory::submit!(ModelTypeRegistration { model_type: "qwen3_5_moe_text", arch: "qwen3_5_moe" });
+// `Qwen3_5ForConditionalGeneration` / `Qwen3_5MoeForConditionalGeneration` (the released
+// checkpoints): the text model under `text_config` and `model.language_model.`.
+inventory::submit!(NestedRegistration {
+    model_type: "qwen3_5",
+    text_config: "text_config",
+    weights: "model.language_model.",
+    text_weights: "model.",
+    arch: "qwen3_5",
+});
+inventory::submit!(NestedRegistration {
+    model_type: "qwen3_5_moe",
+    text_config: "text_config",
+    weights: "model.language_model.",
+    text_weights: "model.",
+    arch: "qwen3_5_moe",
+});

@@ -177,3 +177,23 @@ pub struct ModelTypeRegistration {
 }
 
 inventory::collect!(ModelTypeRegistration);
+
+/// A Hugging Face `model_type` whose checkpoints nest a text model tl runs (a multimodal
+/// `...ForConditionalGeneration`): its config under `text_config`, its weights under
+/// `weights` where the text-only checkpoint has `text_weights`; the other towers are not
+/// read (crate::nested). `inventory::submit!(NestedRegistration { .. })`.
+pub struct NestedRegistration {
+    /// The outer config's `model_type`.
+    pub model_type: &'static str,
+    /// The outer config's field holding the text model's config (`"text_config"`).
+    pub text_config: &'static str,
+    /// The stored weights' prefix of the text model (`"model.language_model."`).
+    pub weights: &'static str,
+    /// The same tensors' prefix in a text-only checkpoint (`"model."`).
+    pub text_weights: &'static str,
+    /// The registered architecture that runs the text model; the text config's own
+    /// `model_type`, when it has one, must select it.
+    pub arch: &'static str,
+}
+
+inventory::collect!(NestedRegistration);

@@ -100,8 +100,23 @@ pub struct ModelConfig {
     pub dir: Option<PathBuf>,
     /// The GGUF file the config was translated from (its tokenizer is the model's).
     pub gguf: Option<PathBuf>,
+    /// Where the text model's weights are when the checkpoint nests it (a multimodal
+    /// checkpoint; the nested module): `json` is then its text config.
+    pub nested: Option<Nesting>,
     json: Value,
     arch_config: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// Where a nested checkpoint keeps its text model's weights (an architecture's
+/// `NestedRegistration` says, for its outer `model_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Nesting {
+    /// The outer config's `model_type` (for messages).
+    pub model_type: &'static str,
+    /// The stored weights' prefix of the text model (`"model.language_model."`).
+    pub weights: &'static str,
+    /// The same tensors' prefix in a text-only checkpoint (`"model."`).
+    pub text_weights: &'static str,
 }
 
 impl fmt::Debug for ModelConfig {
@@ -201,6 +216,7 @@ impl ModelConfig {
             max_position_embeddings,
             dir: dir.map(Path::to_path_buf),
             gguf: None,
+            nested: None,
             json,
             arch_config: None,
         })

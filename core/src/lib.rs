@@ -26,6 +26,7 @@ mod hash;
 pub mod kv;
 pub mod layout;
 pub mod load;
+mod nested;
 pub mod registry;
 pub mod runner;
 pub mod safetensors;
@@ -36,11 +37,11 @@ pub mod weights;
 
 pub use arch::{
     ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError, ModelTypeRegistration,
-    Recurrent,
+    NestedRegistration, Recurrent,
 };
 pub use batch::{ForwardBatch, ForwardSeq, Logits};
 pub use chat::{ChatError, ChatTemplate, Message, ToolCall};
-pub use config::{ConfigError, ModelConfig, TokenizerKind};
+pub use config::{ConfigError, ModelConfig, Nesting, TokenizerKind};
 pub use engine::{EngineConfig, KvConfig, PrefixCache, SchedPolicy, Weights};
 pub use envelope::Envelope;
 pub use error::RegistryError;

@@ -39,9 +39,11 @@ pub(crate) fn parse(json: Value, dir: Option<&Path>) -> Result<(ModelConfig, Box
     if !json.is_object() {
         return Err(ConfigError::Json("expected a JSON object".into()));
     }
+    let (json, nested) = crate::nested::flatten(json)?;
     let name = arch_name(&json)?;
     let arch = (registry::architecture(&name)?.make)();
     let mut cfg = ModelConfig::common(json, dir, name)?;
+    cfg.nested = nested;
     let typed = arch.parse_config(&cfg)?;
     cfg.set_arch_config(typed);
     Ok((cfg, arch))

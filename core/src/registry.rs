@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use crate::arch::{ArchRegistration, ModelTypeRegistration};
+use crate::arch::{ArchRegistration, ModelTypeRegistration, NestedRegistration};
 pub use crate::error::RegistryError;
 use crate::gguf_arch::{GgufPreTokenizer, GgufRegistration, GgufVocab};
 use crate::kv::KvRegistration;
@@ -45,6 +45,11 @@ fn model_types() -> &'static Map<ModelTypeRegistration> {
     MAP.get_or_init(|| build("model_type", inventory::iter::<ModelTypeRegistration>.into_iter(), |r| r.model_type))
 }
 
+fn nested() -> &'static Map<NestedRegistration> {
+    static MAP: OnceLock<Map<NestedRegistration>> = OnceLock::new();
+    MAP.get_or_init(|| build("nested model_type", inventory::iter::<NestedRegistration>.into_iter(), |r| r.model_type))
+}
+
 fn gguf_archs() -> &'static Map<GgufRegistration> {
     static MAP: OnceLock<Map<GgufRegistration>> = OnceLock::new();
     MAP.get_or_init(|| build("GGUF architecture", inventory::iter::<GgufRegistration>.into_iter(), |r| r.architecture))
@@ -73,6 +78,16 @@ fn samplers() -> &'static Map<SamplerRegistration> {
 /// The architecture registered under `name`.
 pub fn architecture(name: &str) -> Result<&'static ArchRegistration, RegistryError> {
     find("architecture", archs(), name)
+}
+
+/// The nesting registered for the Hugging Face `model_type` `name`, if any.
+pub fn nested_model_type(name: &str) -> Result<Option<&'static NestedRegistration>, RegistryError> {
+    Ok(nested().as_ref().map_err(Clone::clone)?.get(name).copied())
+}
+
+/// Every `model_type` registered as nesting a text model, sorted.
+pub fn nested_model_types() -> Result<Vec<&'static str>, RegistryError> {
+    names(nested())
 }
 
 /// The architecture that registered the Hugging Face `model_type` `name`.

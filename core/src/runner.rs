@@ -147,6 +147,15 @@ impl ModelRunner {
         weights: &dyn WeightStore,
         cfg: &EngineConfig,
     ) -> Result<Self, RunnerError> {
+        // A nested checkpoint's text model, named as its text-only checkpoint (crate::nested).
+        let text_weights;
+        let weights: &dyn WeightStore = match config.nested {
+            Some(reg) => {
+                text_weights = crate::nested::TextWeights::new(weights, reg)?;
+                &text_weights
+            }
+            None => weights,
+        };
         let model_geometry = arch.kv_geometry(&config, cfg.kv.block_tokens)?;
         let recurrent = arch.recurrent(&config)?;
         let shared = arch.kv_shared(&config)?;

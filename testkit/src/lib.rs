@@ -12,11 +12,16 @@
 //! - [`check_same_bits`]: two loads of one model (a GGUF and its safetensors) give the
 //!   same logits bit for bit;
 //! - [`check_invariance_kv`], [`q8_distance`]: the same invariances on another KV backend
-//!   (`"q8-slab"`), and how far the q8 cache moves the logits from the f16 one.
+//!   (`"q8-slab"`), and how far the q8 cache moves the logits from the f16 one;
+//! - [`check_nested`], [`check_nested_refusals`]: a multimodal checkpoint nesting a text
+//!   model gives the text-only checkpoint's bits, and an unknown nesting is refused.
 //!
 //! Golden data always comes from the fixture's generator script (transformers), never
 //! from the code under test.
 #![deny(missing_docs)]
+
+mod gguf;
+mod nested;
 
 use std::path::Path;
 
@@ -25,6 +30,9 @@ use tl_core::{Activations, EngineConfig, ForwardBatch, ForwardSeq, KvConfig, Mod
 
 // Name the KV plugin crate so its registrations ("f16-slab", "q8-slab") are linked.
 use tl_kv as _;
+
+pub use gguf::{gguf_error, gguf_with_u32_meta};
+pub use nested::{check_nested, check_nested_refusals};
 
 /// `fixture(name)`, `load(name, threads, weights)` and `reference(name)` over the calling
 /// crate's `tests/fixtures/` (the macro expands `CARGO_MANIFEST_DIR` in that crate).
