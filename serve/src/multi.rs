@@ -40,6 +40,9 @@ pub struct MultiOptions {
     pub keep_alive: Option<Duration>,
     /// The most models loaded at once (0: no limit).
     pub models_max: usize,
+    /// The most bytes the loaded models may hold together (weights + KV pools; `None`: no
+    /// limit). A model's figure is what it held when last loaded, else its files' size.
+    pub models_memory: Option<u64>,
     /// The API key for the front's own routes (each model checks its routes itself).
     pub api_key: Option<String>,
     /// The largest request body the front reads to find `model`.
@@ -62,6 +65,14 @@ struct Slot {
     loaded: Option<Loaded>,
     last_used: Instant,
     loads: u64,
+    /// Bytes it held when last loaded (`None`: never loaded).
+    held: Option<u64>,
+}
+
+impl Slot {
+    fn cost(&self) -> u64 {
+        self.held.unwrap_or_else(|| crate::state::disk_bytes(&self.opts.model))
+    }
 }
 
 /// The front: every configured model, loaded or not.
@@ -113,7 +124,7 @@ impl Multi {
             if slots.contains_key(&id) {
                 return Err(ServeError::Config(format!("two models are called {id:?}; rename one directory or file")));
             }
-            slots.insert(id, Slot { opts: o, loaded: None, last_used: Instant::now(), loads: 0 });
+            slots.insert(id, Slot { opts: o, loaded: None, last_used: Instant::now(), loads: 0, held: None });
         }
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Ok(Arc::new(Multi { opts, slots: Mutex::new(slots), load_lock: tokio::sync::Mutex::new(()), created }))
@@ -139,15 +150,29 @@ impl Multi {
         }))
     }
 
-    /// Unload the least recently used idle model while `n_loaded + 1 > models_max`.
+    /// Unload least recently used idle models until `keep` fits: fewer than `models_max`
+    /// loaded, and its bytes within `models_memory` beside the others'.
     fn make_room(&self, keep: &str) -> Result<(), ApiError> {
-        if self.opts.models_max == 0 {
-            return Ok(());
-        }
         let mut gone = Vec::new();
-        {
+        let r = (|| {
             let mut slots = lock(&self.slots);
-            while slots.values().filter(|s| s.loaded.is_some()).count() >= self.opts.models_max {
+            let need = slots.get(keep).map_or(0, Slot::cost);
+            if let Some(budget) = self.opts.models_memory.filter(|b| need > *b) {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "model_too_large",
+                    format!("{keep:?} needs {} MiB, more than --models-memory ({} MiB)", need >> 20, budget >> 20),
+                ));
+            }
+            loop {
+                let loaded = slots.values().filter(|s| s.loaded.is_some());
+                let (count, used) = loaded.fold((0, 0u64), |(n, b), s| (n + 1, b + s.cost()));
+                let over_count = self.opts.models_max > 0 && count >= self.opts.models_max;
+                let over_bytes = self.opts.models_memory.is_some_and(|b| used + need > b);
+                if !over_count && !over_bytes {
+                    return Ok(());
+                }
                 let lru = slots
                     .iter()
                     .filter(|(k, s)| {
@@ -162,15 +187,15 @@ impl Multi {
                             StatusCode::SERVICE_UNAVAILABLE,
                             "server_error",
                             "models_busy",
-                            format!("all {} loaded models have requests in flight; try again", self.opts.models_max),
+                            format!("the loaded models ({count}) all have requests in flight; try again"),
                         )
                     });
                 };
                 gone.extend(slots.get_mut(&lru).and_then(|s| s.loaded.take()));
             }
-        }
+        })();
         drop_off_thread(gone);
-        Ok(())
+        r
     }
 
     /// Model `id`, loaded if it was not, counted in flight.
@@ -198,10 +223,26 @@ impl Multi {
                     format!("loading {id:?}: {e}"),
                 )
             })?;
+        // A model's own figure is known once loaded: one larger than the whole budget goes
+        // again at once (and is refused up front from now on).
+        if let Some(budget) = self.opts.models_memory.filter(|b| state.memory_bytes > *b) {
+            let held = state.memory_bytes;
+            if let Some(s) = lock(&self.slots).get_mut(id) {
+                s.held = Some(held);
+            }
+            tokio::task::spawn_blocking(move || drop(state));
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "model_too_large",
+                format!("{id:?} needs {} MiB, more than --models-memory ({} MiB)", held >> 20, budget >> 20),
+            ));
+        }
         let loaded = Loaded { router: crate::routes::router(Arc::clone(&state)), state, in_flight: Arc::default() };
         {
             let mut slots = lock(&self.slots);
             if let Some(s) = slots.get_mut(id) {
+                s.held = Some(loaded.state.memory_bytes);
                 s.loaded = Some(loaded);
                 s.loads += 1;
             }
@@ -277,7 +318,7 @@ impl Multi {
             .map(|(id, s)| {
                 let state = if s.loaded.is_some() { "loaded" } else { "unloaded" };
                 json!({"id": id, "object": "model", "created": self.created, "owned_by": "tl",
-                       "status": {"value": state, "loads": s.loads}})
+                       "status": {"value": state, "loads": s.loads, "bytes": s.cost()}})
             })
             .collect();
         json!({"object": "list", "data": data})

@@ -69,6 +69,18 @@ pub struct AppState {
     pub(crate) responses: crate::response_store::Store,
     /// How embeddings pool, and whether the model has a reranking head (pooling.rs).
     pub(crate) pooling: crate::pooling::ModelPooling,
+    /// Bytes the model holds: its weights (as the architecture reports them, else the
+    /// files' size) plus its KV pool (and a draft model's); the multi-model front's budget.
+    pub memory_bytes: u64,
+}
+
+/// Bytes of a file, or of every file under a directory.
+pub(crate) fn disk_bytes(p: &std::path::Path) -> u64 {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::read_dir(p).map_or(0, |rd| rd.flatten().map(|e| disk_bytes(&e.path())).sum()),
+        Ok(m) => m.len(),
+        Err(_) => 0,
+    }
 }
 
 impl AppState {
@@ -79,6 +91,11 @@ impl AppState {
         }
         let fail = |e: &dyn std::fmt::Display| ServeError::Model { path: opts.model.clone(), reason: e.to_string() };
         let runner = ModelRunner::load(&opts.model, &opts.engine).map_err(|e| fail(&e))?;
+        let held = |r: &ModelRunner, path: &std::path::Path| {
+            let w = r.weight_bytes().map_or_else(|| disk_bytes(path), |b| b as u64);
+            w + r.kv_pool_bytes().unwrap_or(0) as u64
+        };
+        let mut memory_bytes = held(&runner, &opts.model);
         let draft = match &opts.draft_model {
             None => None,
             Some(path) => {
@@ -86,6 +103,7 @@ impl AppState {
                 let cfg = EngineConfig { prefix_cache: tl_core::PrefixCache::Off, ..opts.engine.clone() };
                 let r = ModelRunner::load(path, &cfg)
                     .map_err(|e| ServeError::Model { path: path.clone(), reason: e.to_string() })?;
+                memory_bytes += held(&r, path);
                 Some(r)
             }
         };
@@ -135,6 +153,7 @@ impl AppState {
             reasoning: opts.reasoning_format,
             responses: crate::response_store::Store::default(),
             pooling,
+            memory_bytes,
         }))
     }
 }

@@ -38,6 +38,15 @@ fn models() -> Vec<std::path::PathBuf> {
 }
 
 fn front(keep_alive: Option<Duration>, models_max: usize, api_key: Option<&str>) -> Front {
+    front_with(keep_alive, models_max, None, api_key)
+}
+
+fn front_with(
+    keep_alive: Option<Duration>,
+    models_max: usize,
+    models_memory: Option<u64>,
+    api_key: Option<&str>,
+) -> Front {
     let mut opts: Vec<_> = models().into_iter().map(|m| options(m, 64, 16, 4, 64)).collect();
     for o in &mut opts {
         o.api_key = api_key.map(str::to_string);
@@ -45,6 +54,7 @@ fn front(keep_alive: Option<Duration>, models_max: usize, api_key: Option<&str>)
     let mo = MultiOptions {
         keep_alive,
         models_max,
+        models_memory,
         api_key: api_key.map(str::to_string),
         max_body: 64 << 10,
         limits: tl_serve::Limits::default(),
@@ -199,4 +209,42 @@ fn metrics_carry_a_model_label_and_each_family_once() {
     let unique: std::collections::BTreeSet<_> = types.iter().collect();
     assert_eq!(types.len(), unique.len(), "a family printed twice:\n{text}");
     assert!(!text.lines().any(|l| !l.starts_with('#') && !l.contains("model=\"")), "an unlabelled sample:\n{text}");
+}
+
+#[test]
+fn a_memory_budget_unloads_the_least_recently_used_model_to_fit_the_next() {
+    // Learn each model's bytes (weights + KV pool) from a first load.
+    let f = front(None, 0, None);
+    let mut bytes = Vec::new();
+    for id in IDS {
+        assert_eq!(post(f.addr, "/models/load", &json!({"model": id}), None).status, 200);
+        let listed = request(f.addr, "GET", "/v1/models", b"", &[]).json();
+        let m = listed["data"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap().clone();
+        bytes.push(m["status"]["bytes"].as_u64().unwrap());
+    }
+    drop(f);
+    // A budget that holds the two largest together but not all three.
+    let mut sorted = bytes.clone();
+    sorted.sort();
+    let budget = sorted[1] + sorted[2];
+    assert!(budget < bytes.iter().sum::<u64>());
+    let f = front_with(None, 0, Some(budget), None);
+    for (i, id) in IDS.iter().enumerate().chain(IDS.iter().enumerate()) {
+        let r = post(f.addr, "/v1/completions", &ask(id, i), None);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(f.multi.loaded().iter().filter(|m| m == id).count(), 1);
+        // What is loaded fits the budget (each model's figure is known after its first load).
+        let held: u64 = f.multi.loaded().iter().map(|m| bytes[IDS.iter().position(|x| x == m).unwrap()]).sum();
+        assert!(held <= budget, "{:?} hold {held} > {budget}", f.multi.loaded());
+    }
+    // A model larger than the whole budget is refused, naming it.
+    drop(f);
+    let f = front_with(None, 0, Some(sorted[0] / 2), None);
+    let r = post(f.addr, "/v1/completions", &ask("tiny-llama", 0), None);
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_str()),
+        (503, Some("model_too_large")),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
 }

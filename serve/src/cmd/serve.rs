@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// recently used idle one (0: no limit).
     #[arg(long, default_value_t = 0)]
     pub models_max: usize,
+    /// With several models: the most MiB the loaded models may hold together (weights and
+    /// KV pools); loading another unloads least recently used idle ones (0: no limit).
+    #[arg(long, default_value_t = 0, value_name = "MIB")]
+    pub models_memory: u64,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -243,6 +247,7 @@ impl ServeArgs {
         let multi_opts = crate::multi::MultiOptions {
             keep_alive: (self.keep_alive > 0).then(|| Duration::from_secs(self.keep_alive)),
             models_max: self.models_max,
+            models_memory: (self.models_memory > 0).then_some(self.models_memory << 20),
             api_key: first.api_key.clone(),
             max_body: first.max_body,
             limits: first.limits,
