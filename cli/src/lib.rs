@@ -139,6 +139,11 @@ pub fn main() -> ExitCode {
     match tl_families::flags::parse::<Tl>(std::env::args_os()) {
         Parsed::Ok(mut tl) => {
             let several = matches!(tl.command, Command::Serve(_));
+            if let Command::Serve(a) = &mut tl.command {
+                if let Err(e) = pull::resolve_draft(&mut a.speculate, tl.yes) {
+                    return fail(e);
+                }
+            }
             if let Some(m) = tl.command.model_arg() {
                 if let Err(e) = pull::resolve_model(m, tl.yes, several) {
                     return fail(e);

@@ -130,3 +130,15 @@ pub fn resolve_model(arg: &mut ModelArg, yes: bool, positional: bool) -> anyhow:
     }
     Ok(())
 }
+
+/// `serve --speculate draft:MODEL[:K]`: the draft model may be a name too.
+pub fn resolve_draft(speculate: &mut String, yes: bool) -> anyhow::Result<()> {
+    let Ok((_, Some(model))) = tl_serve::cmd::serve::speculate_flag(speculate) else { return Ok(()) };
+    let text = model.to_string_lossy().into_owned();
+    let mut arg = ModelArg { model_pos: Some(model), model_flag: Vec::new() };
+    resolve_model(&mut arg, yes, true)?;
+    if let Some(path) = arg.model_pos.filter(|p| p.to_string_lossy() != text) {
+        *speculate = speculate.replacen(&text, &path.to_string_lossy(), 1);
+    }
+    Ok(())
+}

@@ -98,6 +98,11 @@ fn a_catalog_name_not_on_disk_and_an_unknown_name_fail_in_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(err.trim().starts_with("error: no-such-model:7b: no such file, catalog name or hf: reference"), "{err}");
+    // A draft model is a MODEL too.
+    let tiny = fixture("arch-llama/tests/fixtures/tiny-llama");
+    let out = tl(&["serve", tiny.to_str().unwrap(), "--port", "0", "--speculate", "draft:smollm2:135m:4"], &hf, &cache);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim(), "error: smollm2:135m is not on disk; run `tl pull smollm2:135m` or pass --yes");
     let out = tl(&["pull", "hf:org"], &hf, &cache);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.trim().starts_with("error: hf:org: no repository after the organisation"), "{err}");

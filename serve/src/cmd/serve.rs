@@ -318,7 +318,8 @@ impl Signals {
 
 /// `--speculate`: off, ngram[:K], or draft:PATH[:K] (a trailing `:K` is read as K only
 /// when it is a number, so a path may hold colons).
-fn speculate_flag(s: &str) -> anyhow::Result<(tl_engine::Speculation, Option<PathBuf>)> {
+/// `--speculate`'s mode and, for `draft:MODEL[:K]`, the draft model.
+pub fn speculate_flag(s: &str) -> anyhow::Result<(tl_engine::Speculation, Option<PathBuf>)> {
     let parse = |s: &str| s.parse::<tl_engine::Speculation>().map_err(|e| anyhow::anyhow!("--{e}"));
     let Some(rest) = s.strip_prefix("draft:") else {
         return Ok((parse(s)?, None));
