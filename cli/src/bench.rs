@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// Print only the JSON lines (no table).
     #[arg(long)]
     pub json_only: bool,
+    /// Run every kernel on this instruction set instead of the fastest this CPU has, to
+    /// measure each path (all give the same bits): portable, avx2 or avx512.
+    #[arg(long, value_parser = ["portable", "avx2", "avx512"])]
+    pub path: Option<String>,
     /// The engine flags every model-loading command shares.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -164,6 +168,14 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
     let max_b = batches.last().copied().unwrap_or(1);
 
     let model = cli.model.path()?;
+    if let Some(p) = &cli.path {
+        let path = match p.as_str() {
+            "portable" => tl_quant::Path::Portable,
+            "avx2" => tl_quant::Path::Avx2,
+            _ => tl_quant::Path::Avx512,
+        };
+        path.choose().map_err(|e| anyhow::anyhow!("--path {p}: {e}"))?;
+    }
     let mut cfg = cli.engine_config()?;
     cli.engine.size_candle_pool();
     // Room for the largest batch, every sequence at its full length (the smaller batches and

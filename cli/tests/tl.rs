@@ -197,3 +197,21 @@ fn completions_name_every_subcommand() {
         }
     }
 }
+
+#[test]
+fn bench_runs_the_instruction_set_it_is_told() {
+    let model = fixture("arch-llama/tests/fixtures/tiny-llama");
+    let args = ["--batch", "1", "--decode-tokens", "4", "--prompt-tokens", "8", "--repeats", "1", "--json-only"];
+    for (flag, isa) in [("portable", "Portable"), ("avx2", "Avx2"), ("avx512", "Avx512")] {
+        let out = tl(&[&["bench", &model, "--path", flag], &args[..]].concat(), &[]);
+        if out.status.success() {
+            let v: serde_json::Value =
+                serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+            assert_eq!(v["isa"], isa);
+        } else {
+            // A CPU without the set says so in one line.
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.trim().starts_with(&format!("error: --path {flag}: this CPU cannot run")), "{err}");
+        }
+    }
+}

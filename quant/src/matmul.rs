@@ -25,6 +25,8 @@ use crate::pack::{self, Job, Line};
 use crate::simd::{Isa, Portable, NR};
 use crate::staged::{self, Chunk, KC};
 
+static BEST: OnceLock<Path> = OnceLock::new();
+
 /// Which implementation runs the tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
@@ -83,9 +85,23 @@ impl Path {
         [Path::Portable, Path::Avx2, Path::Avx512].into_iter().filter(|p| p.available()).collect()
     }
 
-    /// The fastest path this CPU can run (checked once).
+    /// Make `self` the path every kernel of this process runs ([`Path::best`]'s answer
+    /// from now on), so that one path's speed can be measured (`tl bench --path`). Every
+    /// path gives the same bits. It must come before the first kernel runs; refused when
+    /// this CPU cannot run it or another path is already in use.
+    pub fn choose(self) -> Result<(), String> {
+        if !self.available() {
+            return Err(format!("this CPU cannot run the {self:?} path (it can: {:?})", Path::all_available()));
+        }
+        let _ = BEST.set(self);
+        match Path::best() {
+            p if p == self => Ok(()),
+            p => Err(format!("the {p:?} path is already in use; choose the path before loading")),
+        }
+    }
+
+    /// The fastest path this CPU can run (checked once), unless [`Path::choose`] chose one.
     pub fn best() -> Path {
-        static BEST: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
         *BEST.get_or_init(|| {
             if Path::Avx512.available() {
                 Path::Avx512
