@@ -35,7 +35,8 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use arch::{
-    ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError, ModelTypeRegistration,
+    ArchRegistration, Architecture, BuildCtx, DraftHead, ForwardCtx, ForwardOutput, Model, ModelError,
+    ModelTypeRegistration,
     Recurrent,
 };
 pub use batch::{ForwardBatch, ForwardSeq, Logits};
