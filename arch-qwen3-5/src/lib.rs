@@ -20,7 +20,8 @@
 //!
 //! Not yet: the multimodal checkpoints' nesting (`Qwen3_5ForConditionalGeneration`,
 //! `model_type = "qwen3_5"`, `text_config`, `model.language_model.*`: refused as an
-//! unknown model type) and the MTP head. Experts may be one tensor each or stacked
+//! unknown model type). The MTP head (`mtp.*`) is a draft head ([`mtp`], `--speculate
+//! mtp`), loaded only when asked for. Experts may be one tensor each or stacked
 //! (`experts.gate_up_proj` `[E, 2I, d]`, `experts.down_proj`: [`stacked`]).
 //!
 //! Nothing names this crate from core: a binary or test that loads a Qwen3.5 writes
@@ -38,8 +39,8 @@ use tl_core::{
 use tl_decoder::fields::experts;
 use tl_decoder::fields::{field, flag, invalid, size};
 use tl_decoder::{
-    rope_of, Act, Mlp, Attn, AttnBlock, AttnSpec, Cx, DecoderConfig, DeltaLayer, DeltaNet, DeltaShape, Ends, Ffn,
-    LayerAttn, LayerBody, Loader, Moe, MoeSpec, PreNorm, QkNormKind, Routing, SharedExpert, Stack, StackParts, Variant,
+    rope_of, Act, Attn, AttnBlock, AttnSpec, Cx, DecoderConfig, DeltaLayer, DeltaNet, DeltaShape, Ends, Ffn, LayerAttn,
+    LayerBody, Loader, Mlp, Moe, MoeSpec, PreNorm, QkNormKind, Routing, SharedExpert, Stack, StackParts, Variant,
     MLP_NAMES,
 };
 
@@ -247,7 +248,13 @@ fn attn_spec(b: &DecoderConfig) -> AttnSpec {
 /// The layer of `kind` under `p` (`model.layers.N`, or the MTP head's `mtp.layers.0`):
 /// its token mixer, norms and MLP (dense, or Qwen3.5-MoE's sparse block with its shared
 /// expert).
-fn layer(w: &Loader<'_>, ctx: &BuildCtx<'_>, cfg: &Qwen35Config, p: &str, kind: LayerKind) -> Result<Qwen35Layer, ModelError> {
+fn layer(
+    w: &Loader<'_>,
+    ctx: &BuildCtx<'_>,
+    cfg: &Qwen35Config,
+    p: &str,
+    kind: LayerKind,
+) -> Result<Qwen35Layer, ModelError> {
     let b = &cfg.base;
     let d = b.hidden_size;
     let norm = |name: &str, len| norm_weight(w, name, len, cfg.llama_cpp);
@@ -276,8 +283,11 @@ fn layer(w: &Loader<'_>, ctx: &BuildCtx<'_>, cfg: &Qwen35Config, p: &str, kind: 
         }
         LayerKind::Linear => {
             let lp = format!("{p}.linear_attn");
-            let delta =
-                if cfg.llama_cpp { gguf::delta(w, ctx, &lp, d, cfg.delta)? } else { DeltaNet::load(w, &lp, d, cfg.delta)? };
+            let delta = if cfg.llama_cpp {
+                gguf::delta(w, ctx, &lp, d, cfg.delta)?
+            } else {
+                DeltaNet::load(w, &lp, d, cfg.delta)?
+            };
             Qwen35Layer::Delta(DeltaLayer { input_norm, delta, post_norm, ffn })
         }
     })

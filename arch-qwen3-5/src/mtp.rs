@@ -72,7 +72,9 @@ impl StepInputs for MtpInput {
             row[..d].copy_from_slice(&cx.b.h[i * d..(i + 1) * d]);
             row[d..].copy_from_slice(&cx.b.proj[i * d..(i + 1) * d]);
         }
-        self.fc.forward(&cx.b.tmp[..n * 2 * d], n, &mut cx.b.x[..n * d]).map_err(|e| ModelError::Other(format!("{FC}: {e}")))
+        self.fc
+            .forward(&cx.b.tmp[..n * 2 * d], n, &mut cx.b.x[..n * d])
+            .map_err(|e| ModelError::Other(format!("{FC}: {e}")))
     }
 
     fn weight_bytes(&self) -> usize {
@@ -82,8 +84,7 @@ impl StepInputs for MtpInput {
 
 /// `mtp_num_hidden_layers`: absent or 1 (what every released checkpoint has and what
 /// llama.cpp runs); 0 says there is no head; more is refused.
-fn layers(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<usize, ModelError> {
-    let _ = cfg;
+fn layers(ctx: &BuildCtx<'_>) -> Result<usize, ModelError> {
     match field(ctx.config.json(), "mtp_num_hidden_layers") {
         None => Ok(1),
         Some(v) => match v.as_u64() {
@@ -95,7 +96,7 @@ fn layers(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<usize, ModelError> {
 
 /// The head of the checkpoint `ctx` reads, or `None` when it has none (no [`FC`]).
 pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Option<DraftHead>, ModelError> {
-    if !ctx.weights.contains(FC) || layers(cfg, ctx)? == 0 {
+    if !ctx.weights.contains(FC) || layers(ctx)? == 0 {
         return Ok(None);
     }
     let experts = stacked::StackedExperts { inner: ctx.weights };

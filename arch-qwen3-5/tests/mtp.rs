@@ -116,3 +116,37 @@ fn a_checkpoint_without_mtp_tensors_has_no_draft_head() {
     assert!(matches!(err, RunnerError::NoDraftHead(_)), "{err}");
     assert!(err.to_string().contains("model.safetensors"), "the error names the file: {err}");
 }
+
+/// tests/fixtures/tiny-qwen3_5-mtp/model.gguf: llama.cpp's converter (the sdist's, by
+/// scripts/fixtures/make_qwen3_5_gguf.sh, MTP kept) writes the head as block 4's
+/// `nextn.{eh_proj, enorm, hnorm, shared_head_norm}` and usual names, norms holding `1 + w`.
+/// Read through tl's GGUF names, every head tensor is the safetensors one (norms: `1 + w`
+/// in f32, as the converter adds it), and the head built from the file gives the same
+/// logits, bit for bit.
+#[test]
+fn the_gguf_mtp_head_is_the_safetensors_head() {
+    let dir = fixture(NAME);
+    let st = tl_core::SafeTensors::open(&dir.join("model.safetensors")).unwrap();
+    let gguf = tl_core::open_weights(&dir.join("model.gguf")).unwrap();
+    use tl_core::WeightStore;
+    let heads: Vec<String> = st.names().into_iter().filter(|n| n.starts_with("mtp.")).collect();
+    assert_eq!(heads.len(), 15, "{heads:?}");
+    for name in &heads {
+        let shape = st.info(name).unwrap().shape;
+        let want: Vec<f32> = st.f32(name, &shape).unwrap();
+        let want: Vec<f32> = if name.ends_with("norm.weight")
+            || name.ends_with("norm_embedding.weight")
+            || name.ends_with("norm_hidden.weight")
+        {
+            want.iter().map(|w| 1.0 + w).collect()
+        } else {
+            want
+        };
+        let got = gguf.f32(name, &shape).unwrap_or_else(|e| panic!("{name} in the GGUF: {e}"));
+        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} differs");
+    }
+    let c = cases().pop().unwrap();
+    let mut a = head();
+    let mut b = ModelRunner::load_draft_head(&dir.join("model.gguf"), &engine(1, Weights::Native)).expect("GGUF head");
+    assert_eq!(last_logits(&mut a, &c.ids, &c.hidden, 3), last_logits(&mut b, &c.ids, &c.hidden, 3));
+}

@@ -255,7 +255,8 @@ impl Engine {
             let (hv, tv, hd, td) =
                 (h.config().vocab_size, runner.config().vocab_size, h.hidden_size(), runner.hidden_size());
             if (hv, hd) != (tv, td) {
-                let reason = format!("the MTP head's vocabulary and width are {hv} and {hd}, the model's {tv} and {td}");
+                let reason =
+                    format!("the MTP head's vocabulary and width are {hv} and {hd}, the model's {tv} and {td}");
                 return Err(EngineError::BadRequest { field: "speculate", reason });
             }
         }

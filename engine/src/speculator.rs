@@ -11,8 +11,8 @@ use tl_core::{Logits, ModelRunner, SharedPool};
 
 use crate::draft::{draft_with_model, DraftJob};
 use crate::emit::Emitter;
-use crate::mtp::{draft_with_head, MtpJob, MtpState};
 use crate::error::{kv_err, lock, EngineError};
+use crate::mtp::{draft_with_head, MtpJob, MtpState};
 use crate::request::FinishReason;
 use crate::seq::Seq;
 use crate::speculate::{ngram_draft, Speculation, SPEC_STEP_ROWS};
