@@ -255,6 +255,25 @@ pub fn hf_name(gguf: &str) -> Option<String> {
     Some(format!("model.layers.{layer}.{hf}"))
 }
 
+/// The name of block `mtp_block`'s tensor `gguf` (llama.cpp's converter writes the MTP head
+/// as the block after the trunk's, `blk.L.nextn.*` beside the block's usual names:
+/// conversion/qwen.py `_QwenMtpMixin`) as the safetensors checkpoint names it (`mtp.*`,
+/// crate::mtp), or `None` for a tensor of another block.
+pub fn mtp_name(gguf: &str, mtp_block: usize) -> Option<String> {
+    let part = gguf.strip_prefix(&format!("blk.{mtp_block}."))?;
+    let head = match part {
+        "nextn.eh_proj.weight" => "mtp.fc.weight",
+        "nextn.enorm.weight" => "mtp.pre_fc_norm_embedding.weight",
+        "nextn.hnorm.weight" => "mtp.pre_fc_norm_hidden.weight",
+        "nextn.shared_head_norm.weight" => "mtp.norm.weight",
+        _ => {
+            let hf = hf_name(gguf)?;
+            return Some(hf.replacen(&format!("model.layers.{mtp_block}."), "mtp.layers.0.", 1));
+        }
+    };
+    Some(head.into())
+}
+
 /// The shape a DeltaNet tensor must have (HF order) and the row order that undoes the
 /// converter's tiling (`None`: as stored), or `None` for any other tensor.
 fn delta_tensor(part: &str, sh: &DeltaShape, d: usize) -> Option<(Vec<usize>, Option<Vec<u32>>)> {
@@ -289,7 +308,10 @@ impl GgufArch for Qwen35Gguf {
     /// Names as [`hf_name`]; a DeltaNet tensor's shape is checked against the `ssm.*`
     /// metadata here (its row order depends on it), the error naming the GGUF tensor.
     fn tensor(&self, file: &Gguf, gguf_name: &str, info: &TensorInfo) -> Result<TensorMap, WeightError> {
-        let name = EXPERTS.router(gguf_name).or_else(|| hf_name(gguf_name));
+        let p = prefix(self.0);
+        let blocks = file.required(&format!("{p}.block_count"))?;
+        let trunk = blocks.saturating_sub(file.uint(&format!("{p}.nextn_predict_layers"))?.unwrap_or(0)) as usize;
+        let name = mtp_name(gguf_name, trunk).or_else(|| EXPERTS.router(gguf_name)).or_else(|| hf_name(gguf_name));
         let mut rows = None;
         if let Some(part) = gguf_name.strip_prefix("blk.").and_then(|r| r.split_once('.')).map(|(_, p)| p) {
             let p = prefix(self.0);

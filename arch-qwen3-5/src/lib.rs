@@ -23,7 +23,8 @@
 //! run their text model through tl-core's generic nesting (the `NestedRegistration`s below);
 //! the vision tower (`model.visual.*`) is not read.
 //!
-//! Not yet: the MTP head. Experts may be one tensor each or stacked
+//! The MTP head (`mtp.*`) is a draft head ([`mtp`], `--speculate mtp`), loaded only when
+//! asked for. Experts may be one tensor each or stacked
 //! (`experts.gate_up_proj` `[E, 2I, d]`, `experts.down_proj`: [`stacked`]).
 //!
 //! Nothing names this crate from core: a binary or test that loads a Qwen3.5 writes
@@ -35,18 +36,19 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tl_core::{
-    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
+    ArchRegistration, Architecture, BuildCtx, ConfigError, DraftHead, KvGeometry, Model, ModelConfig, ModelError,
     ModelTypeRegistration, NestedRegistration, Recurrent,
 };
 use tl_decoder::fields::experts;
 use tl_decoder::fields::{field, flag, invalid, size};
 use tl_decoder::{
-    dense_mlp, rope_of, Attn, AttnBlock, AttnSpec, Cx, DecoderConfig, DeltaLayer, DeltaNet, DeltaShape, Ends, Ffn,
-    LayerAttn, LayerBody, Loader, Moe, MoeSpec, PreNorm, QkNormKind, Routing, SharedExpert, Stack, StackParts, Variant,
+    rope_of, Act, Attn, AttnBlock, AttnSpec, Cx, DecoderConfig, DeltaLayer, DeltaNet, DeltaShape, Ends, Ffn, LayerAttn,
+    LayerBody, Loader, Mlp, Moe, MoeSpec, PreNorm, QkNormKind, Routing, SharedExpert, Stack, StackParts, Variant,
     MLP_NAMES,
 };
 
 pub mod gguf;
+pub mod mtp;
 pub mod stacked;
 
 /// One layer's kind, from `layer_types`.
@@ -233,6 +235,67 @@ fn norm_weight(w: &Loader<'_>, name: &str, len: usize, stored_plus_one: bool) ->
     Ok(if stored_plus_one { v } else { v.into_iter().map(|x| 1.0 + x).collect() })
 }
 
+/// The gated attention every full-attention layer (and the MTP head's) runs.
+fn attn_spec(b: &DecoderConfig) -> AttnSpec {
+    AttnSpec {
+        attn: Attn::new(b.num_attention_heads, b.num_key_value_heads, b.head_dim),
+        rope: 0,
+        qkv_bias: false,
+        o_bias: false,
+        qk_norm: QkNormKind::PerHead,
+        sinks: false,
+        out_gate: true,
+    }
+}
+
+/// The layer of `kind` under `p` (`model.layers.N`, or the MTP head's `mtp.layers.0`):
+/// its token mixer, norms and MLP (dense, or Qwen3.5-MoE's sparse block with its shared
+/// expert).
+fn layer(
+    w: &Loader<'_>,
+    ctx: &BuildCtx<'_>,
+    cfg: &Qwen35Config,
+    p: &str,
+    kind: LayerKind,
+) -> Result<Qwen35Layer, ModelError> {
+    let b = &cfg.base;
+    let d = b.hidden_size;
+    let norm = |name: &str, len| norm_weight(w, name, len, cfg.llama_cpp);
+    let input_norm = norm(&format!("{p}.input_layernorm.weight"), d)?;
+    let post_norm = norm(&format!("{p}.post_attention_layernorm.weight"), d)?;
+    let mp = format!("{p}.mlp");
+    let ffn = match cfg.moe {
+        None => Ffn::Dense(Mlp::load(w, &mp, MLP_NAMES, d, b.intermediate_size, Act::SwiGlu)?),
+        Some(m) => {
+            let spec = MoeSpec {
+                experts: m.experts,
+                top_k: m.top_k,
+                width: m.width,
+                routing: Routing::SoftmaxTopK { renorm: true }, // always, in Qwen3.5-MoE
+                router: "gate",
+                names: MLP_NAMES,
+            };
+            let shared = SharedExpert::load(w, &mp, d, m.shared_width)?;
+            Ffn::Moe(Moe { shared: Some(shared), ..Moe::load(w, &mp, d, spec)? })
+        }
+    };
+    Ok(match kind {
+        LayerKind::Full => {
+            let attn = AttnBlock::load(w, &format!("{p}.self_attn"), d, attn_spec(b), &norm)?;
+            Qwen35Layer::Attention(PreNorm { input_norm, attn, post_norm, ffn })
+        }
+        LayerKind::Linear => {
+            let lp = format!("{p}.linear_attn");
+            let delta = if cfg.llama_cpp {
+                gguf::delta(w, ctx, &lp, d, cfg.delta)?
+            } else {
+                DeltaNet::load(w, &lp, d, cfg.delta)?
+            };
+            Qwen35Layer::Delta(DeltaLayer { input_norm, delta, post_norm, ffn })
+        }
+    })
+}
+
 /// The Qwen3.5 `ctx` describes, every tensor loaded.
 pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>, ModelError> {
     // Experts stacked as transformers 5 saves them are served per expert.
@@ -241,54 +304,11 @@ pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>
     let w = Loader::new(ctx)?;
     let b = &cfg.base;
     let d = b.hidden_size;
-    let norm = |name: &str, len| norm_weight(&w, name, len, cfg.llama_cpp);
-    let spec = AttnSpec {
-        attn: Attn::new(b.num_attention_heads, b.num_key_value_heads, b.head_dim),
-        rope: 0,
-        qkv_bias: false,
-        o_bias: false,
-        qk_norm: QkNormKind::PerHead,
-        sinks: false,
-        out_gate: true,
-    };
-    let mut layers = Vec::with_capacity(cfg.kinds.len());
-    for (i, kind) in cfg.kinds.iter().enumerate() {
-        let p = format!("model.layers.{i}");
-        let input_norm = norm(&format!("{p}.input_layernorm.weight"), d)?;
-        let post_norm = norm(&format!("{p}.post_attention_layernorm.weight"), d)?;
-        let ffn = match cfg.moe {
-            None => dense_mlp(&w, b, i)?,
-            Some(m) => {
-                let mp = format!("{p}.mlp");
-                let spec = MoeSpec {
-                    experts: m.experts,
-                    top_k: m.top_k,
-                    width: m.width,
-                    routing: Routing::SoftmaxTopK { renorm: true }, // always, in Qwen3.5-MoE
-                    router: "gate",
-                    names: MLP_NAMES,
-                };
-                let shared = SharedExpert::load(&w, &mp, d, m.shared_width)?;
-                Ffn::Moe(Moe { shared: Some(shared), ..Moe::load(&w, &mp, d, spec)? })
-            }
-        };
-        layers.push(match kind {
-            LayerKind::Full => {
-                let attn = AttnBlock::load(&w, &format!("{p}.self_attn"), d, spec, &norm)?;
-                Qwen35Layer::Attention(PreNorm { input_norm, attn, post_norm, ffn })
-            }
-            LayerKind::Linear => {
-                let lp = format!("{p}.linear_attn");
-                let delta = if cfg.llama_cpp {
-                    gguf::delta(&w, ctx, &lp, d, cfg.delta)?
-                } else {
-                    DeltaNet::load(&w, &lp, d, cfg.delta)?
-                };
-                Qwen35Layer::Delta(DeltaLayer { input_norm, delta, post_norm, ffn })
-            }
-        });
-    }
-    let ends = Ends::load(&w, b.vocab_size, d, b.tie_word_embeddings, norm("model.norm.weight", d)?)?;
+    let layers = (cfg.kinds.iter().enumerate())
+        .map(|(i, &kind)| layer(&w, ctx, cfg, &format!("model.layers.{i}"), kind))
+        .collect::<Result<Vec<_>, _>>()?;
+    let final_norm = norm_weight(&w, "model.norm.weight", d, cfg.llama_cpp)?;
+    let ends = Ends::load(&w, b.vocab_size, d, b.tie_word_embeddings, final_norm)?;
     let parts = StackParts {
         family: "qwen3_5",
         shape: b.step_shape(),
@@ -322,6 +342,11 @@ impl Architecture for Qwen35Arch {
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg = ctx.config.arch_config::<Qwen35Config>()?.clone();
         Ok(Box::new(load(&cfg, &ctx)?))
+    }
+
+    fn draft_head(&self, ctx: BuildCtx<'_>) -> Result<Option<DraftHead>, ModelError> {
+        let cfg = ctx.config.arch_config::<Qwen35Config>()?.clone();
+        mtp::load(&cfg, &ctx)
     }
 }
 

@@ -72,6 +72,10 @@ pub struct ForwardCtx<'a> {
     /// slice's length, `end` the step's end): the states the step may roll back to. Empty:
     /// none. Layers without state ignore it.
     pub spares: &'a [&'a [u32]],
+    /// A draft head's step ([`Architecture::draft_head`]): `(N, hidden_size)`, for each
+    /// token of the step in batch order, the target model's final hidden state at the
+    /// position before it. Empty for every other model and step.
+    pub given: &'a [f32],
 }
 
 impl ForwardCtx<'_> {
@@ -146,6 +150,25 @@ pub trait Architecture: Send + Sync {
     }
     /// Build the model from its weights.
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError>;
+    /// The checkpoint's own draft head (multi-token prediction), built from its weights as
+    /// a model of its own: a step feeds it, beside each token `t_{p+1}`, the target's final
+    /// hidden state at position `p` ([`ForwardCtx::given`]), at position `p`, and it
+    /// returns the logits of `t_{p+2}` and its own final hidden state (which the next
+    /// chained draft is given). Its KV is its own ([`DraftHead::kv`]). The default, and an
+    /// architecture whose checkpoint carries no head: `None`.
+    fn draft_head(&self, ctx: BuildCtx<'_>) -> Result<Option<DraftHead>, ModelError> {
+        let _ = ctx;
+        Ok(None)
+    }
+}
+
+/// A draft head ([`Architecture::draft_head`]): the model and the KV geometry of its own
+/// layers (every one attention).
+pub struct DraftHead {
+    /// The head, run like any model with [`ForwardCtx::given`] set.
+    pub model: Box<dyn Model>,
+    /// Its layers' KV, for blocks of the engine's `block_tokens`.
+    pub kv: KvGeometry,
 }
 
 /// A hybrid model's recurrent layers ([`Architecture::recurrent`]).

@@ -36,8 +36,8 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use arch::{
-    ArchRegistration, Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError, ModelTypeRegistration,
-    NestedRegistration, Recurrent,
+    ArchRegistration, Architecture, BuildCtx, DraftHead, ForwardCtx, ForwardOutput, Model, ModelError,
+    ModelTypeRegistration, NestedRegistration, Recurrent,
 };
 pub use batch::{ForwardBatch, ForwardSeq, Logits};
 pub use chat::{ChatError, ChatTemplate, Message, ToolCall};
@@ -53,7 +53,7 @@ pub use kv::{
     SharedPool, StateGeometry,
 };
 pub use layout::{keep_to_last_state, release_all, KvGroup, KvLayout, NO_BLOCK};
-pub use runner::{ModelRunner, RunnerError};
+pub use runner::{open_weights, ModelRunner, RunnerError};
 pub use safetensors::SafeTensors;
 pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};
 pub use sequence::Sequence;

@@ -17,6 +17,8 @@ use crate::registry::{self, RegistryError};
 use crate::safetensors::SafeTensors;
 use crate::weights::{WeightError, WeightStore};
 
+mod head;
+
 /// Why the runner could not load or run.
 #[derive(Debug, Error)]
 pub enum RunnerError {
@@ -41,6 +43,9 @@ pub enum RunnerError {
     /// No weights file in the model directory.
     #[error("{}: no model.safetensors or model.gguf in the model directory", .0.display())]
     NoWeights(PathBuf),
+    /// A draft head was asked of a model without one.
+    #[error("{}: the checkpoint has no multi-token-prediction (MTP) head, or its architecture offers none", .0.display())]
+    NoDraftHead(PathBuf),
     /// Anything else (thread pool creation, a poisoned lock).
     #[error("{0}")]
     Other(String),
@@ -306,7 +311,7 @@ impl ModelRunner {
                 batch.seqs.len()
             )));
         }
-        self.run_step(batch, (want_hidden, false, tails), spares)
+        self.run_step(batch, (want_hidden, false, tails), spares, &[])
     }
 
     fn step(
@@ -316,7 +321,7 @@ impl ModelRunner {
         all_logits: bool,
         tails: Option<&[usize]>,
     ) -> Result<ForwardOutput, RunnerError> {
-        self.run_step(batch, (want_hidden, all_logits, tails), &[])
+        self.run_step(batch, (want_hidden, all_logits, tails), &[], &[])
     }
 
     fn run_step(
@@ -324,6 +329,7 @@ impl ModelRunner {
         batch: &ForwardBatch,
         (want_hidden, all_logits, tails): (bool, bool, Option<&[usize]>),
         spares: &[&[u32]],
+        given: &[f32],
     ) -> Result<ForwardOutput, RunnerError> {
         let mut guard = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
         let kv: &mut dyn KvBackend = guard.as_mut();
@@ -331,7 +337,7 @@ impl ModelRunner {
         self.check_spares(batch, kv, spares)?;
         let model = self.model.as_ref();
         let slabs: &mut dyn KvSlabs = &mut *kv;
-        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits, tails, layout: &self.layout, spares };
+        let mut ctx = ForwardCtx { kv: slabs, want_hidden, all_logits, tails, layout: &self.layout, spares, given };
         let out = self.threads.install(|| model.forward(batch, &mut ctx))?;
         let rows = match tails {
             _ if all_logits => batch.n_tokens(),

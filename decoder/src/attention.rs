@@ -86,6 +86,8 @@ pub struct Step<'a> {
     /// Per sequence, the state slots a verify step keeps its last states in
     /// ([`tl_core::ForwardCtx::spares`]).
     pub spares: &'a [&'a [u32]],
+    /// A draft head's given rows ([`tl_core::ForwardCtx::given`]), `(N, d)` or empty.
+    pub given: &'a [f32],
 }
 
 /// Keys `lo .. n` of `d` values, scores scaled by `scale`: one task's span, for the tests.

@@ -138,7 +138,7 @@ impl<L: LayerBody> Model for Stack<L> {
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
         let p = &self.p;
         let plan = Plan::new(batch, p.shape, &*ctx.kv, ctx.layout)?; // checked before any slab is written
-        let step = Step { path: Path::best(), batch, plan: &plan, spares: ctx.spares };
+        let step = Step { path: Path::best(), batch, plan: &plan, spares: ctx.spares, given: ctx.given };
         let (n, dm) = (plan.n_tokens(), p.hidden);
 
         // A panic elsewhere while holding the lock leaves only stale numbers, which every

@@ -13,9 +13,16 @@ use crate::error::{kv_err, lock, EngineError};
 pub(crate) struct DraftKv {
     pool: SharedPool,
     /// Block table in the draft pool, (>= computed.div_ceil(B),).
-    blocks: Vec<u32>,
+    pub(crate) blocks: Vec<u32>,
     /// Leading tokens of the sequence whose draft K/V is in `blocks`.
     pub(crate) computed: usize,
+}
+
+impl DraftKv {
+    /// No blocks yet, in `pool` (a draft model's, or an MTP head's).
+    pub(crate) fn new(pool: SharedPool) -> DraftKv {
+        DraftKv { pool, blocks: Vec::new(), computed: 0 }
+    }
 }
 
 impl Drop for DraftKv {
@@ -28,7 +35,7 @@ impl Drop for DraftKv {
 }
 
 /// The largest logit's id (smallest id on a tie); `None` for an empty or NaN row.
-fn argmax(row: &[f32]) -> Option<u32> {
+pub(crate) fn argmax(row: &[f32]) -> Option<u32> {
     let mut best: Option<(usize, f32)> = None;
     for (i, &v) in row.iter().enumerate() {
         if v.is_nan() {

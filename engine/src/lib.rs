@@ -21,6 +21,7 @@ mod emit;
 mod error;
 mod fingerprint;
 mod grammar;
+mod mtp;
 mod pd;
 mod prefix;
 mod request;
@@ -190,6 +191,8 @@ pub struct EngineInfo {
     pub speculate: Speculation,
     /// A draft model is loaded (`Speculation::Draft` is allowed).
     pub draft_model: bool,
+    /// The model's MTP head is loaded (`Speculation::Mtp` is allowed).
+    pub mtp_head: bool,
     /// Width of the model's final hidden state (an embedding's full dimension).
     pub hidden_size: usize,
     /// The model has recurrent layers (a state column, docs/spec/kv.md).
@@ -201,6 +204,9 @@ pub struct EngineInfo {
 /// tables are not).
 const NO_HYBRID_DRAFT: &str =
     "a draft model with recurrent layers is not supported (its state cannot be rolled back past rejected drafts); use a draft model without them, or ngram";
+
+/// Why `mtp` speculation is refused on an engine started without the model's head.
+const NO_HEAD: &str = "no MTP head is loaded (start the engine with the model's own draft head, --speculate mtp)";
 
 enum Cmd {
     Submit(Box<Seq>),
@@ -234,6 +240,26 @@ impl Engine {
         tok: Arc<Tokenizer>,
         opts: EngineOptions,
     ) -> Result<Engine, EngineError> {
+        Engine::start_with_drafters(runner, (draft, None), tok, opts)
+    }
+
+    /// [`Engine::start_with_draft`] with, as well or instead, the model's own draft head
+    /// for [`Speculation::Mtp`] (`ModelRunner::load_draft_head` of the same model).
+    pub fn start_with_drafters(
+        runner: ModelRunner,
+        (draft, head): (Option<ModelRunner>, Option<ModelRunner>),
+        tok: Arc<Tokenizer>,
+        opts: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        if let Some(h) = &head {
+            let (hv, tv, hd, td) =
+                (h.config().vocab_size, runner.config().vocab_size, h.hidden_size(), runner.hidden_size());
+            if (hv, hd) != (tv, td) {
+                let reason =
+                    format!("the MTP head's vocabulary and width are {hv} and {hd}, the model's {tv} and {td}");
+                return Err(EngineError::BadRequest { field: "speculate", reason });
+            }
+        }
         if let Some(d) = &draft {
             let (dv, tv) = (d.config().vocab_size, runner.config().vocab_size);
             if dv != tv {
@@ -259,6 +285,7 @@ impl Engine {
             max_queue,
             speculate: opts.speculate.unwrap_or(Speculation::Off),
             draft_model: draft.is_some(),
+            mtp_head: head.is_some(),
             hidden_size: runner.hidden_size(),
             recurrent: runner.kv_layout().state_column().is_some(),
         };
@@ -268,11 +295,14 @@ impl Engine {
         if matches!(info.speculate, Speculation::Draft { .. }) && draft.is_none() {
             return Err(EngineError::BadRequest { field: "speculate", reason: "no draft model is loaded".into() });
         }
+        if matches!(info.speculate, Speculation::Mtp { .. }) && head.is_none() {
+            return Err(EngineError::BadRequest { field: "speculate", reason: NO_HEAD.into() });
+        }
         let shared = Arc::new(Shared { accepting: AtomicBool::new(true), ..Shared::default() });
         let eos = runner.config().eos_token_ids.first().copied();
         let grammars = GrammarCompiler::new(Arc::clone(&tok), info.vocab_size, eos);
         let pool = runner.pool();
-        let mut sched = Scheduler::new(runner, draft, tok, Arc::clone(&shared), opts.observer, n_blocks);
+        let mut sched = Scheduler::new(runner, (draft, head), tok, Arc::clone(&shared), opts.observer, n_blocks);
         if let Some(cfg) = opts.disk_cache.as_ref() {
             sched.disk = Some(disk_cache::DiskCache::open(cfg, &sched.kv_backend())?);
         }
@@ -427,6 +457,9 @@ impl Engine {
             spec.check().or_else(|e| bad("speculate", e))?;
             if matches!(spec, Speculation::Draft { .. }) && !self.info.draft_model {
                 return bad("speculate", "this engine has no draft model".into());
+            }
+            if matches!(spec, Speculation::Mtp { .. }) && !self.info.mtp_head {
+                return bad("speculate", NO_HEAD.into());
             }
         }
         let mut biased = std::collections::HashSet::new();

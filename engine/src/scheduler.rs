@@ -103,7 +103,7 @@ pub(crate) struct Scheduler {
 impl Scheduler {
     pub(crate) fn new(
         runner: ModelRunner,
-        drafter: Option<ModelRunner>,
+        drafters: (Option<ModelRunner>, Option<ModelRunner>),
         tok: Arc<Tokenizer>,
         shared: Arc<Shared>,
         observer: Option<Arc<dyn Observer>>,
@@ -114,7 +114,7 @@ impl Scheduler {
         let eos = runner.config().eos_token_ids.clone();
         let emitter = Emitter::new(tok, eos, lim.max_ctx, observer.clone(), Arc::clone(&shared));
         let spec = Speculator::new(
-            drafter,
+            drafters,
             Arc::clone(&pool),
             Arc::clone(&shared),
             lim.max_batch_tokens,
@@ -300,7 +300,9 @@ impl Scheduler {
             // hits: mean and CLS pooling need the hidden row of every position it would
             // skip (embed.rs), so it feeds its whole prompt (nor does it register blocks).
             let (mut hits, mut h) = (Vec::new(), 0);
-            let lookup = self.lim.prefix && preloaded == 0 && s.embed.is_none();
+            // Nor does a sequence drafting with an MTP head: the head needs the target's
+            // hidden row of every position (mtp.rs).
+            let lookup = self.lim.prefix && preloaded == 0 && !s.needs_hidden();
             if lookup {
                 let max_hit = (len - 1) / b;
                 s.chain_upto(max_hit, b);
@@ -436,7 +438,7 @@ impl Scheduler {
                 s.take == 1 && s.computed + 1 == s.tokens.len() && s.generated() > 0
             })
             .count();
-        // Hidden rows only when an embedding sequence is in the step (each row's bits are
+        // Hidden rows only when an embedding or MTP-drafting sequence is in the step (each row's bits are
         // the same either way); `fed[k]`: the rows of the step's k-th sequence.
         let fed: Vec<usize> = batch.seqs.iter().map(|s| s.tokens.len()).collect();
         // A hybrid model's verify steps keep the states they may roll back to (speculator.rs).
@@ -444,11 +446,11 @@ impl Scheduler {
             .iter()
             .map(|&i| self.running[i].spec.as_ref().filter(|d| !d.draft.is_empty()).map_or(&[][..], |d| &d.spares))
             .collect();
+        let wants = planned.iter().any(|&i| self.running[i].needs_hidden());
         let (logits, hidden) = if spares.iter().any(|s| !s.is_empty()) {
-            let wants = planned.iter().any(|&i| self.running[i].embed.is_some());
             let out = self.runner.forward_spares(&batch, Some(&tails), wants, &spares).map_err(kv_err)?;
             (out.logits, out.hidden)
-        } else if planned.iter().any(|&i| self.running[i].embed.is_some()) {
+        } else if wants {
             let out = self.runner.forward_tails_hidden(&batch, drafting.then_some(&tails[..])).map_err(kv_err)?;
             (out.logits, out.hidden)
         } else if drafting {
@@ -471,6 +473,7 @@ impl Scheduler {
                 (Some(_), None) => Err(EngineError::Internal("the step returned no hidden rows".into())),
                 (None, _) => Ok(()),
             };
+            let (rows_at, start) = (row0, s.computed);
             row0 += n;
             s.computed += s.take;
             s.take = 0;
@@ -486,6 +489,13 @@ impl Scheduler {
                 self.spec.verify(s, &mut self.emitter, &logits, first)
             };
             first += rows;
+            // An MTP head's rows: the target's hidden states of the positions now computed.
+            if let Some(h) = hidden.as_deref() {
+                let upto = s.computed.min(start + n);
+                if let Some(rows) = h.get(rows_at * d..(rows_at + upto - start) * d) {
+                    self.spec.keep_hidden(s, rows, start);
+                }
+            }
             self.register_full(i)?;
             self.trim(i)?;
             match outcome {

@@ -128,6 +128,12 @@ impl Seq {
         self.spec.as_ref().map_or(&[], |d| &d.draft)
     }
 
+    /// The forward must return this sequence's hidden rows (an embedding pools them, an
+    /// MTP head drafts from them).
+    pub(crate) fn needs_hidden(&self) -> bool {
+        self.embed.is_some() || self.spec.as_ref().is_some_and(|d| matches!(d.spec, Speculation::Mtp { .. }))
+    }
+
     /// Sample the next token from `row` (emit.rs); `Some` when the sequence is done.
     pub(crate) fn sample(&mut self, em: &mut Emitter, row: &[f32]) -> Result<Option<FinishReason>, EngineError> {
         em.sample(&mut self.out, &self.req, &mut self.tokens, self.n_prompt, row)
@@ -144,6 +150,7 @@ impl Seq {
         }
         if let Some(d) = self.spec.as_mut() {
             d.kv = None; // its draft-pool blocks go back with it
+            d.mtp = None; // the recompute gives the head its rows again
             tl_core::release_all(pool, d.spares.drain(..)).map_err(kv_err)?;
         }
         Ok(())

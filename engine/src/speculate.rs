@@ -1,5 +1,5 @@
-//! Speculative decoding that changes nothing: drafting (n-gram prompt lookup, or a draft
-//! model), the adaptive rule, and the settings.
+//! Speculative decoding that changes nothing: drafting (n-gram prompt lookup, a draft
+//! model, or the model's own MTP head), the adaptive rule, and the settings.
 //!
 //! A sequence that drafts `d1..dk` feeds `[last, d1..dk]` as one chunk; the forward gives
 //! row `j` of that chunk the bits a one-token step after `d1..dj` would give it (the
@@ -12,6 +12,7 @@
 use std::str::FromStr;
 
 use crate::draft::DraftKv;
+use crate::mtp::MtpState;
 
 /// The most tokens one sequence drafts per step.
 pub const MAX_DRAFT: usize = 16;
@@ -43,6 +44,11 @@ pub enum Speculation {
         /// Most tokens drafted per step, `1..=MAX_DRAFT`.
         k: usize,
     },
+    /// The model's own multi-token-prediction head (mtp.rs), greedy, `k` tokens per step.
+    Mtp {
+        /// Most tokens drafted per step, `1..=MAX_DRAFT`.
+        k: usize,
+    },
 }
 
 impl Speculation {
@@ -50,7 +56,7 @@ impl Speculation {
     pub fn k(self) -> usize {
         match self {
             Speculation::Off => 0,
-            Speculation::Ngram { k } | Speculation::Draft { k } => k,
+            Speculation::Ngram { k } | Speculation::Draft { k } | Speculation::Mtp { k } => k,
         }
     }
 
@@ -67,8 +73,8 @@ impl Speculation {
 impl FromStr for Speculation {
     type Err = String;
 
-    /// `off`, `ngram`, `ngram:K`, `draft`, `draft:K` (the draft model itself is a server
-    /// setting). K defaults to 4.
+    /// `off`, `ngram`, `ngram:K`, `draft`, `draft:K`, `mtp`, `mtp:K` (the draft model
+    /// itself is a server setting; the MTP head is the model's own). K defaults to 4.
     fn from_str(s: &str) -> Result<Speculation, String> {
         let (kind, k) = match s.split_once(':') {
             Some((kind, k)) => {
@@ -81,7 +87,8 @@ impl FromStr for Speculation {
             "off" => Speculation::Off,
             "ngram" => Speculation::Ngram { k },
             "draft" => Speculation::Draft { k },
-            _ => return Err(format!("speculate {s:?}: expected off, ngram[:K] or draft[:K]")),
+            "mtp" => Speculation::Mtp { k },
+            _ => return Err(format!("speculate {s:?}: expected off, ngram[:K], draft[:K] or mtp[:K]")),
         };
         spec.check().map_err(|e| format!("speculate {s:?}: {e}"))?;
         Ok(spec)
@@ -169,6 +176,8 @@ pub(crate) struct Drafting {
     pub(crate) adapt: Adapt,
     /// Its K/V in the draft model's pool (draft-model speculation only).
     pub(crate) kv: Option<DraftKv>,
+    /// Its MTP head's K/V and the target's hidden rows it has yet to use (MTP only).
+    pub(crate) mtp: Option<MtpState>,
     /// A hybrid model's verify step: state slots receiving the state after the step's
     /// last non-draft token and each draft but the last (kv.md, "Speculation"); the one
     /// of the accepted length becomes the row's slot, the others go back.
@@ -186,6 +195,7 @@ impl Drafting {
             spec_blocks: 0,
             adapt: Adapt::default(),
             kv: None,
+            mtp: None,
             spares: Vec::new(),
         })
     }

@@ -12,6 +12,7 @@ use tl_core::{Logits, ModelRunner, SharedPool};
 use crate::draft::{draft_with_model, DraftJob};
 use crate::emit::Emitter;
 use crate::error::{kv_err, lock, EngineError};
+use crate::mtp::{draft_with_head, MtpJob, MtpState};
 use crate::request::FinishReason;
 use crate::seq::Seq;
 use crate::speculate::{ngram_draft, Speculation, SPEC_STEP_ROWS};
@@ -22,6 +23,8 @@ use crate::Shared;
 pub(crate) struct Speculator {
     /// The draft model, when the engine has one.
     drafter: Option<ModelRunner>,
+    /// The model's MTP head, when loaded (mtp.rs).
+    head: Option<ModelRunner>,
     /// The target's pool: drafted positions take blocks from it until verified.
     pool: SharedPool,
     shared: Arc<Shared>,
@@ -39,7 +42,7 @@ pub(crate) struct Speculator {
 
 impl Speculator {
     pub(crate) fn new(
-        drafter: Option<ModelRunner>,
+        (drafter, head): (Option<ModelRunner>, Option<ModelRunner>),
         pool: SharedPool,
         shared: Arc<Shared>,
         max_batch_tokens: usize,
@@ -48,6 +51,7 @@ impl Speculator {
     ) -> Speculator {
         Speculator {
             drafter,
+            head,
             pool,
             shared,
             max_batch_tokens,
@@ -79,9 +83,12 @@ impl Speculator {
         // Who drafts how many: n-gram drafts now, draft-model ones in one batched pass.
         let mut chosen = Vec::new();
         let mut by_model = Vec::new();
+        let mut by_head = Vec::new();
         for &i in planned {
             let s = &mut running[i];
             let fed_last = s.computed + s.take == s.tokens.len();
+            // The head drafts from the target's state before the last token: a decode step.
+            let decode = s.take == 1 && fed_last;
             // Never draft past what the sequence may still emit: at most `left` tokens
             // after this step's first, and positions below the context.
             let left = s.req.max_tokens.saturating_sub(s.generated() + 1);
@@ -109,6 +116,12 @@ impl Speculator {
                     budget -= k;
                     rows += k;
                 }
+                Speculation::Mtp { .. } if decode => {
+                    by_head.push((i, k));
+                    budget -= k;
+                    rows += k;
+                }
+                Speculation::Mtp { .. } => continue,
                 Speculation::Off => continue,
             }
             chosen.push(i);
@@ -124,6 +137,17 @@ impl Speculator {
                 jobs.push(DraftJob { tokens: &s.tokens, kv: &mut d.kv, k, out: &mut d.draft });
             }
             draft_with_model(drafter, &mut jobs)?;
+        }
+        if let (Some(head), false) = (self.head.as_mut(), by_head.is_empty()) {
+            let mut jobs: Vec<MtpJob<'_>> = Vec::with_capacity(by_head.len());
+            let mut want = by_head.iter().peekable();
+            for (i, s) in running.iter_mut().enumerate() {
+                let Some(&&(_, k)) = want.peek().filter(|&&&(j, _)| j == i) else { continue };
+                want.next();
+                let Some(d) = s.spec.as_mut() else { continue };
+                jobs.push(MtpJob { tokens: &s.tokens, state: &mut d.mtp, k, out: &mut d.draft });
+            }
+            draft_with_head(head, &mut jobs)?;
         }
         let mut g = lock(&self.pool)?;
         let mut any = false;
@@ -155,6 +179,16 @@ impl Speculator {
             any = true;
         }
         Ok(any)
+    }
+
+    /// Keep the target's hidden rows `rows` of positions `start..` for `s`'s MTP head (a
+    /// sequence that drafts otherwise keeps none).
+    pub(crate) fn keep_hidden(&self, s: &mut Seq, rows: &[f32], start: usize) {
+        let (Some(head), Some(d)) = (self.head.as_ref(), s.spec.as_mut()) else { return };
+        if !matches!(d.spec, Speculation::Mtp { .. }) {
+            return;
+        }
+        d.mtp.get_or_insert_with(|| MtpState::new(head.pool())).absorb(rows, start, head.hidden_size());
     }
 
     /// Sample `s`'s rows from `first` on, in order, exactly as plain steps would (its own

@@ -286,7 +286,7 @@ impl Body {
 }
 
 /// The `speculate` field: `null`/absent (the server's setting), a boolean, or
-/// `{"kind": "off" | "ngram" | "draft", "k"?: integer}`.
+/// `{"kind": "off" | "ngram" | "draft" | "mtp", "k"?: integer}`.
 pub fn speculate(v: Option<&Value>) -> Result<Option<Speculation>, ApiError> {
     let bad = |m: String| Err(ApiError::bad("speculate", m));
     let spec = match v {
@@ -308,7 +308,8 @@ pub fn speculate(v: Option<&Value>) -> Result<Option<Speculation>, ApiError> {
                 Some("off") => Speculation::Off,
                 Some("ngram") => Speculation::Ngram { k },
                 Some("draft") => Speculation::Draft { k },
-                _ => return bad("speculate.kind must be \"off\", \"ngram\" or \"draft\"".into()),
+                Some("mtp") => Speculation::Mtp { k },
+                _ => return bad("speculate.kind must be \"off\", \"ngram\", \"draft\" or \"mtp\"".into()),
             }
         }
         Some(_) => return bad("speculate must be a boolean or {\"kind\", \"k\"}".into()),

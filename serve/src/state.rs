@@ -107,6 +107,14 @@ impl AppState {
                 Some(r)
             }
         };
+        // `--speculate mtp`: the model's own multi-token-prediction head, refused (naming the
+        // file) when the checkpoint has none.
+        let head = match opts.speculate {
+            Some(tl_engine::Speculation::Mtp { .. }) => {
+                Some(ModelRunner::load_draft_head(&opts.model, &opts.engine).map_err(|e| fail(&e))?)
+            }
+            _ => None,
+        };
         let pooling = crate::pooling::ModelPooling::of(&opts.model, opts.pooling);
         let tok = Arc::new(Tokenizer::load(runner.config()).map_err(|e| fail(&e))?);
         let template = prompt::template_of(runner.config()).map_err(|e| fail(&e))?;
@@ -115,9 +123,9 @@ impl AppState {
         let fingerprint = tl_engine::fingerprint(&opts.model, &opts.engine)?;
         let metrics = Arc::new(metrics::Metrics::new());
         let observer: Arc<dyn tl_engine::Observer> = Arc::new(metrics::Feed(Arc::clone(&metrics)));
-        let engine = Engine::start_with_draft(
+        let engine = Engine::start_with_drafters(
             runner,
-            draft,
+            (draft, head),
             Arc::clone(&tok),
             EngineOptions {
                 max_queue: opts.max_queue,

@@ -102,8 +102,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10)]
     pub pd_fetch_timeout: u64,
     /// Speculative decoding for requests that do not choose: off, ngram or ngram:K
-    /// (prompt lookup, K drafted tokens per step, 1..=16), or draft:PATH[:K] (a draft
-    /// model of the same vocabulary). Output never changes.
+    /// (prompt lookup, K drafted tokens per step, 1..=16), draft:PATH[:K] (a draft
+    /// model of the same vocabulary), or mtp[:K] (the model's own multi-token-prediction
+    /// head, e.g. Qwen3.5's; refused for a model without one). Output never changes.
     #[arg(long, env = "TL_SPECULATE", default_value = "off")]
     pub speculate: String,
     /// Drafts join a step only while it holds fewer rows (tokens) than this: past ~8 rows a
@@ -316,7 +317,7 @@ impl Signals {
     }
 }
 
-/// `--speculate`: off, ngram[:K], or draft:PATH[:K] (a trailing `:K` is read as K only
+/// `--speculate`: off, ngram[:K], mtp[:K], or draft:PATH[:K] (a trailing `:K` is read as K only
 /// when it is a number, so a path may hold colons).
 /// `--speculate`'s mode and, for `draft:MODEL[:K]`, the draft model.
 pub fn speculate_flag(s: &str) -> anyhow::Result<(tl_engine::Speculation, Option<PathBuf>)> {
