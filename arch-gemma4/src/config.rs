@@ -87,6 +87,32 @@ pub struct Gemma4Config {
     pub num_kv_shared_layers: usize,
     /// The shared-KV layers' MLP is `2 I` wide.
     pub double_wide_mlp: bool,
+    /// The mixture of experts beside every layer's MLP (`enable_moe_block`).
+    pub moe: Option<MoeShape>,
+}
+
+/// Gemma 4's mixture of experts (`enable_moe_block`): E experts of width I_e, k per token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeShape {
+    /// `num_experts`.
+    pub experts: usize,
+    /// `top_k_experts`.
+    pub top_k: usize,
+    /// `moe_intermediate_size`.
+    pub width: usize,
+}
+
+/// The most experts a config may ask for (the router's logits are a row per token).
+const MAX_EXPERTS: usize = 1 << 12;
+
+fn moe_shape(json: &Value) -> Result<Option<MoeShape>, ConfigError> {
+    if flag(json, "enable_moe_block")? != Some(true) {
+        return Ok(None);
+    }
+    let experts = required(json, "num_experts", MAX_EXPERTS)?;
+    let top_k = required(json, "top_k_experts", experts)?;
+    let width = required(json, "moe_intermediate_size", MAX_DIM)?;
+    Ok(Some(MoeShape { experts, top_k, width }))
 }
 
 fn kinds(json: &Value, n: usize) -> Result<Vec<Kind>, ConfigError> {
@@ -253,13 +279,7 @@ impl Gemma4Config {
                 ),
             ));
         }
-        if flag(json, "enable_moe_block")? == Some(true) {
-            return Err(invalid(
-                "enable_moe_block",
-                &json["enable_moe_block"],
-                "the Gemma 4 MoE block is not implemented",
-            ));
-        }
+        let moe = moe_shape(json)?;
         if let Some(v) = field(json, "use_bidirectional_attention") {
             return Err(invalid("use_bidirectional_attention", v, "only causal attention is implemented"));
         }
@@ -288,6 +308,7 @@ impl Gemma4Config {
             k_eq_v,
             num_kv_shared_layers: shared,
             double_wide_mlp: flag(json, "use_double_wide_mlp")?.unwrap_or(false),
+            moe,
         };
         cfg.check_pool()?;
         cfg.sources()?;

@@ -13,6 +13,10 @@
 //! per layer l:
 //!     x = x + norm_post_attn(attn(norm_in(x)))                 (attn.rs)
 //!     x = x + norm_post_ffn(mlp(norm_pre_ffn(x)))              GELU-tanh gated
+//!       with enable_moe_block, the bracket is instead
+//!       norm_post_ffn_1(mlp(norm_pre_ffn(x))) + norm_post_ffn_2(moe(norm_pre_ffn_2(x)))
+//!       where moe's router sees rms(x) * scale * d^-0.5 (unweighted norm), takes the
+//!       softmax's top k renormalised, times per_expert_scale[e] (moe.rs below)
 //!     x = x + norm_ple(gelu_tanh(x W_gate) * pli[l]) W_proj)   when P > 0
 //!     x = x * layer_scalar
 //! logits = softcap(norm_final(x) E^T)
@@ -23,7 +27,7 @@
 //! keys), so the forward keeps tl's batch, chunk and thread invariance.
 
 use tl_core::ModelError;
-use tl_decoder::{f32_bytes, gelu_tanh_gated, grow, linear, rms_norm, Cx, LayerBody, Mlp, StepInputs};
+use tl_decoder::{f32_bytes, gelu_tanh_gated, grow, linear, rms_norm, Cx, LayerBody, Mlp, Moe, StepInputs};
 use tl_quant::Linear;
 
 use crate::attn::G4Attn;
@@ -54,6 +58,8 @@ pub struct Gemma4Layer {
     pub mlp: Mlp,
     /// `(d,)` post_feedforward_layernorm.
     pub post_ffn_norm: Vec<f32>,
+    /// The mixture of experts beside the MLP (`enable_moe_block`).
+    pub moe: Option<G4Moe>,
     /// The per-layer-input sublayer, when the model has per-layer embeddings.
     pub ple: Option<PleBlock>,
     /// `layer_scalar`: the residual stream is multiplied by it last.
@@ -68,6 +74,9 @@ impl LayerBody for Gemma4Layer {
         cx.add_h();
         cx.norm_x(&self.pre_ffn_norm);
         self.mlp.forward(cx)?;
+        if let Some(moe) = &self.moe {
+            moe.forward(cx)?;
+        }
         cx.norm_proj(&self.post_ffn_norm);
         cx.add_h();
         if let Some(ple) = &self.ple {
@@ -98,7 +107,79 @@ impl LayerBody for Gemma4Layer {
     fn weight_bytes(&self) -> usize {
         let norms = [&self.input_norm, &self.post_attn_norm, &self.pre_ffn_norm, &self.post_ffn_norm];
         let ple = self.ple.as_ref().map_or(0, |p| p.gate.packed_bytes() + p.proj.packed_bytes() + f32_bytes(&p.norm));
-        self.attn.weight_bytes() + self.mlp.weight_bytes() + ple + norms.iter().map(|v| f32_bytes(v)).sum::<usize>()
+        let moe = self.moe.as_ref().map_or(0, G4Moe::weight_bytes);
+        self.attn.weight_bytes()
+            + self.mlp.weight_bytes()
+            + moe
+            + ple
+            + norms.iter().map(|v| f32_bytes(v)).sum::<usize>()
+    }
+}
+
+/// Gemma 4's mixture of experts, run beside the dense MLP (transformers'
+/// `Gemma4TextRouter` and `Gemma4TextExperts`). The router sees the residual stream through
+/// an unweighted RMSNorm scaled per channel and by `d^-0.5`; the experts see it through
+/// their own norm; tl-decoder's [`Moe`] routes (softmax, top k by score then id, renormed in
+/// rank order) and runs the experts (each row's in ascending id), so the block keeps the
+/// batch invariance of every MoE in tl.
+pub struct G4Moe {
+    /// The router (`router.proj` `[E, d]`), the experts (GELU-tanh gated), k, the routing.
+    pub moe: Moe,
+    /// `(d,)` `router.scale`.
+    pub router_scale: Vec<f32>,
+    /// `f32(d^-0.5)`.
+    pub root: f32,
+    /// `(E,)` `router.per_expert_scale`: each chosen weight is multiplied by its expert's.
+    pub per_expert_scale: Vec<f32>,
+    /// `(d,)` ones: the router's unweighted norm.
+    pub ones: Vec<f32>,
+    /// `(d,)` `post_feedforward_layernorm_1` (on the dense MLP's output).
+    pub post_norm_1: Vec<f32>,
+    /// `(d,)` `pre_feedforward_layernorm_2` (the experts' input).
+    pub pre_norm_2: Vec<f32>,
+    /// `(d,)` `post_feedforward_layernorm_2` (on the experts' sum).
+    pub post_norm_2: Vec<f32>,
+}
+
+impl G4Moe {
+    /// `proj = norm_1(proj) + norm_2(experts(pre_norm_2(x)))`, `proj` holding the MLP's output.
+    fn forward(&self, cx: &mut Cx<'_, '_>) -> Result<(), ModelError> {
+        let (n, dm, eps, path) = (cx.n, cx.dm, cx.eps, cx.path());
+        let nd = n * dm;
+        let b = &mut *cx.b;
+        let mut dense = vec![0.0f32; nd];
+        rms_norm(path, &b.proj[..nd], &self.post_norm_1, eps, &mut dense);
+        // The router's input: rms(x) * scale * d^-0.5, multiplied in that order.
+        let mut r = vec![0.0f32; nd];
+        rms_norm(path, &b.x[..nd], &self.ones, eps, &mut r);
+        for row in r.chunks_exact_mut(dm) {
+            for (v, &s) in row.iter_mut().zip(&self.router_scale) {
+                *v = *v * s * self.root;
+            }
+        }
+        let e = self.per_expert_scale.len();
+        let mut logits = vec![0.0f32; n * e];
+        linear(&self.moe.router, &r, n, &mut logits, "router.proj")?;
+        let mut chosen = Vec::with_capacity(n * self.moe.top_k);
+        self.moe.route_logits(path, &mut logits, &mut chosen);
+        for (ex, w) in chosen.iter_mut() {
+            *w *= self.per_expert_scale[*ex];
+        }
+        let mut xin = vec![0.0f32; nd];
+        rms_norm(path, &b.x[..nd], &self.pre_norm_2, eps, &mut xin);
+        let mut y = vec![0.0f32; nd];
+        self.moe.mix(path, &xin, dm, &chosen, &mut b.moe, &mut y)?;
+        let mut experts = vec![0.0f32; nd];
+        rms_norm(path, &y, &self.post_norm_2, eps, &mut experts);
+        for ((p, &a), &c) in b.proj[..nd].iter_mut().zip(&dense).zip(&experts) {
+            *p = a + c;
+        }
+        Ok(())
+    }
+
+    fn weight_bytes(&self) -> usize {
+        let v = [&self.router_scale, &self.per_expert_scale, &self.post_norm_1, &self.pre_norm_2, &self.post_norm_2];
+        self.moe.weight_bytes() + v.iter().map(|v| f32_bytes(v)).sum::<usize>()
     }
 }
 

@@ -22,8 +22,12 @@
 //! GGUF files (`general.architecture` `gemma4`, llama.cpp's converter) are read by [`gguf`]:
 //! llama.cpp's names back to these, the metadata back to the config.
 //!
-//! Not yet: the MoE block (`enable_moe_block`, refused naming it; in GGUF `expert_count`) and
-//! a GGUF file's own vocabulary (`tokenizer.ggml.model` "gemma4").
+//! The MoE block (`enable_moe_block`: experts beside every layer's MLP, their own router
+//! over the residual stream, `per_expert_scale`) runs from safetensors (forward.rs's
+//! `G4Moe`, over tl-decoder's `Moe` and `StackedExperts`).
+//!
+//! Not yet: a MoE GGUF (`expert_count`, refused naming it) and a GGUF file's own vocabulary
+//! (`tokenizer.ggml.model` "gemma4").
 //!
 //! Nothing names this crate from core: a binary or test that loads a Gemma 4 writes
 //! `use tl_arch_gemma4 as _;` so the registrations are linked.

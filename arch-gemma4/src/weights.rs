@@ -5,11 +5,14 @@
 //! ignores them too).
 
 use tl_core::{BuildCtx, ModelError};
-use tl_decoder::{inv_freq_default, Act, Attn, Ends, Loader, Mlp, Proj, Rope, Stack, StackParts, StepShape, MLP_NAMES};
+use tl_decoder::{
+    inv_freq_default, Act, Attn, Ends, Loader, Mlp, Moe, MoeSpec, Proj, Rope, Routing, Stack, StackParts, StepShape,
+    MLP_NAMES,
+};
 
 use crate::attn::G4Attn;
 use crate::config::{Gemma4Config, Kind, KindShape};
-use crate::forward::{Gemma4Layer, PerLayerInputs, PleBlock};
+use crate::forward::{G4Moe, Gemma4Layer, PerLayerInputs, PleBlock};
 
 /// The RoPE tables: sliding layers apply the first, full ones the second.
 const ROPE_SLIDING: usize = 0;
@@ -25,6 +28,9 @@ fn inv_freq(s: &KindShape) -> Vec<f32> {
 
 /// The Gemma 4 `ctx` describes, every tensor loaded.
 pub fn load(cfg: &Gemma4Config, ctx: &BuildCtx<'_>) -> Result<Stack<Gemma4Layer>, ModelError> {
+    // The experts are stacked (`experts.gate_up_proj` `[E, 2I, d]`): served per expert.
+    let experts = tl_decoder::StackedExperts { inner: ctx.weights };
+    let ctx = &BuildCtx { weights: &experts, ..*ctx };
     let w = Loader::new(ctx)?;
     let (d, heads, n_layers) = (cfg.hidden_size, cfg.heads, cfg.n_layers());
     let (hp, dp) = cfg.pool_shape();
@@ -71,6 +77,32 @@ pub fn load(cfg: &Gemma4Config, ctx: &BuildCtx<'_>) -> Result<Stack<Gemma4Layer>
         } else {
             None
         };
+        let moe = match cfg.moe {
+            None => None,
+            Some(m) => {
+                let spec = MoeSpec {
+                    experts: m.experts,
+                    top_k: m.top_k,
+                    width: m.width,
+                    routing: Routing::SoftmaxTopK { renorm: true },
+                    router: "router.proj",
+                    names: MLP_NAMES,
+                };
+                let mut moe = Moe::load(&w, &p, d, spec)?;
+                // Gemma's experts are GELU-tanh gated, like its MLP.
+                moe.experts.iter_mut().for_each(|e| e.act = Act::GeluTanh);
+                Some(G4Moe {
+                    moe,
+                    router_scale: w.vector(&format!("{p}.router.scale"), d)?,
+                    root: (d as f64).powf(-0.5) as f32,
+                    per_expert_scale: w.vector(&format!("{p}.router.per_expert_scale"), m.experts)?,
+                    ones: vec![1.0; d],
+                    post_norm_1: norm("post_feedforward_layernorm_1")?,
+                    pre_norm_2: norm("pre_feedforward_layernorm_2")?,
+                    post_norm_2: norm("post_feedforward_layernorm_2")?,
+                })
+            }
+        };
         layers.push(Gemma4Layer {
             input_norm: norm("input_layernorm")?,
             attn,
@@ -78,6 +110,7 @@ pub fn load(cfg: &Gemma4Config, ctx: &BuildCtx<'_>) -> Result<Stack<Gemma4Layer>
             pre_ffn_norm: norm("pre_feedforward_layernorm")?,
             mlp: Mlp::load(&w, &format!("{p}.mlp"), MLP_NAMES, d, wide * cfg.intermediate_size, Act::GeluTanh)?,
             post_ffn_norm: norm("post_feedforward_layernorm")?,
+            moe,
             ple,
             scalar: w.vector(&format!("{p}.layer_scalar"), 1)?[0],
         });

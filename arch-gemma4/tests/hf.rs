@@ -25,6 +25,7 @@ use tl_core::{KvGeometry, Weights};
 
 const NAME: &str = "tiny-gemma4";
 const KV: &str = "tiny-gemma4-kv";
+const MOE: &str = "tiny-gemma4-moe";
 
 /// The reference prompts with transformers' f16-KV forward as their logits and greedy
 /// run (the tolerance stays the float32 logits' rule), and each prompt's distance between
@@ -83,6 +84,17 @@ fn tiny_gemma4_with_k_eq_v_and_a_double_wide_mlp_matches_hf() {
 }
 
 #[test]
+fn tiny_gemma4_with_the_moe_block_matches_hf() {
+    check_parity(MOE);
+}
+
+#[test]
+fn chunks_batches_threads_and_f32_weights_do_not_change_gemma4_moe_logits() {
+    // A batch's tokens choose different experts; each row's sum stays its own.
+    check_invariance(&fixture(MOE), &reference(MOE), &[vec![3, 2, 5], vec![1, 9]]);
+}
+
+#[test]
 fn chunks_batches_threads_and_f32_weights_do_not_change_gemma4_logits() {
     // Steps of 3, 2, 5 tokens cross block rows (B = 4) and the window (8) mid-step.
     check_invariance(&fixture(NAME), &reference(NAME), &[vec![3, 2, 5], vec![7, 1, 64]]);
@@ -118,7 +130,12 @@ fn bad_gemma4_configs_are_refused_naming_the_field() {
     for (edit, field) in [
         (json!({"num_kv_shared_layers": 6}), "num_kv_shared_layers"),
         (json!({"num_kv_shared_layers": 5}), "num_kv_shared_layers"), // no full layer left to read
-        (json!({"enable_moe_block": true}), "enable_moe_block"),
+        (json!({"enable_moe_block": true}), "num_experts"),
+        (json!({"enable_moe_block": true, "num_experts": 4, "moe_intermediate_size": 8}), "top_k_experts"),
+        (
+            json!({"enable_moe_block": true, "num_experts": 4, "top_k_experts": 5, "moe_intermediate_size": 8}),
+            "top_k_experts",
+        ),
         (json!({"vocab_size_per_layer_input": 100}), "vocab_size_per_layer_input"),
         (json!({"per_layer_config": {"2": {"head_dim": 32}, "5": {"head_dim": 64}}}), "per_layer_config"),
         (json!({"hidden_activation": "silu"}), "hidden_activation"),
@@ -137,4 +154,16 @@ fn bad_gemma4_configs_are_refused_naming_the_field() {
     let rope = with_config(&fixture(NAME), |c| c["rope_parameters"]["full_attention"]["rope_type"] = json!("yarn"));
     let err = load_error(rope.path());
     assert!(err.contains("rope_parameters.full_attention.rope_type"), "{err}");
+}
+
+#[test]
+fn moe_tensors_of_the_wrong_shape_are_refused_naming_them() {
+    // The config says 3 experts; the file stacks 4: the router's rows do not match.
+    let dir = with_config(&fixture(MOE), |c| c["num_experts"] = json!(3));
+    let err = load_error(dir.path());
+    assert!(err.contains("router.proj.weight"), "{err}");
+    // A wider expert than the file holds.
+    let dir = with_config(&fixture(MOE), |c| c["moe_intermediate_size"] = json!(16));
+    let err = load_error(dir.path());
+    assert!(err.contains("experts"), "{err}");
 }

@@ -25,7 +25,8 @@
 //!
 //! The MTP head (`mtp.*`) is a draft head ([`mtp`], `--speculate mtp`), loaded only when
 //! asked for. Experts may be one tensor each or stacked
-//! (`experts.gate_up_proj` `[E, 2I, d]`, `experts.down_proj`: [`stacked`]).
+//! (`experts.gate_up_proj` `[E, 2I, d]`, `experts.down_proj`: tl-decoder's
+//! [`tl_decoder::StackedExperts`]).
 //!
 //! Nothing names this crate from core: a binary or test that loads a Qwen3.5 writes
 //! `use tl_arch_qwen3_5 as _;` so the registrations are linked.
@@ -49,7 +50,6 @@ use tl_decoder::{
 
 pub mod gguf;
 pub mod mtp;
-pub mod stacked;
 
 /// One layer's kind, from `layer_types`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,7 +299,7 @@ fn layer(
 /// The Qwen3.5 `ctx` describes, every tensor loaded.
 pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Stack<Qwen35Layer>, ModelError> {
     // Experts stacked as transformers 5 saves them are served per expert.
-    let experts = stacked::StackedExperts { inner: ctx.weights };
+    let experts = tl_decoder::StackedExperts { inner: ctx.weights };
     let ctx = &BuildCtx { weights: &experts, ..*ctx };
     let w = Loader::new(ctx)?;
     let b = &cfg.base;

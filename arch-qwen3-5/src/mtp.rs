@@ -36,7 +36,7 @@ use tl_decoder::fields::{field, invalid};
 use tl_decoder::{grow, rms_norm, rope_of, Cx, Ends, Loader, Stack, StackParts, StepInputs};
 use tl_quant::Linear;
 
-use crate::{layer, norm_weight, stacked, LayerKind, Qwen35Config};
+use crate::{layer, norm_weight, LayerKind, Qwen35Config};
 
 /// The name whose presence says a checkpoint carries the head.
 pub const FC: &str = "mtp.fc.weight";
@@ -99,7 +99,7 @@ pub fn load(cfg: &Qwen35Config, ctx: &BuildCtx<'_>) -> Result<Option<DraftHead>,
     if !ctx.weights.contains(FC) || layers(ctx)? == 0 {
         return Ok(None);
     }
-    let experts = stacked::StackedExperts { inner: ctx.weights };
+    let experts = tl_decoder::StackedExperts { inner: ctx.weights };
     let ctx = &BuildCtx { weights: &experts, ..*ctx };
     let w = Loader::new(ctx)?;
     let b = &cfg.base;

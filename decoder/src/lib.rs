@@ -65,6 +65,7 @@ mod proj;
 mod rope;
 mod rowops;
 mod stack;
+mod stacked;
 
 use tl_core::{BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError};
 
@@ -88,6 +89,7 @@ pub use rope::{
 };
 pub use rowops::{add, clamped_swiglu, full_qk_rms_norm, gelu_tanh_gated, head_rms_norm, rms_norm, swiglu};
 pub use stack::{Ends, Stack, StackParts, StepInputs};
+pub use stacked::StackedExperts;
 
 /// The forward's vector kernels, exposed for the tests that compare every instruction set
 /// with the portable reference; not an API.

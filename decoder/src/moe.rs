@@ -226,23 +226,59 @@ impl Moe {
                 proj.len()
             )));
         }
-        let (e_count, k) = (self.experts.len(), self.top_k);
+        let e_count = self.experts.len();
         let logits = grow(&mut m.logits, n * e_count); // (N, E)
         linear(&self.router, h, n, logits, "router")?;
-        m.chosen.clear();
-        let mut one = Vec::with_capacity(k);
         if let Some(bias) = &self.router_bias {
             add_bias(logits, bias);
         }
+        let mut chosen = std::mem::take(&mut m.chosen);
+        self.route_logits(path, &mut m.logits[..n * e_count], &mut chosen);
+        let r = self.mix(path, h, dm, &chosen, m, proj);
+        m.chosen = chosen;
+        r
+    }
+
+    /// Each row of router logits `(N, E)` (overwritten) to its `k` experts and weights,
+    /// into `chosen` (`k` per row, each row's sorted by expert id). A family whose router
+    /// sees another input than the experts (Gemma 4) computes its logits itself, routes
+    /// them here and runs [`Moe::mix`].
+    pub fn route_logits(&self, path: Path, logits: &mut [f32], chosen: &mut Vec<(usize, f32)>) {
+        let e_count = self.experts.len().max(1);
+        chosen.clear();
+        let mut one = Vec::with_capacity(self.top_k);
         for row in logits.chunks_exact_mut(e_count) {
             self.route(path, row, &mut one);
-            m.chosen.extend_from_slice(&one);
+            chosen.extend_from_slice(&one);
         }
+    }
 
+    /// `proj` `(N, d)`: each row's chosen experts (`chosen`, `k` per row, as
+    /// [`Moe::route_logits`] gives them) run on `h` `(N, d)` and summed with their weights
+    /// in ascending expert id, plus the shared expert when there is one.
+    pub fn mix(
+        &self,
+        path: Path,
+        h: &[f32],
+        dm: usize,
+        chosen: &[(usize, f32)],
+        m: &mut MoeBuffers,
+        proj: &mut [f32],
+    ) -> Result<(), ModelError> {
+        self.check()?;
+        let n = h.len() / dm.max(1);
+        let k = self.top_k;
+        if chosen.len() != n * k || proj.len() != n * dm || chosen.iter().any(|&(e, _)| e >= self.experts.len()) {
+            return Err(ModelError::Other(format!(
+                "mixture of experts: {} choices for {n} rows of {k}, proj of {}",
+                chosen.len(),
+                proj.len()
+            )));
+        }
         // The tokens that chose each expert, by expert then batch order (a stable sort of
         // the batch-ordered choices), with their weights.
         m.routed.clear();
-        m.routed.extend(m.chosen.chunks_exact(k).enumerate().flat_map(|(t, p)| p.iter().map(move |&(e, w)| (e, t, w))));
+        m.routed.extend(chosen.chunks_exact(k).enumerate().flat_map(|(t, p)| p.iter().map(move |&(e, w)| (e, t, w))));
         m.routed.sort_by_key(|&(e, _, _)| e);
         // The experts that have tokens (a decode step: its k), each run on its own rows in
         // parallel: an expert's product gives each row the same bits whoever runs it, and

@@ -20,9 +20,13 @@ use tl_engine::{DiskCacheConfig, Engine, EngineOptions, Request, Speculation, Us
 const B: usize = 4;
 const KVS: [&str; 2] = ["f16-slab", "q8-slab"];
 
-/// Both fixtures: plain, and with `attention_k_eq_v` and the double-wide MLP.
-fn models() -> [PathBuf; 2] {
-    [crate_fixture("arch-gemma4", "tiny-gemma4"), crate_fixture("arch-gemma4", "tiny-gemma4-kv")]
+/// The fixtures: plain, with `attention_k_eq_v` and the double-wide MLP, and with the MoE block.
+fn models() -> [PathBuf; 3] {
+    [
+        crate_fixture("arch-gemma4", "tiny-gemma4"),
+        crate_fixture("arch-gemma4", "tiny-gemma4-kv"),
+        crate_fixture("arch-gemma4", "tiny-gemma4-moe"),
+    ]
 }
 
 /// How an engine is set up; [`Setup::new`] gives prefill steps of 23 positions (not a

@@ -1,7 +1,8 @@
-//! Qwen3.5-MoE experts stacked as transformers 5 keeps them in memory and the released
-//! checkpoints store them: `model.layers.N.mlp.experts.gate_up_proj` `[E, 2I, d]` (each
-//! expert's gate rows, then its up rows) and `mlp.experts.down_proj` `[E, d, I]`. The
-//! loader reads one tensor per expert (`mlp.experts.E.{gate,up,down}_proj.weight`), so
+//! Experts stacked as transformers 5 keeps them in memory and recent checkpoints store
+//! them (Qwen3.5-MoE's `model.layers.N.mlp.experts.gate_up_proj`, Gemma 4's
+//! `model.layers.N.experts.gate_up_proj`): `<base>.experts.gate_up_proj` `[E, 2I, d]` (each
+//! expert's gate rows, then its up rows) and `<base>.experts.down_proj` `[E, d, I]`. The
+//! loader reads one tensor per expert (`<base>.experts.E.{gate,up,down}_proj.weight`), so
 //! [`StackedExperts`] serves those names as byte ranges of the stacked tensors: each
 //! expert's matrix is a contiguous run of whole rows, kept in the stored type, without a
 //! copy where the store maps the file.
@@ -31,7 +32,7 @@ impl StackedExperts<'_> {
         if self.inner.contains(name) {
             return None;
         }
-        let (base, rest) = name.split_once(".mlp.experts.")?;
+        let (base, rest) = name.rsplit_once(".experts.")?;
         let (e, proj) = rest.split_once('.')?;
         let e: usize = e.parse().ok()?;
         let (stacked, half) = match proj {
@@ -40,7 +41,7 @@ impl StackedExperts<'_> {
             "down_proj.weight" => ("down_proj", None),
             _ => return None,
         };
-        let stacked = format!("{base}.mlp.experts.{stacked}");
+        let stacked = format!("{base}.experts.{stacked}");
         let shape = self.inner.info(&stacked)?.shape;
         let &[experts, rows, _] = shape.as_slice() else { return None };
         let rows = match half {
