@@ -350,6 +350,26 @@ impl Architecture for Qwen35Arch {
     }
 }
 
+/// The pre-tokenizer of Qwen3.5's byte-level BPE (`tokenizer.ggml.pre = "qwen35"`, as
+/// llama.cpp's converter names it), as transformers' `Qwen3_5Tokenizer` builds it: Qwen2's
+/// regex with combining marks (`\p{M}`) kept with their letters, then GPT-2's byte mapping;
+/// NFC first.
+fn qwen35_pre_tokenizer() -> Value {
+    let pattern = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    tl_core::gguf_vocab::regex_byte_level(pattern, false)
+}
+
+fn nfc() -> Value {
+    serde_json::json!({"type": "NFC"})
+}
+
+inventory::submit!(tl_core::GgufPreTokenizer {
+    name: "qwen35",
+    pre_tokenizer: qwen35_pre_tokenizer,
+    normalizer: Some(nfc),
+    ignore_merges: false,
+});
+
 inventory::submit!(ArchRegistration { name: "qwen3_5", make: || Box::new(Qwen35Arch(false)) });
 inventory::submit!(ArchRegistration { name: "qwen3_5_moe", make: || Box::new(Qwen35Arch(true)) });
 // `Qwen3_5ForCausalLM.save_pretrained` and `Qwen3_5MoeForCausalLM`'s write these.
