@@ -1,6 +1,7 @@
-"""The rows of scripts/bench_moe.sh (it sets the environment): tl beside llama.cpp on the
-MoE files, each round llama.cpp then tl on the same file; medians over rounds and the median
-of each round's tl/llama.cpp ratio; raw JSON lines to $RAW, the markdown table to $TABLE."""
+"""The rows of scripts/bench_moe.sh and scripts/bench_qwen35.sh (they set the environment):
+tl beside llama.cpp on their files, each round llama.cpp then tl on the same file; medians
+over rounds and the median of each round's tl/llama.cpp ratio; raw JSON lines to $RAW, the
+markdown table to $TABLE. $TITLE names the model; with $DEPTH, decode at that depth too."""
 import json
 import os
 import platform
@@ -12,6 +13,8 @@ from bench_run import RawLog  # noqa: E402
 
 env = os.environ
 threads, prompt, gen, batch = env["THREADS"], env["PROMPT"], env["GEN"], int(env["BATCH"])
+title = env.get("TITLE", "MoE benchmark model (scripts/bench_moe.sh)")
+depth = env.get("DEPTH")
 files = json.load(open(env["FILES"]))
 log = RawLog(env["RAW"], "bench_moe")
 record, run = log.record, log.run
@@ -24,6 +27,12 @@ def llama(name, path):
         for j in run(cmd + args):
             record({**j, "tool": "llama.cpp", "config": name, "kind": kind})
             out[kind] = statistics.median(j["samples_ts"])
+    if depth:
+        cmd = [f"{env['LLAMA_BIN']}/llama-bench", "-m", path, "-t", threads, "-r", "1", "-o", "jsonl",
+               "-p", "0", "-n", gen, "-d", depth]
+        for j in run(cmd):
+            record({**j, "tool": "llama.cpp", "config": name, "kind": "deep"})
+            out["deep"] = statistics.median(j["samples_ts"])
     ctx = batch * (32 + int(gen)) + 16
     cmd = [f"{env['LLAMA_BIN']}/llama-batched-bench", "-m", path, "-t", threads, "-tb", threads, "-c", str(ctx),
            "-npp", "32", "-ntg", gen, "-npl", str(batch), "--output-format", "jsonl"]
@@ -42,6 +51,12 @@ def tl(name, path):
         out.update(prefill=j["prefill_tok_s"], decode=j["decode_tok_s"], rss=j["peak_rss_mib"],
                    loaded=j["rss_after_load_mib"], file=os.path.getsize(path) / 2**20, kv=j["kv_pool_mib"],
                    load=j["load_s"])
+    if depth:
+        cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", depth,
+               "--decode-tokens", gen, "--repeats", "1", "--json-only", "--batch", "1", "--no-prefill-warmup"]
+        for j in run(cmd):
+            record({**j, "config": name, "commit": env["TL_COMMIT"], "kind": "deep"})
+            out["deep"] = j["decode_tok_s"]
     cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", "32",
            "--decode-tokens", gen, "--repeats", env["REPEATS"], "--json-only", "--batch", str(batch)]
     for j in run(cmd):
@@ -74,18 +89,20 @@ def f(x, d=1):
 
 
 cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-lines = [f"MoE benchmark model (scripts/bench_moe.sh), {threads} threads, {prompt}-token prompt, {gen} decoded; "
+kinds = ("prefill", "decode") + (("deep",) if depth else ()) + ("batched",)
+deep_head = f"| decode @{depth} tl | decode @{depth} llama.cpp | ratio " if depth else ""
+lines = [f"{title}, {threads} threads, {prompt}-token prompt, {gen} decoded; "
          f"batched: {batch} sequences of 32 tokens, {gen} steps; tl {env['TL_COMMIT']}; llama.cpp {env['LLAMA_BIN']}; "
          f"{cpu}, {platform.machine()}; medians over {env['ROUNDS']} rounds, ratios the median of each round's", "",
-         "| file | prefill tl | prefill llama.cpp | ratio | decode tl | decode llama.cpp | ratio "
-         f"| batched ({batch}) tl | batched llama.cpp | ratio | tl RSS after load, peak / (file + KV) |",
-         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+         "| file | prefill tl | prefill llama.cpp | ratio | decode tl | decode llama.cpp | ratio " + deep_head
+         + f"| batched ({batch}) tl | batched llama.cpp | ratio | tl RSS after load, peak / (file + KV) |",
+         "|---|" + "---:|" * (3 * len(kinds) + 1)]
 for n in files:
     t, l = res[n]["tl"], res[n]["llama"]
     rss, loaded = med(t, "rss"), med(t, "loaded")
     budget = (med(t, "file") or 0) + (med(t, "kv") or 0)
     row = [n.upper()]
-    for k in ("prefill", "decode", "batched"):
+    for k in kinds:
         row += [f(med(t, k)), f(med(l, k)), f(ratio(t, l, k), 2)]
     share = (lambda x: f(x / budget if x and budget else None, 2))
     row.append(f"{f(loaded, 0)}, {f(rss, 0)} / {f(budget, 0)} MiB = {share(loaded)}, {share(rss)}")
