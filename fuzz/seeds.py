@@ -41,6 +41,15 @@ for k, v in [("rope_scaling", {"rope_type": "linear", "factor": 2.0}), ("num_key
 for mm in ["arch-gemma4/tests/fixtures/tiny-gemma4-mm", "arch-qwen3-5/tests/fixtures/tiny-qwen3_5-mm"]:
     put("config", os.path.basename(mm), read(os.path.join(ROOT, mm, "config.json")))
 
+# BERT encoders (arch-bert): the tiny BertModel and cross-encoder configs, and
+# sentence-transformers' module files (modules.json NUL 1_Pooling/config.json).
+BERT = os.path.join(ROOT, "arch-bert/tests/fixtures")
+for b in ["tiny-bert", "tiny-bert-ce"]:
+    put("config", b, json.dumps({**json.loads(read(f"{BERT}/{b}/config.json")), "tl_tokenizer": "hf"}))
+put("st_modules", "tiny-bert", read(f"{BERT}/tiny-bert/modules.json") + b"\0" + read(f"{BERT}/tiny-bert/1_Pooling/config.json"))
+put("st_modules", "cls-max", read(f"{BERT}/tiny-bert/modules.json") + b"\0" +
+    json.dumps({"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True}).encode())
+
 # GGUF: the SmolLM2 header's first 256 KiB, and a tiny complete llama GGUF.
 if os.path.isfile(SMOL):
     put("gguf", "smollm2-head", read(SMOL, 256 << 10))

@@ -7,6 +7,7 @@ use thiserror::Error;
 
 use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
+use crate::encoder::{EncodeInput, Encoded, EncoderInfo};
 use crate::engine::EngineConfig;
 use crate::kv::{KvError, KvGeometry, KvSlabs};
 use crate::layout::KvLayout;
@@ -115,6 +116,23 @@ pub trait Model: Send + Sync {
     /// Run one step. The runner has already checked the batch (tokens < vocab, positions
     /// within the context, block tables long enough, blocks in use).
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError>;
+    /// The model as an encoder, when its architecture is one
+    /// ([`Architecture::is_encoder`]); its `forward` is then never called.
+    fn encoder(&self) -> Option<&dyn Encoder> {
+        None
+    }
+}
+
+/// A built encoder. The batch-invariance rule: each input's outputs are a function of
+/// that input alone: the same bits whatever else is in the call, in any order, on any
+/// number of threads.
+pub trait Encoder: Send + Sync {
+    /// What it reads and returns.
+    fn info(&self) -> &EncoderInfo;
+    /// Encode every input (already checked by the runner,
+    /// crate::encoder::check_input); one [`Encoded`] per input, in
+    /// order, hidden states only with `want_hidden`.
+    fn encode(&self, inputs: &[EncodeInput<'_>], want_hidden: bool) -> Result<Vec<Encoded>, ModelError>;
 }
 
 /// A model family.
@@ -147,6 +165,14 @@ pub trait Architecture: Send + Sync {
     fn kv_shared(&self, config: &ModelConfig) -> Result<Option<Vec<Option<u32>>>, ConfigError> {
         let _ = config;
         Ok(None)
+    }
+    /// Whether the model is an encoder (crate::encoder): a whole input per call,
+    /// bidirectional attention, no KV kept. The runner then asks for no KV geometry,
+    /// windows, recurrent layers or sharing, and the built model must return itself from
+    /// [`Model::encoder`]. The default: a decoder.
+    fn is_encoder(&self, config: &ModelConfig) -> bool {
+        let _ = config;
+        false
     }
     /// Build the model from its weights.
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError>;

@@ -16,6 +16,7 @@ pub mod arch;
 pub mod batch;
 pub mod chat;
 pub mod config;
+pub mod encoder;
 pub mod engine;
 pub mod envelope;
 pub mod error;
@@ -36,12 +37,13 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use arch::{
-    ArchRegistration, Architecture, BuildCtx, DraftHead, ForwardCtx, ForwardOutput, Model, ModelError,
+    ArchRegistration, Architecture, BuildCtx, DraftHead, Encoder, ForwardCtx, ForwardOutput, Model, ModelError,
     ModelTypeRegistration, NestedRegistration, Recurrent,
 };
 pub use batch::{ForwardBatch, ForwardSeq, Logits};
 pub use chat::{ChatError, ChatTemplate, Message, ToolCall};
 pub use config::{ConfigError, ModelConfig, Nesting, TokenizerKind};
+pub use encoder::{EncodeInput, Encoded, EncoderInfo};
 pub use engine::{EngineConfig, KvConfig, PrefixCache, SchedPolicy, Weights};
 pub use envelope::Envelope;
 pub use error::RegistryError;

@@ -8,6 +8,7 @@ use thiserror::Error;
 use crate::arch::{Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, ModelError};
 use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
+use crate::encoder::{check_input, EncodeInput, Encoded, EncoderInfo};
 use crate::engine::{EngineConfig, PrefixCache};
 use crate::gguf::gguf_source;
 use crate::kv::{KvBackend, KvElem, KvError, KvGeometry, KvSlabs, KvSpec, SharedPool, StateGeometry};
@@ -117,6 +118,39 @@ fn state_slots(layout: &KvLayout, g: StateGeometry, engine: &EngineConfig) -> u3
     live.saturating_add(cached).clamp(1, u32::MAX as usize) as u32
 }
 
+/// The KV geometry of every layer, the page layout and the recurrent layers a decoder's
+/// architecture declares.
+fn kv_plan(
+    arch: &dyn Architecture,
+    config: &ModelConfig,
+    cfg: &EngineConfig,
+) -> Result<(KvGeometry, KvLayout, Option<crate::arch::Recurrent>), RunnerError> {
+    let model_geometry = arch.kv_geometry(config, cfg.kv.block_tokens)?;
+    let recurrent = arch.recurrent(config)?;
+    let shared = arch.kv_shared(config)?;
+    let layout = match arch.kv_windows(config)? {
+        Some(w) if w.len() != model_geometry.n_layers as usize => {
+            return Err(RunnerError::Other(format!(
+                "the architecture gave {} layer windows for {} layers",
+                w.len(),
+                model_geometry.n_layers
+            )))
+        }
+        Some(w) => {
+            KvLayout::with_shared(&w, recurrent.as_ref().map_or(&[], |r| &r.layers), shared.as_deref().unwrap_or(&[]))?
+        }
+        None => match (&recurrent, &shared) {
+            (None, None) => KvLayout::uniform(model_geometry.n_layers),
+            (r, s) => KvLayout::with_shared(
+                &vec![None; model_geometry.n_layers as usize],
+                r.as_ref().map_or(&[], |r| &r.layers),
+                s.as_deref().unwrap_or(&[]),
+            )?,
+        },
+    };
+    Ok((model_geometry, layout, recurrent))
+}
+
 impl ModelRunner {
     /// Load `dir` (config.json + weights) with the architecture named by `tl_arch` and the
     /// KV backend named in `cfg.kv.backend`. `dir` may also be a `.gguf` file, or a
@@ -161,30 +195,14 @@ impl ModelRunner {
             }
             None => weights,
         };
-        let model_geometry = arch.kv_geometry(&config, cfg.kv.block_tokens)?;
-        let recurrent = arch.recurrent(&config)?;
-        let shared = arch.kv_shared(&config)?;
-        let layout = match arch.kv_windows(&config)? {
-            Some(w) if w.len() != model_geometry.n_layers as usize => {
-                return Err(RunnerError::Other(format!(
-                    "the architecture gave {} layer windows for {} layers",
-                    w.len(),
-                    model_geometry.n_layers
-                )))
-            }
-            Some(w) => KvLayout::with_shared(
-                &w,
-                recurrent.as_ref().map_or(&[], |r| &r.layers),
-                shared.as_deref().unwrap_or(&[]),
-            )?,
-            None => match (&recurrent, &shared) {
-                (None, None) => KvLayout::uniform(model_geometry.n_layers),
-                (r, s) => KvLayout::with_shared(
-                    &vec![None; model_geometry.n_layers as usize],
-                    r.as_ref().map_or(&[], |r| &r.layers),
-                    s.as_deref().unwrap_or(&[]),
-                )?,
-            },
+        let encoder = arch.is_encoder(&config);
+        let (model_geometry, layout, recurrent) = if encoder {
+            // An encoder keeps nothing between calls: the smallest pool the backend
+            // builds stands in for the KV pool the runner's interface hands out.
+            let g = KvGeometry { n_layers: 1, n_kv_heads: 1, head_dim: 1, block_tokens: cfg.kv.block_tokens.max(1) };
+            (g, KvLayout::uniform(1), None)
+        } else {
+            kv_plan(arch, &config, cfg)?
         };
         let b = cfg.kv.block_tokens.max(1) as usize;
         let layout = layout.with_snapshots(cfg.kv.state_snapshot_tokens / b);
@@ -195,10 +213,11 @@ impl ModelRunner {
         // A memory budget buys blocks by the backend's bytes per block (a q8 pool holds
         // about twice the f16 positions); a one-block pool tells its element type.
         let elem = match cfg.kv.n_blocks {
-            Some(_) => KvElem::F16, // unused: the block count is given
+            _ if encoder => KvElem::F16, // unused: one block
+            Some(_) => KvElem::F16,      // unused: the block count is given
             None => make(&KvSpec { geometry, n_blocks: 1, prefix_cache, state: None })?.elem(),
         };
-        let n_blocks = pool_blocks(&geometry, layout.n_page_groups(), elem, &config, cfg)?;
+        let n_blocks = if encoder { 1 } else { pool_blocks(&geometry, layout.n_page_groups(), elem, &config, cfg)? };
         let state = recurrent.map(|r| {
             let g = StateGeometry { n_layers: r.layers.len() as u32, floats: r.floats };
             (g, state_slots(&layout, g, cfg))
@@ -227,6 +246,13 @@ impl ModelRunner {
         let device = candle_core::Device::Cpu;
         let model =
             threads.install(|| arch.build(BuildCtx { config: &config, weights, engine: cfg, device: &device }))?;
+        if encoder != model.encoder().is_some() {
+            return Err(RunnerError::Other(format!(
+                "architecture {:?} declares encoder = {encoder} but built a model that {} an encoder",
+                config.arch,
+                if encoder { "is not" } else { "is" }
+            )));
+        }
         Ok(ModelRunner {
             config,
             engine: cfg.clone(),
@@ -331,6 +357,9 @@ impl ModelRunner {
         spares: &[&[u32]],
         given: &[f32],
     ) -> Result<ForwardOutput, RunnerError> {
+        if self.model.encoder().is_some() {
+            return Err(RunnerError::BadBatch("the model is an encoder: it answers encode, not forward steps".into()));
+        }
         let mut guard = self.pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()))?;
         let kv: &mut dyn KvBackend = guard.as_mut();
         self.check_batch(batch, kv)?;
@@ -458,6 +487,47 @@ impl ModelRunner {
             }
         }
         Ok(())
+    }
+
+    /// What the model declares as an encoder, or `None` for a decoder.
+    pub fn encoder_info(&self) -> Option<&EncoderInfo> {
+        self.model.encoder().map(|e| e.info())
+    }
+
+    /// Encode whole inputs with an encoder model (docs/spec/encoders.md): one [`Encoded`]
+    /// per input, in order, hidden states only with `want_hidden`. Each input's outputs
+    /// are the same bits alone or beside any others, on any number of threads. Refused
+    /// before the model runs: a decoder, no inputs, an empty input, one longer than
+    /// [`EncoderInfo::max_tokens`], an id out of the vocabulary, a bad type id.
+    pub fn encode(&self, inputs: &[EncodeInput<'_>], want_hidden: bool) -> Result<Vec<Encoded>, RunnerError> {
+        let enc = self
+            .model
+            .encoder()
+            .ok_or_else(|| RunnerError::BadBatch(format!("{}: not an encoder model", self.config.arch)))?;
+        let info = enc.info();
+        if inputs.is_empty() {
+            return Err(RunnerError::BadBatch("encode: no inputs".into()));
+        }
+        for (i, input) in inputs.iter().enumerate() {
+            if let Some(why) = check_input(input, info, self.config.vocab_size) {
+                return Err(RunnerError::BadBatch(format!("input {i}: {why}")));
+            }
+        }
+        let out = self.threads.install(|| enc.encode(inputs, want_hidden))?;
+        // The architecture's promise, checked so a mistake is an error, not a wrong answer.
+        let bad = out.len() != inputs.len()
+            || out.iter().zip(inputs).any(|(o, input)| {
+                o.hidden.as_ref().map(Vec::len) != want_hidden.then(|| input.ids.len() * info.hidden_size)
+                    || o.vector.as_ref().map(Vec::len) != info.vector
+                    || o.scores.as_ref().map(Vec::len) != info.scores
+            });
+        if bad {
+            return Err(RunnerError::Other(format!(
+                "{}: the encoder's outputs do not have the shapes it declared ({info:?})",
+                self.config.arch
+            )));
+        }
+        Ok(out)
     }
 
     /// Run `tokens` as one sequence in temporary blocks, give the blocks back, and return

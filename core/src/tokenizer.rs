@@ -80,7 +80,13 @@ impl HfTokenizer {
     /// Build from tokenizer.json content; `source` names the file in errors.
     pub fn from_json(json: Value, source: &Path) -> Result<HfTokenizer, TokenizerError> {
         let fail = |e: String| TokenizerError::Failed(format!("{}: {e}", source.display()));
-        let inner = tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes()).map_err(|e| fail(e.to_string()))?;
+        let mut inner =
+            tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes()).map_err(|e| fail(e.to_string()))?;
+        // A tokenizer.json may carry the padding and truncation its exporter last used
+        // (sentence-transformers' all-MiniLM-L6-v2: pad to 128, cut at 128); tl's ids are
+        // the text's own, and lengths are the runner's to check, so neither is applied.
+        inner.with_padding(None);
+        inner.with_truncation(None).map_err(|e| fail(e.to_string()))?;
         let special: HashSet<u32> = json
             .get("added_tokens")
             .and_then(Value::as_array)

@@ -124,3 +124,27 @@ fn gguf_tokenizer_refuses_what_it_cannot_build() {
     let e = HfTokenizer::from_file(&dir.path().join("missing.json")).err().unwrap().to_string();
     assert!(e.contains("missing.json"), "{e}");
 }
+
+#[test]
+fn tokenizer_json_padding_and_truncation_are_not_applied() {
+    // A WordPiece tokenizer.json as sentence-transformers saves it: the exporter's
+    // padding (to a fixed 8) and truncation (at 4) left in the file.
+    let json = serde_json::json!({
+        "version": "1.0",
+        "truncation": {"direction": "Right", "max_length": 4, "strategy": "LongestFirst", "stride": 0},
+        "padding": {"strategy": {"Fixed": 8}, "direction": "Right", "pad_to_multiple_of": null,
+                    "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"},
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100,
+                  "vocab": {"[PAD]": 0, "[UNK]": 1, "a": 2, "b": 3, "c": 4}}
+    });
+    let tok = Tokenizer::Hf(Box::new(HfTokenizer::from_json(json, std::path::Path::new("tokenizer.json")).unwrap()));
+    // Six words: neither cut to 4 nor padded to 8.
+    assert_eq!(tok.encode("a b c a b c").unwrap(), vec![2, 3, 4, 2, 3, 4]);
+    assert_eq!(tok.encode_with_special("a").unwrap(), vec![2]);
+}

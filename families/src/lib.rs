@@ -20,6 +20,7 @@
 //! depends on tl-serve) share one definition.
 #![deny(missing_docs)]
 
+use tl_arch_bert as _;
 use tl_arch_bigram as _;
 use tl_arch_gemma3 as _;
 use tl_arch_gemma4 as _;

@@ -11,6 +11,7 @@ fn link_registers_every_family_kv_backend_and_sampler() {
     assert_eq!(
         arches,
         vec![
+            "bert",
             "bigram",
             "gemma3",
             "gemma4",

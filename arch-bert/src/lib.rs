@@ -1,0 +1,83 @@
+//! tl-arch-bert: BERT encoders (all-MiniLM, bge, e5, gte and the other BERT-based
+//! sentence-transformers models, and BERT cross-encoders), registered as
+//! `tl_arch = "bert"` and as Hugging Face `model_type = "bert"`. It is tl's first encoder
+//! (docs/spec/encoders.md): `Architecture::is_encoder` is true, and the runner answers
+//! `ModelRunner::encode` with it.
+//!
+//! The model is transformers' `BertModel`: word + token-type + absolute position
+//! embeddings and a LayerNorm; per layer, bidirectional multi-head attention with q/k/v
+//! biases, the output projection, a post-LayerNorm over the residual sum, the
+//! intermediate projection with GELU (erf), the output projection and a second
+//! post-LayerNorm. `BertForSequenceClassification` (tensors under `bert.`) adds the
+//! pooler (`tanh` of a dense layer on the `[CLS]` row) and `classifier`, then the
+//! cross-encoder's activation (config.json's sentence-transformers `activation_fn`,
+//! else sigmoid for one label). The projections are tl-quant `Linear`s loaded by
+//! tl-decoder's `Loader` (any weight mode); LayerNorm, GELU and the attention are this
+//! crate's ([`ops`]), since the decoder's blocks are RMSNorm and causal paged attention.
+//!
+//! A `BertModel` directory's vector is sentence-transformers' pipeline ([`pooling`]):
+//! modules.json's Pooling (cls, max, mean, mean_sqrt_len, weightedmean, lasttoken, or
+//! several concatenated) and Normalize; without modules.json, the mean (what
+//! sentence-transformers does with a plain transformers model). Text goes through
+//! [`text`]: tokenizer.json, cut at sentence_bert_config.json's `max_seq_length`.
+//!
+//! Refused at load, naming the field or file: another `hidden_act` than `gelu`, relative
+//! position embeddings, a decoder or cross-attention config, other heads, modules tl does
+//! not run (Dense, ...), a listed Pooling config that is missing or turns nothing on.
+//!
+//! Nothing names this crate from core: a binary or test that loads a BERT writes
+//! `use tl_arch_bert as _;` (or links tl-families) so the registrations are linked.
+#![deny(missing_docs)]
+
+use std::any::Any;
+use std::sync::Arc;
+
+use tl_core::{
+    ArchRegistration, Architecture, BuildCtx, ConfigError, KvGeometry, Model, ModelConfig, ModelError,
+    ModelTypeRegistration,
+};
+
+pub mod config;
+mod model;
+pub mod ops;
+pub mod pooling;
+pub mod text;
+
+pub use config::{Activation, BertConfig, Head};
+pub use model::Bert;
+pub use pooling::{Mode, Pipeline};
+pub use text::{embed, load, score, TextError, Texts, Tokens};
+
+/// The architecture object.
+pub struct BertArch;
+
+impl Architecture for BertArch {
+    fn parse_config(&self, config: &ModelConfig) -> Result<Arc<dyn Any + Send + Sync>, ConfigError> {
+        Ok(Arc::new(BertConfig::parse(config)?))
+    }
+
+    fn kv_geometry(&self, config: &ModelConfig, _: u32) -> Result<KvGeometry, ConfigError> {
+        Err(ConfigError::Invalid {
+            field: "tl_arch".into(),
+            value: format!("{:?}", config.arch),
+            reason: "BERT is an encoder: it keeps no KV".into(),
+        })
+    }
+
+    fn is_encoder(&self, _: &ModelConfig) -> bool {
+        true
+    }
+
+    fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
+        let cfg: &BertConfig = ctx.config.arch_config()?;
+        let plain = cfg.head == Head::None;
+        let pipeline = match &ctx.config.dir {
+            Some(dir) => Pipeline::read(dir, cfg.hidden_size, plain)?,
+            None => plain.then(|| Pipeline { modes: vec![Mode::Mean], normalize: false }),
+        };
+        Ok(Box::new(Bert::build(&ctx, cfg, pipeline)?))
+    }
+}
+
+inventory::submit!(ArchRegistration { name: "bert", make: || Box::new(BertArch) });
+inventory::submit!(ModelTypeRegistration { model_type: "bert", arch: "bert" });
