@@ -44,7 +44,7 @@ pub struct DiskCacheConfig {
     pub fingerprint: String,
 }
 
-/// Disk cache counters, in [`crate::Stats`].
+/// Disk cache counters, in [`crate::stats::Stats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DiskCounts {
     /// Blocks written.

@@ -18,8 +18,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::embed::{EmbedResult, Embedding};
 use crate::error::EngineError;
 use crate::request::{Event, FinishReason, Request, Timings, TokenInfo, Usage};
+use crate::stats::{Observer, Shared};
 use crate::text::TextOut;
-use crate::{Observer, Shared};
 
 /// Where a sequence's results go: a generation's events, or an embedding's one result.
 pub(crate) enum Sink {

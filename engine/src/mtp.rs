@@ -1,4 +1,4 @@
-//! Drafting with the model's own multi-token-prediction head ([`Speculation::Mtp`]): a
+//! Drafting with the model's own multi-token-prediction head (`Speculation::Mtp`): a
 //! runner of the head (`ModelRunner::load_draft_head`, its own KV pool) beside the target.
 //!
 //! The head's position `p` holds the pair `(h_p, t_{p+1})`: the target's final hidden state
@@ -14,8 +14,6 @@
 //! Whatever the head drafts, verification emits plain decoding's tokens (speculate.rs). A
 //! sequence whose hidden rows have a gap (its prompt preloaded by P/D) drafts nothing;
 //! such a sequence takes no prefix-cache hits (scheduler.rs), as an embedding does not.
-//!
-//! [`Speculation::Mtp`]: crate::Speculation::Mtp
 
 use std::sync::Arc;
 

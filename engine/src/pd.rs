@@ -1,14 +1,14 @@
 //! Disaggregated prefill/decode (docs/scale-out.md), the engine's half.
 //!
-//! Prefill side: a sequence submitted with [`Engine::submit_held`] does not give its KV
-//! blocks back when it finishes; they move, still referenced, into a lease that a decode
-//! server fetches ([`Engine::take_lease`], which exports them in the KV envelope and
-//! releases them) or that expires ([`Engine::expire_leases`]).
+//! Prefill side: a sequence submitted with `Engine::submit_held` does not give its KV
+//! blocks back when it finishes; they move, still referenced, into a lease (lease.rs) that a decode
+//! server fetches (`Engine::take_lease`, which exports them in the KV envelope and
+//! releases them) or that expires (`Engine::expire_leases`).
 //!
-//! Decode side: [`Engine::hold_prefix`] takes the leading prompt blocks this pool already
-//! has in its prefix cache, [`Engine::import_into`] appends the blocks fetched from the
+//! Decode side: `Engine::hold_prefix` takes the leading prompt blocks this pool already
+//! has in its prefix cache, `Engine::import_into` appends the blocks fetched from the
 //! prefill server (checking that every full block's hash is the hash of this prompt's
-//! tokens), and [`Engine::submit_preloaded`] starts a sequence whose first
+//! tokens), and `Engine::submit_preloaded` starts a sequence whose first
 //! `prompt.len() - 1` positions are already computed: only the last prompt token goes
 //! through the forward here, and its logits are the ones the sampler draws from first.
 //! Because the forward is chunk-invariant bit for bit, that is the same answer as a
@@ -20,75 +20,21 @@
 //! carries (registered under its group hash, checked like a page), and computes the
 //! under-`B` positions after it itself. Its prefill ends a step at that boundary
 //! (scheduler.rs) so the slot is there.
+//!
+//! The handle's P/D methods (lib.rs) hand their work to [`Pd`], which holds what it needs
+//! of the engine: the pool, the published figures and the shape of a table row.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 use thiserror::Error;
 use tl_core::envelope::Entry;
 use tl_core::{SharedPool, NO_BLOCK};
 
 use crate::error::EngineError;
-use crate::request::{Event, Request};
-use crate::{Engine, Shared, UnboundedReceiver};
-
-/// What a held sequence's finish does with its blocks.
-#[derive(Clone, Debug)]
-pub(crate) struct Hold {
-    pub(crate) id: String,
-    pub(crate) ttl: Duration,
-}
-
-/// A sequence's part in P/D: the lease its blocks go to at finish (a prefill), or how
-/// many of its preloaded positions this pool's own prefix cache held (a decode: the only
-/// ones that count as prefix-cache hits; the rest came over the network).
-#[derive(Default)]
-pub(crate) struct Handoff {
-    pub(crate) hold: Option<Hold>,
-    pub(crate) preload_local: usize,
-}
-
-/// One prefill's KV, waiting for its decode server.
-struct Lease {
-    /// Block table: position j in blocks[j / B], (ceil(tokens / B),).
-    blocks: Vec<u32>,
-    /// Positions computed.
-    tokens: usize,
-    expires: Instant,
-}
-
-/// The leases and their counters (in [`crate::Shared`], written by the engine thread at
-/// a held sequence's finish and by the server's fetch and expiry).
-#[derive(Default)]
-pub(crate) struct Leases {
-    map: Mutex<HashMap<String, Lease>>,
-    fetched: AtomicUsize,
-    expired: AtomicUsize,
-}
-
-/// A lease as the prefill server describes it to the decode server.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaseInfo {
-    /// Pool block ids, in block-table order.
-    pub blocks: Vec<u32>,
-    /// Prompt positions whose K/V the blocks hold.
-    pub tokens: usize,
-}
-
-/// Lease counts for metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LeaseCounts {
-    /// Leases holding blocks now.
-    pub held: usize,
-    /// Blocks held by them.
-    pub held_blocks: usize,
-    /// Leases released by a fetch, so far.
-    pub fetched: usize,
-    /// Leases released because nobody fetched them in time, so far.
-    pub expired: usize,
-}
+use crate::lease::{Lease, LeaseInfo};
+use crate::stats::Shared;
 
 /// Why a P/D operation failed. Each names the lease or block at fault.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -141,7 +87,7 @@ pub struct Preload {
     pool: SharedPool,
     shared: Arc<Shared>,
     /// (ceil(computed / B),) once complete; fewer while being assembled.
-    blocks: Vec<u32>,
+    pub(crate) blocks: Vec<u32>,
     /// Leading blocks taken from the local prefix cache (not imported).
     local: usize,
     block_tokens: usize,
@@ -179,7 +125,7 @@ impl Drop for Preload {
         }
         if let Ok(mut g) = self.pool.lock() {
             let _ = tl_core::release_all(g.as_mut(), self.blocks.drain(..));
-            republish(&self.shared, g.as_ref());
+            self.shared.publish_pool(g.as_ref());
         }
     }
 }
@@ -197,44 +143,20 @@ fn poisoned() -> PdError {
     PdError::Engine("KV pool lock poisoned".into())
 }
 
-/// The pool gauges, after blocks were taken or released off the engine thread (which
-/// publishes only after its own steps, and may be idle).
-fn republish(sh: &Shared, g: &dyn tl_core::KvBackend) {
-    sh.kv_free.store(g.n_free(), Ordering::Relaxed);
-    sh.kv_cached.store(g.n_cached(), Ordering::Relaxed);
-    sh.kv_in_use.store(g.n_in_use(), Ordering::Relaxed);
+/// The handle's P/D side: the pool, the published figures and the shape of a table row.
+pub(crate) struct Pd {
+    pub(crate) pool: SharedPool,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) block_tokens: usize,
+    /// Entries per table row (the KV layer groups).
+    pub(crate) groups: usize,
+    /// A hybrid model's rows end with a state column.
+    pub(crate) recurrent: bool,
 }
 
-/// Move a finished held sequence's blocks into its lease (engine thread).
-pub(crate) fn keep(leases: &Leases, hold: Hold, blocks: Vec<u32>, tokens: usize, pool: &mut dyn tl_core::KvBackend) {
-    let old = leases
-        .map
-        .lock()
-        .ok()
-        .and_then(|mut m| m.insert(hold.id, Lease { blocks, tokens, expires: Instant::now() + hold.ttl }));
-    // Lease ids are random: a repeat is a client reusing one. The newer KV wins.
-    if let Some(old) = old {
-        let _ = tl_core::release_all(pool, old.blocks);
-    }
-}
-
-impl Engine {
-    /// Submit a prefill (the choices of one request share its lease only when `n == 1`:
-    /// the server submits one) whose blocks are kept under the lease `id` for `ttl` after
-    /// it finishes, instead of being released.
-    pub fn submit_held(
-        &self,
-        req: Request,
-        id: String,
-        ttl: Duration,
-    ) -> Result<UnboundedReceiver<Event>, EngineError> {
-        let hold = Hold { id, ttl };
-        let mut v = self.submit_with(vec![req], |s| s.handoff.hold = Some(hold.clone()))?;
-        v.pop().ok_or_else(|| EngineError::Internal("no receiver".into()))
-    }
-
+impl Pd {
     /// The lease `id`, once its prefill finished.
-    pub fn lease(&self, id: &str) -> Option<LeaseInfo> {
+    pub(crate) fn lease(&self, id: &str) -> Option<LeaseInfo> {
         let m = self.shared.leases.map.lock().ok()?;
         m.get(id).map(|l| LeaseInfo { blocks: l.blocks.clone(), tokens: l.tokens })
     }
@@ -242,7 +164,7 @@ impl Engine {
     /// Export blocks `from..to` of lease `id` (all from `from` when `to` is `None`) and
     /// release the whole lease: a lease is fetched once, as vLLM's NIXL connector frees
     /// the prefill blocks once the decode side read them.
-    pub fn take_lease(&self, id: &str, from: usize, to: Option<usize>) -> Result<Vec<u8>, PdError> {
+    pub(crate) fn take_lease(&self, id: &str, from: usize, to: Option<usize>) -> Result<Vec<u8>, PdError> {
         let lease = {
             let mut m = self.shared.leases.map.lock().map_err(|_| poisoned())?;
             m.remove(id).ok_or_else(|| PdError::UnknownLease { id: id.into() })?
@@ -256,13 +178,13 @@ impl Engine {
             Err(PdError::Range { id: id.into(), from, to, held })
         };
         tl_core::release_all(g.as_mut(), lease.blocks.iter().copied())?;
-        republish(&self.shared, g.as_ref());
+        self.shared.publish_pool(g.as_ref());
         self.shared.leases.fetched.fetch_add(1, Ordering::Relaxed);
         out
     }
 
     /// Release every lease past its expiry; returns how many.
-    pub fn expire_leases(&self) -> Result<usize, PdError> {
+    pub(crate) fn expire_leases(&self) -> Result<usize, PdError> {
         let now = Instant::now();
         let gone: Vec<Lease> = {
             let mut m = self.shared.leases.map.lock().map_err(|_| poisoned())?;
@@ -276,37 +198,24 @@ impl Engine {
         for l in &gone {
             tl_core::release_all(g.as_mut(), l.blocks.iter().copied())?;
         }
-        republish(&self.shared, g.as_ref());
+        self.shared.publish_pool(g.as_ref());
         self.shared.leases.expired.fetch_add(gone.len(), Ordering::Relaxed);
         Ok(gone.len())
     }
 
-    /// Lease figures (one lock of the lease table, no pool lock: cheap enough per scrape).
-    pub fn lease_counts(&self) -> LeaseCounts {
-        let l = &self.shared.leases;
-        let (held, held_blocks) =
-            l.map.lock().map(|m| (m.len(), m.values().map(|x| x.blocks.len()).sum())).unwrap_or_default();
-        LeaseCounts {
-            held,
-            held_blocks,
-            fetched: l.fetched.load(Ordering::Relaxed),
-            expired: l.expired.load(Ordering::Relaxed),
-        }
-    }
-
     /// Decode side, step 1: hold the leading full blocks of `prompt`'s first `len - 1`
     /// positions that this pool has in its prefix cache (none with the cache off).
-    pub fn hold_prefix(&self, prompt: &[u32]) -> Result<Preload, PdError> {
-        let b = self.info.block_tokens.max(1);
+    pub(crate) fn hold_prefix(&self, prompt: &[u32]) -> Result<Preload, PdError> {
+        let b = self.block_tokens.max(1);
         let mut p = Preload {
             pool: self.pool.clone(),
             shared: Arc::clone(&self.shared),
             blocks: Vec::new(),
             local: 0,
             block_tokens: b,
-            groups: self.info.kv_groups.max(1),
+            groups: self.groups.max(1),
             // The state column is a row's last entry (kv.md).
-            state: self.info.recurrent.then(|| self.info.kv_groups.max(1) - 1),
+            state: self.recurrent.then(|| self.groups.max(1) - 1),
         };
         let usable = prompt.len().saturating_sub(1);
         let hashes = chain(&prompt[..usable], b);
@@ -326,7 +235,7 @@ impl Engine {
         // A hybrid resumes from its last local row's state: back to the last row that has it.
         tl_core::keep_to_last_state(g.as_mut(), &mut p.blocks, p.groups, p.state)?;
         p.local = p.blocks.len();
-        republish(&self.shared, g.as_ref());
+        self.shared.publish_pool(g.as_ref());
         Ok(p)
     }
 
@@ -335,7 +244,7 @@ impl Engine {
     /// ignored) and append them to `p`. Every record with a hash must carry the hash of
     /// this prompt's block at its place; a record without one must be the prompt's last,
     /// partial block, filled at least to position `len - 2`.
-    pub fn import_into(&self, p: &mut Preload, prompt: &[u32], envelope: &[u8]) -> Result<(), PdError> {
+    pub(crate) fn import_into(&self, p: &mut Preload, prompt: &[u32], envelope: &[u8]) -> Result<(), PdError> {
         let b = p.block_tokens;
         let first = p.blocks.len();
         let need = p.needed(prompt.len());
@@ -396,36 +305,29 @@ impl Engine {
         };
         let mut g = self.pool.lock().map_err(|_| poisoned())?;
         let ids = g.import(buf)?;
-        republish(&self.shared, g.as_ref());
+        self.shared.publish_pool(g.as_ref());
         p.blocks.extend(ids);
         Ok(())
     }
+}
 
-    /// Decode side, step 3: submit `req` starting from the blocks of `p`, which must cover
-    /// every prompt position but the last (checked). With n > 1 choices, use the prefix
-    /// cache path instead (each choice needs its own last block).
-    pub fn submit_preloaded(&self, req: Request, mut p: Preload) -> Result<UnboundedReceiver<Event>, EngineError> {
-        let need = p.needed(req.prompt.len());
-        if p.blocks.len() != need {
+impl Preload {
+    /// Decode side, step 3 (the handle's `submit_preloaded`): the blocks, computed
+    /// positions and local positions a sequence of a `len`-token prompt starts from. The
+    /// blocks must cover every prompt position but the last (checked); on an error they
+    /// stay here.
+    pub(crate) fn hand_over(&mut self, len: usize) -> Result<(Vec<u32>, usize, usize), EngineError> {
+        let need = self.needed(len);
+        if self.blocks.len() != need {
             return Err(EngineError::Internal(format!(
                 "a preload of {} blocks for a prompt that needs {need}",
-                p.blocks.len()
+                self.blocks.len()
             )));
         }
-        let blocks = std::mem::take(&mut p.blocks);
+        let blocks = std::mem::take(&mut self.blocks);
         // Every position but the last; a hybrid's whole rows before it.
-        let computed = (req.prompt.len() - 1).min(blocks.len() / p.groups * p.block_tokens);
-        let local = (p.local / p.groups * p.block_tokens).min(computed);
-        let mut cell = Some(blocks);
-        let r = self.submit_with(vec![req], |s| {
-            if let Some(b) = cell.take() {
-                s.preload(b, computed, local);
-            }
-        });
-        if let Some(b) = cell {
-            p.blocks = b; // never handed to a sequence: Drop gives them back
-        }
-        let mut v = r?;
-        v.pop().ok_or_else(|| EngineError::Internal("no receiver".into()))
+        let computed = (len - 1).min(blocks.len() / self.groups * self.block_tokens);
+        let local = (self.local / self.groups * self.block_tokens).min(computed);
+        Ok((blocks, computed, local))
     }
 }

@@ -33,7 +33,7 @@ pub struct Request {
     /// -100 bans the id.
     pub logit_bias: Vec<(u32, f64)>,
     /// Speculative decoding for this request; `None` takes the engine's setting
-    /// ([`crate::EngineOptions::speculate`]). Never changes the output, only its speed.
+    /// (`EngineOptions::speculate`). Never changes the output, only its speed.
     pub speculate: Option<Speculation>,
 }
 

@@ -1,4 +1,5 @@
-//! The step loop's state: waiting and running sequences, their blocks, and one step.
+//! The step loop's state: waiting and running sequences, their blocks, admission
+//! (planning a step), preemption and finish. The step itself is step.rs.
 //!
 //! Every rule here leans on one property of the forward: a sequence's logits depend
 //! only on its own tokens, bit for bit, whatever else is in the step and however its
@@ -9,12 +10,8 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
-use tl_core::{
-    ForwardBatch, ForwardSeq, KvBackend, KvLayout, ModelRunner, PrefixCache, SchedPolicy, SharedPool, Tokenizer,
-    NO_BLOCK,
-};
+use tl_core::{KvBackend, KvLayout, ModelRunner, PrefixCache, SchedPolicy, SharedPool, Tokenizer, NO_BLOCK};
 
 use crate::disk_cache::{disk_hits, DiskCache};
 use crate::emit::Emitter;
@@ -23,7 +20,7 @@ use crate::prefix::{self, PartialIndex};
 use crate::request::{FinishReason, Usage};
 use crate::seq::Seq;
 use crate::speculator::Speculator;
-use crate::{Observer, Shared, StepFigures};
+use crate::stats::{Observer, Shared};
 
 /// Settings the scheduler reads once.
 pub(crate) struct Limits {
@@ -82,20 +79,20 @@ impl Limits {
 }
 
 pub(crate) struct Scheduler {
-    runner: ModelRunner,
-    pool: SharedPool,
+    pub(crate) runner: ModelRunner,
+    pub(crate) pool: SharedPool,
     /// Sampling, stops and finish (emit.rs).
-    emitter: Emitter,
+    pub(crate) emitter: Emitter,
     /// Drafting and verification, for the sequences that speculate (speculator.rs).
     pub(crate) spec: Speculator,
-    lim: Limits,
+    pub(crate) lim: Limits,
     pub(crate) waiting: VecDeque<Seq>,
     /// Sorted by `order`, oldest first.
     pub(crate) running: Vec<Seq>,
     pub(crate) shared: Arc<Shared>,
-    observer: Option<Arc<dyn Observer>>,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
     /// Registered blocks by id, for reuse below block granularity.
-    partial: PartialIndex,
+    pub(crate) partial: PartialIndex,
     /// Full blocks on disk (disk_cache.rs); only for one KV layer group.
     pub(crate) disk: Option<DiskCache>,
 }
@@ -239,7 +236,7 @@ impl Scheduler {
     /// Plan one step: blocks for every running sequence's next piece (preempting the
     /// newest when the pool is short), then admission of waiting prompts into the rest of
     /// the token budget. Sets each running sequence's `take`.
-    fn plan(&mut self) -> Result<usize, EngineError> {
+    pub(crate) fn plan(&mut self) -> Result<usize, EngineError> {
         let b = self.lim.block_tokens;
         let mut admitted = 0;
         let mut budget = self.lim.max_batch_tokens;
@@ -302,7 +299,7 @@ impl Scheduler {
             let (mut hits, mut h) = (Vec::new(), 0);
             // Nor does a sequence drafting with an MTP head: the head needs the target's
             // hidden row of every position (mtp.rs).
-            let lookup = self.lim.prefix && preloaded == 0 && !s.needs_hidden();
+            let lookup = self.lim.prefix && preloaded == 0 && !s.tail.needs_hidden();
             if lookup {
                 let max_hit = (len - 1) / b;
                 s.chain_upto(max_hit, b);
@@ -397,191 +394,10 @@ impl Scheduler {
         Ok(admitted)
     }
 
-    /// One step: plan, drafts for the sequences that speculate (in what is left of the
-    /// token budget), one forward over every planned piece, then sampling (and, for a
-    /// drafting sequence, verification) for each sequence whose last token was fed.
-    /// Returns false when there was nothing to run.
-    pub(crate) fn step(&mut self) -> Result<bool, EngineError> {
-        let admitted = self.plan()?;
-        let planned: Vec<usize> = (0..self.running.len()).filter(|&i| self.running[i].take > 0).collect();
-        if planned.is_empty() {
-            return Ok(false);
-        }
-        let t0 = Instant::now();
-        // Speculation is called only when a running sequence speculates.
-        let drafting = if self.running.iter().any(|s| s.spec.is_some()) {
-            self.spec.plan(&mut self.running, &planned)?
-        } else {
-            false
-        };
-        // Logit rows per sequence: its last token's, plus one per drafted token.
-        let tails: Vec<usize> = planned.iter().map(|&i| 1 + self.running[i].draft().len()).collect();
-        let batch = ForwardBatch {
-            seqs: planned
-                .iter()
-                .map(|&i| {
-                    let s = &self.running[i];
-                    let tokens = match s.spec.as_ref().filter(|d| !d.draft.is_empty()) {
-                        Some(d) => &d.feed[..],
-                        None => &s.tokens[s.computed..s.computed + s.take],
-                    };
-                    ForwardSeq { tokens, start: s.computed, blocks: &s.blocks }
-                })
-                .collect(),
-        };
-        let n_tokens = batch.n_tokens();
-        // A decode row feeds one sampled token; anything else is prompt or recompute.
-        let decode_rows = planned
-            .iter()
-            .filter(|&&i| {
-                let s = &self.running[i];
-                s.take == 1 && s.computed + 1 == s.tokens.len() && s.generated() > 0
-            })
-            .count();
-        // Hidden rows only when an embedding or MTP-drafting sequence is in the step (each row's bits are
-        // the same either way); `fed[k]`: the rows of the step's k-th sequence.
-        let fed: Vec<usize> = batch.seqs.iter().map(|s| s.tokens.len()).collect();
-        // A hybrid model's verify steps keep the states they may roll back to (speculator.rs).
-        let spares: Vec<&[u32]> = planned
-            .iter()
-            .map(|&i| self.running[i].spec.as_ref().filter(|d| !d.draft.is_empty()).map_or(&[][..], |d| &d.spares))
-            .collect();
-        let wants = planned.iter().any(|&i| self.running[i].needs_hidden());
-        let (logits, hidden) = if spares.iter().any(|s| !s.is_empty()) {
-            let out = self.runner.forward_spares(&batch, Some(&tails), wants, &spares).map_err(kv_err)?;
-            (out.logits, out.hidden)
-        } else if wants {
-            let out = self.runner.forward_tails_hidden(&batch, drafting.then_some(&tails[..])).map_err(kv_err)?;
-            (out.logits, out.hidden)
-        } else if drafting {
-            (self.runner.forward_tails(&batch, &tails).map_err(kv_err)?, None)
-        } else {
-            (self.runner.forward(&batch).map_err(kv_err)?, None)
-        };
-        let forward = t0.elapsed();
-        let d = self.runner.hidden_size();
-        let mut row0 = 0; // the first hidden row of the current sequence
-        let mut finished: Vec<(usize, FinishReason)> = Vec::new();
-        let mut first = 0; // the first logits row of the current sequence
-        for ((&i, &rows), &n) in planned.iter().zip(&tails).zip(&fed) {
-            let s = &mut self.running[i];
-            let pooled = match (s.embed.as_mut(), hidden.as_deref()) {
-                (Some(p), Some(h)) => h
-                    .get(row0 * d..(row0 + n) * d)
-                    .ok_or_else(|| EngineError::Internal("the step returned too few hidden rows".into()))
-                    .and_then(|rows| p.absorb(rows, s.computed, d)),
-                (Some(_), None) => Err(EngineError::Internal("the step returned no hidden rows".into())),
-                (None, _) => Ok(()),
-            };
-            let (rows_at, start) = (row0, s.computed);
-            row0 += n;
-            s.computed += s.take;
-            s.take = 0;
-            let outcome = if let Err(e) = pooled {
-                Err(e)
-            } else if s.computed < s.tokens.len() {
-                Ok(None) // mid-prefill: this row's logits are not the sequence's next token
-            } else if s.embed.is_some() {
-                Ok(Some(FinishReason::Stop)) // pooled: finish() sends the embedding
-            } else if s.draft().is_empty() {
-                s.sample(&mut self.emitter, logits.row(first))
-            } else {
-                self.spec.verify(s, &mut self.emitter, &logits, first)
-            };
-            first += rows;
-            // An MTP head's rows: the target's hidden states of the positions now computed.
-            if let Some(h) = hidden.as_deref() {
-                let upto = s.computed.min(start + n);
-                if let Some(rows) = h.get(rows_at * d..(rows_at + upto - start) * d) {
-                    self.spec.keep_hidden(s, rows, start);
-                }
-            }
-            self.register_full(i)?;
-            self.trim(i)?;
-            match outcome {
-                Ok(Some(reason)) => finished.push((i, reason)),
-                Ok(None) => {}
-                Err(e) => {
-                    // A bad sampling parameter (the server checks them first) or unusable
-                    // logits: this sequence ends with the error, its blocks released.
-                    self.running[i].out.fail(e);
-                    self.running[i].req.max_tokens = 0;
-                    finished.push((i, FinishReason::Length));
-                }
-            }
-        }
-        let elapsed = t0.elapsed();
-        self.shared.steps.fetch_add(1, Ordering::Relaxed);
-        if let Some(o) = &self.observer {
-            o.step(&StepFigures {
-                tokens: n_tokens,
-                seqs: planned.len(),
-                prefill_tokens: n_tokens - decode_rows,
-                admitted,
-                forward,
-                elapsed,
-            });
-        }
-        for &(i, reason) in finished.iter().rev() {
-            let s = self.running.remove(i);
-            self.finish(s, reason)?;
-        }
-        Ok(true)
-    }
-
-    /// Register `running[i]`'s full blocks of computed tokens in the prefix index (only
-    /// positions whose K/V belong to the sequence's accepted tokens).
-    fn register_full(&mut self, i: usize) -> Result<(), EngineError> {
-        // An embedding sequence registers nothing: it takes no hits either (see plan).
-        if !self.lim.prefix || self.running[i].embed.is_some() {
-            return Ok(());
-        }
-        let (b, n) = (self.lim.block_tokens, self.lim.groups);
-        let s = &mut self.running[i];
-        let full = s.computed / b;
-        s.chain_upto(full, b);
-        let mut g = lock(&self.pool)?;
-        for k in s.registered..full {
-            // Each group's page under its own hash (group 0's is the block's).
-            for (j, &id) in s.blocks[k * n..(k + 1) * n].iter().enumerate() {
-                if id != NO_BLOCK {
-                    g.register(id, tl_core::group_hash(s.chain[k], j)).map_err(kv_err)?;
-                }
-            }
-            // On disk too, once (write-through: see disk_cache.rs).
-            let row = crate::disk_cache::row_to_write(&s.blocks, k, &self.lim.layout);
-            if let (Some(disk), Some(row)) = (self.disk.as_mut().filter(|d| d.wants(s.chain[k])), row) {
-                let env = g.export(row).map_err(kv_err)?;
-                disk.write(s.chain[k], &env);
-            }
-            // Indexed below block granularity too (prefix.rs), by group 0's page.
-            let parent = k.checked_sub(1).map(|p| s.chain[p]);
-            if s.blocks[k * n] != NO_BLOCK {
-                self.partial.record(s.blocks[k * n], parent, s.chain[k], &s.tokens[k * b..(k + 1) * b]);
-            }
-        }
-        s.registered = s.registered.max(full);
-        Ok(())
-    }
-
-    /// Give back `running[i]`'s windowed pages no later query sees (docs/kv.md): its
-    /// next query is at `computed`, which only grows until the sequence is released. A
-    /// P/D prefill keeps every page: its lease hands them all to the decode server.
-    fn trim(&mut self, i: usize) -> Result<(), EngineError> {
-        let s = &mut self.running[i];
-        if !self.lim.layout.windowed() || s.handoff.hold.is_some() {
-            return Ok(());
-        }
-        let mut g = lock(&self.pool)?;
-        self.lim
-            .layout
-            .release_out_of_window(g.as_mut(), &mut s.blocks, s.computed, self.lim.block_tokens)
-            .map_err(kv_err)?;
-        Ok(())
-    }
-
-    fn finish(&mut self, mut s: Seq, finish: FinishReason) -> Result<(), EngineError> {
-        if let Some(p) = s.embed.take() {
+    /// Release a finished sequence's blocks (a P/D prefill's go to its lease) and send
+    /// its last event (an embedding's vector).
+    pub(crate) fn finish(&mut self, mut s: Seq, finish: FinishReason) -> Result<(), EngineError> {
+        if let Some(p) = s.tail.take_pooler() {
             s.release_blocks(lock(&self.pool)?.as_mut())?;
             self.shared.finished.fetch_add(1, Ordering::Relaxed);
             if s.req.max_tokens > 0 {
@@ -597,7 +413,7 @@ impl Scheduler {
             // A P/D prefill: its blocks wait for the decode server under the lease.
             Some(hold) if s.req.max_tokens > 0 => {
                 let blocks = std::mem::take(&mut s.blocks);
-                crate::pd::keep(&self.shared.leases, hold, blocks, s.computed, lock(&self.pool)?.as_mut());
+                crate::lease::keep(&self.shared.leases, hold, blocks, s.computed, lock(&self.pool)?.as_mut());
             }
             _ => s.release_blocks(lock(&self.pool)?.as_mut())?,
         }
@@ -628,9 +444,7 @@ impl Scheduler {
         let sh = &self.shared;
         sh.waiting.store(self.waiting.len(), Ordering::Relaxed);
         sh.running.store(self.running.len(), Ordering::Relaxed);
-        sh.kv_free.store(g.n_free(), Ordering::Relaxed);
-        sh.kv_cached.store(g.n_cached(), Ordering::Relaxed);
-        sh.kv_in_use.store(g.n_in_use(), Ordering::Relaxed);
+        sh.publish_pool(g.as_ref());
         if let (Some(d), Ok(mut to)) = (&self.disk, sh.disk.lock()) {
             *to = d.counts;
         }

@@ -1,8 +1,7 @@
 //! One sequence, from submit to finish: its tokens and KV blocks (the scheduler's), and
-//! three parts with one owner each: sampling and stops ([`Emission`], emit.rs),
-//! speculation ([`Drafting`], speculator.rs; absent when the sequence does not
-//! speculate) and the P/D hand-off ([`Handoff`], pd.rs); an embedding sequence has a
-//! [`Pooler`] (embed.rs) instead of sampling.
+//! three parts with one owner each: sampling and stops ([`Emission`], emit.rs), its
+//! [`Tail`] (tail.rs: sample, verify drafts, or pool an embedding; chosen here, at
+//! creation) and the P/D hand-off ([`Handoff`], lease.rs).
 
 use llguidance::Matcher;
 use tl_core::KvBackend;
@@ -11,9 +10,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::embed::{EmbedRequest, EmbedResult, Pooler};
 use crate::emit::{Emission, Emitter, Sink};
 use crate::error::{kv_err, EngineError};
-use crate::pd::Handoff;
+use crate::lease::Handoff;
 use crate::request::{Event, FinishReason, Request};
-use crate::speculate::{Drafting, Speculation};
+use crate::speculate::Speculation;
+use crate::tail::Tail;
 
 /// One sequence, from submit to finish.
 pub(crate) struct Seq {
@@ -42,12 +42,10 @@ pub(crate) struct Seq {
     pub(crate) take: usize,
     /// Sampling, stops and events.
     pub(crate) out: Emission,
-    /// Drafting state; `None` when the sequence does not speculate.
-    pub(crate) spec: Option<Drafting>,
+    /// What the step does with its rows: sample, verify drafts, or pool.
+    pub(crate) tail: Tail,
     /// What P/D asked of this sequence (a prefill's lease, a decode's preload).
     pub(crate) handoff: Handoff,
-    /// An embedding sequence's pooling (embed.rs); `None` for a generation.
-    pub(crate) embed: Option<Pooler>,
 }
 
 impl Seq {
@@ -74,9 +72,8 @@ impl Seq {
             n_preempted: 0,
             take: 0,
             out,
-            spec: Drafting::of(spec),
+            tail: Tail::of(spec),
             handoff: Handoff::default(),
-            embed: None,
         }
     }
 
@@ -97,7 +94,7 @@ impl Seq {
         };
         let mut s = Seq::new(order, req, Speculation::Off, None, tokio::sync::mpsc::unbounded_channel().0);
         s.out = Emission::new(&s.req, None, Sink::Embedding(tx));
-        s.embed = Some(Pooler::new(e));
+        s.tail = Tail::Pool(Pooler::new(e));
         s
     }
 
@@ -123,17 +120,6 @@ impl Seq {
         }
     }
 
-    /// The tokens drafted for the current step (none when it does not speculate).
-    pub(crate) fn draft(&self) -> &[u32] {
-        self.spec.as_ref().map_or(&[], |d| &d.draft)
-    }
-
-    /// The forward must return this sequence's hidden rows (an embedding pools them, an
-    /// MTP head drafts from them).
-    pub(crate) fn needs_hidden(&self) -> bool {
-        self.embed.is_some() || self.spec.as_ref().is_some_and(|d| matches!(d.spec, Speculation::Mtp { .. }))
-    }
-
     /// Sample the next token from `row` (emit.rs); `Some` when the sequence is done.
     pub(crate) fn sample(&mut self, em: &mut Emitter, row: &[f32]) -> Result<Option<FinishReason>, EngineError> {
         em.sample(&mut self.out, &self.req, &mut self.tokens, self.n_prompt, row)
@@ -145,14 +131,6 @@ impl Seq {
         tl_core::release_all(pool, self.blocks.drain(..)).map_err(kv_err)?;
         self.computed = 0;
         self.registered = 0;
-        if let Some(p) = self.embed.as_mut() {
-            p.reset(); // its rows are fed again from position 0
-        }
-        if let Some(d) = self.spec.as_mut() {
-            d.kv = None; // its draft-pool blocks go back with it
-            d.mtp = None; // the recompute gives the head its rows again
-            tl_core::release_all(pool, d.spares.drain(..)).map_err(kv_err)?;
-        }
-        Ok(())
+        self.tail.reset(pool)
     }
 }

@@ -17,7 +17,7 @@ use crate::mtp::MtpState;
 /// The most tokens one sequence drafts per step.
 pub const MAX_DRAFT: usize = 16;
 
-/// Default of [`crate::EngineOptions::spec_step_rows`]: a sequence adds drafts to a step
+/// Default of `EngineOptions::spec_step_rows`: a sequence adds drafts to a step
 /// only while the step holds fewer rows (tokens) than this. Drafted rows are nearly free
 /// only while a step is bound by reading the weights, which on a CPU holds to ~5-8 rows
 /// (past that each row adds its multiply-adds), so under load plain decoding is the faster

@@ -16,7 +16,7 @@ use crate::mtp::{draft_with_head, MtpJob, MtpState};
 use crate::request::FinishReason;
 use crate::seq::Seq;
 use crate::speculate::{ngram_draft, Speculation, SPEC_STEP_ROWS};
-use crate::Shared;
+use crate::stats::Shared;
 
 /// The drafting half of the engine: the draft model, when there is one, and the limits
 /// drafts live within.
@@ -36,7 +36,7 @@ pub(crate) struct Speculator {
     /// The target's KV layout: which entry of a row is a page and which a state slot.
     layout: tl_core::KvLayout,
     /// Drafts join a step only while it holds fewer rows than this
-    /// ([`crate::EngineOptions::spec_step_rows`]).
+    /// (`EngineOptions::spec_step_rows`).
     pub(crate) step_rows: usize,
 }
 
@@ -93,7 +93,7 @@ impl Speculator {
             // after this step's first, and positions below the context.
             let left = s.req.max_tokens.saturating_sub(s.generated() + 1);
             let ctx_left = self.max_ctx.map_or(usize::MAX, |m| m.saturating_sub(s.tokens.len()));
-            let Some(d) = s.spec.as_mut() else { continue };
+            let Some(d) = s.tail.drafting_mut() else { continue };
             d.draft.clear();
             if budget == 0 || rows >= self.step_rows || !fed_last {
                 continue;
@@ -133,7 +133,7 @@ impl Speculator {
             for (i, s) in running.iter_mut().enumerate() {
                 let Some(&&(_, k)) = want.peek().filter(|&&&(j, _)| j == i) else { continue };
                 want.next();
-                let Some(d) = s.spec.as_mut() else { continue };
+                let Some(d) = s.tail.drafting_mut() else { continue };
                 jobs.push(DraftJob { tokens: &s.tokens, kv: &mut d.kv, k, out: &mut d.draft });
             }
             draft_with_model(drafter, &mut jobs)?;
@@ -144,7 +144,7 @@ impl Speculator {
             for (i, s) in running.iter_mut().enumerate() {
                 let Some(&&(_, k)) = want.peek().filter(|&&&(j, _)| j == i) else { continue };
                 want.next();
-                let Some(d) = s.spec.as_mut() else { continue };
+                let Some(d) = s.tail.drafting_mut() else { continue };
                 jobs.push(MtpJob { tokens: &s.tokens, state: &mut d.mtp, k, out: &mut d.draft });
             }
             draft_with_head(head, &mut jobs)?;
@@ -153,7 +153,7 @@ impl Speculator {
         let mut any = false;
         for i in chosen {
             let s = &mut running[i];
-            let Some(d) = s.spec.as_mut() else { continue };
+            let Some(d) = s.tail.drafting_mut() else { continue };
             if d.draft.is_empty() {
                 continue;
             }
@@ -184,7 +184,7 @@ impl Speculator {
     /// Keep the target's hidden rows `rows` of positions `start..` for `s`'s MTP head (a
     /// sequence that drafts otherwise keeps none).
     pub(crate) fn keep_hidden(&self, s: &mut Seq, rows: &[f32], start: usize) {
-        let (Some(head), Some(d)) = (self.head.as_ref(), s.spec.as_mut()) else { return };
+        let (Some(head), Some(d)) = (self.head.as_ref(), s.tail.drafting_mut()) else { return };
         if !matches!(d.spec, Speculation::Mtp { .. }) {
             return;
         }
@@ -204,7 +204,7 @@ impl Speculator {
         logits: &Logits,
         first: usize,
     ) -> Result<Option<FinishReason>, EngineError> {
-        let draft = s.spec.as_mut().map(|d| std::mem::take(&mut d.draft)).unwrap_or_default();
+        let draft = s.tail.drafting_mut().map(|d| std::mem::take(&mut d.draft)).unwrap_or_default();
         let mut accepted = 0;
         let result = loop {
             match s.sample(em, logits.row(first + accepted)) {
@@ -219,7 +219,7 @@ impl Speculator {
                 other => break other,
             }
         };
-        let Some(d) = s.spec.as_mut().filter(|_| !draft.is_empty()) else { return result };
+        let Some(d) = s.tail.drafting_mut().filter(|_| !draft.is_empty()) else { return result };
         self.shared.draft_proposed.fetch_add(draft.len(), Ordering::Relaxed);
         self.shared.draft_accepted.fetch_add(accepted, Ordering::Relaxed);
         d.adapt.verified(accepted, draft.len());

@@ -1,14 +1,15 @@
-//! OpenAI request bodies, their checks, and the request plan every surface submits
-//! (OpenAI's error body is error.rs's [`ApiError`], re-exported here).
+//! OpenAI request bodies and their checks, into the request plan (plan.rs) every surface
+//! builds (OpenAI's error body is error.rs's [`ApiError`], re-exported here).
 //!
 //! Unknown fields are ignored, as OpenAI does. Every refusal names the field (`param`).
 
 use serde::Deserialize;
 use serde_json::Value;
 use tl_core::SamplingParams;
-use tl_engine::{Request, Speculation};
+use tl_engine::Speculation;
 
 pub use crate::error::ApiError;
+pub use crate::plan::Plan;
 
 /// `stop`: a string or a list of strings.
 #[derive(Deserialize, Debug)]
@@ -135,21 +136,6 @@ pub struct Body {
     pub reasoning_effort: Option<Value>,
 }
 
-/// A checked request: the engine requests (one per choice) and how to answer.
-#[derive(Debug)]
-pub struct Plan {
-    /// One per choice, choice index = position.
-    pub reqs: Vec<Request>,
-    /// SSE.
-    pub stream: bool,
-    /// A usage chunk at the end of a stream.
-    pub include_usage: bool,
-    /// `Some(k)`: report logprobs with k alternatives.
-    pub logprobs: Option<usize>,
-    /// The request's `kv_transfer_params` (P/D).
-    pub kv_transfer: Option<Value>,
-}
-
 fn range(param: &str, v: Option<f64>, lo: f64, hi: f64, lo_open: bool, default: f64) -> Result<f64, ApiError> {
     let Some(x) = v else { return Ok(default) };
     let ok = x.is_finite() && (if lo_open { x > lo } else { x >= lo }) && x <= hi;
@@ -172,9 +158,9 @@ pub fn random_seed() -> u64 {
 }
 
 impl Body {
-    /// Check every field and build the engine requests for `prompt`. `chat` picks the
-    /// meaning of `logprobs`; `ctx` is the model's context; `default_max` the
-    /// `max_tokens` when none is given.
+    /// Check every field and build the plan for `prompt` (no tools: render.rs adds a
+    /// chat's). `chat` picks the meaning of `logprobs`; `ctx` is the model's context;
+    /// `default_max` the `max_tokens` when none is given.
     pub fn plan(&self, prompt: Vec<u32>, chat: bool, ctx: Option<usize>, default_max: usize) -> Result<Plan, ApiError> {
         let temperature = range("temperature", self.temperature, 0.0, 2.0, false, 1.0)?;
         let top_p = range("top_p", self.top_p, 0.0, 1.0, true, 1.0)?;
@@ -261,26 +247,22 @@ impl Body {
         let speculate = speculate(self.speculate.as_ref())?;
         // OpenAI's seed is a signed 64-bit integer; its bits are the stream's seed.
         let seed = self.seed.map_or_else(random_seed, |s| s as u64);
-        let reqs = (0..n)
-            .map(|choice| Request {
-                prompt: prompt.clone(),
-                params,
-                seed,
-                choice,
-                max_tokens,
-                stop: stop.clone(),
-                logprobs,
-                grammar: grammar.clone(),
-                logit_bias: logit_bias.clone(),
-                speculate,
-            })
-            .collect();
         Ok(Plan {
-            reqs,
+            prompt,
+            params,
+            seed,
+            n,
+            max_tokens,
+            stop,
+            logprobs,
+            grammar,
+            logit_bias,
+            speculate,
             stream: self.stream,
             include_usage: self.stream_options.as_ref().is_some_and(|o| o.include_usage),
-            logprobs,
             kv_transfer: self.kv_transfer_params.clone(),
+            tools: None,
+            think: None,
         })
     }
 }

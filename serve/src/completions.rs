@@ -13,6 +13,7 @@ use crate::api::{self, ApiError};
 use crate::generate;
 use crate::http::{self, St};
 use crate::prompt;
+use crate::render;
 use crate::state::AppState;
 
 /// POST /v1/completions.
@@ -26,7 +27,7 @@ async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) 
     let b: api::Body = http::read_json(st, headers, body).await?;
     http::check_model(st, &b.model)?;
     let prompt = prompt::completion(&st.tok, st.bos, &b)?;
-    let plan =
-        b.plan(prompt.clone(), false, st.engine.info().max_context, generate::default_max(st, false, prompt.len()))?;
-    generate::generate(st, plan, false, deadline, None, None).await
+    let max = render::default_max(st, false, prompt.len());
+    let plan = b.plan(prompt, false, st.engine.info().max_context, max)?;
+    generate::generate(st, plan, false, deadline).await
 }

@@ -16,13 +16,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tl_engine::{EmbedRequest, Embedding};
+use tl_engine::Embedding;
 use tokio::time::Instant;
 
 use crate::api::ApiError;
 use crate::fields::{kind, opt};
 use crate::http::{self, St};
+use crate::plan::EmbedPlan;
 use crate::state::AppState;
+use crate::submit;
 
 /// Most inputs in one request (OpenAI's bound).
 pub const MAX_INPUTS: usize = 2048;
@@ -179,8 +181,7 @@ pub(crate) async fn embed(
     }
     let pooling = pooling(st)?;
     let normalize = st.pooling.normalize;
-    let reqs = prompts.into_iter().map(|prompt| EmbedRequest { prompt, pooling, normalize, dimensions }).collect();
-    let rxs = st.engine.embed_all(reqs)?;
+    let rxs = submit::embed(st, EmbedPlan { prompts, pooling, normalize, dimensions })?;
     let mut out = Vec::with_capacity(rxs.len());
     for mut rx in rxs {
         match tokio::time::timeout_at(deadline, rx.recv()).await {

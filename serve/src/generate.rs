@@ -1,13 +1,12 @@
-//! The one path every generating surface takes: submit a request plan to the engine,
-//! merge its choices' events, and answer (streaming through stream.rs).
+//! The OpenAI answer of a generation (chat and completions): submit the plan
+//! (submit.rs), collect its choices' events into one body, or stream them (stream.rs).
 
 use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
-use tl_engine::{Event, FinishReason, UnboundedReceiver};
-use tokio::sync::mpsc;
+use tl_engine::{Event, FinishReason};
 use tokio::time::Instant;
 
 use crate::answer::{Choice, Ctx};
@@ -16,42 +15,23 @@ use crate::http;
 use crate::pd;
 use crate::state::AppState;
 use crate::stream::sse;
-use crate::tools;
+use crate::submit::{self, Submitted};
 
-/// The default `max_tokens`: chat may fill the context; completions stop at 16 (OpenAI's).
-pub(crate) fn default_max(st: &AppState, chat: bool, prompt: usize) -> usize {
-    let rest = st.engine.info().max_context.map_or(4096, |c| c.saturating_sub(prompt));
-    if chat {
-        rest
-    } else {
-        rest.min(16)
-    }
-}
-
-/// Submit the plan and answer it: one JSON body, or an SSE stream (stream.rs). P/D is
-/// touched only when the request carries `kv_transfer_params`.
+/// Submit the plan and answer it: one JSON body, or an SSE stream (stream.rs).
 pub(crate) async fn generate(
     st: &Arc<AppState>,
     plan: Plan,
     chat: bool,
     deadline: Instant,
-    tools: Option<tools::Active>,
-    think: Option<bool>,
 ) -> Result<Response, ApiError> {
-    let n = plan.reqs.len();
+    let n = plan.n as usize;
     let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.logprobs);
-    let (rxs, lease) = match plan.kv_transfer.as_ref() {
-        Some(params) => {
-            let (rxs, outcome) = pd::submit(st, params, stream, plan.reqs).await?;
-            (rxs, Some(outcome))
-        }
-        None => (st.engine.submit_all(plan.reqs)?, None),
-    };
+    let Submitted { events: merged, lease } = submit::submit(st, &plan).await?;
+    let (tools, think) = (plan.tools, plan.think);
     let created =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(st.created, |d| d.as_secs());
     let id = format!("{}-{:016x}", if chat { "chatcmpl" } else { "cmpl" }, api::random_seed());
     let ctx = Ctx { st: Arc::clone(st), chat, id, created, logprobs, tools, think };
-    let merged = merge(rxs);
     if stream {
         return Ok(sse(ctx, merged, n, include_usage, deadline));
     }
@@ -117,29 +97,4 @@ pub(crate) async fn generate(
         pd::annotate(st, outcome, &mut body);
     }
     Ok((StatusCode::OK, axum::Json(body)).into_response())
-}
-
-/// Forward every choice's events, tagged with the choice index, into one channel; a
-/// forwarder stops (dropping its engine receiver, which cancels the sequence) as soon as
-/// the merged receiver is gone.
-pub(crate) fn merge(rxs: Vec<UnboundedReceiver<Event>>) -> mpsc::UnboundedReceiver<(usize, Event)> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    for (i, mut r) in rxs.into_iter().enumerate() {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    ev = r.recv() => {
-                        let Some(ev) = ev else { break };
-                        let last = !matches!(ev, Event::Token { .. });
-                        if tx.send((i, ev)).is_err() || last {
-                            break;
-                        }
-                    }
-                    _ = tx.closed() => break,
-                }
-            }
-        });
-    }
-    rx
 }

@@ -2,7 +2,7 @@
 //! (docs/serving.md, "Anthropic Messages API").
 //!
 //! A Messages body is translated into the chat body it means (messages/request.rs) and
-//! planned by chat.rs's own [`chat::prepare`], so the engine gets the very request the
+//! planned as a chat is (render.rs), so the engine gets the very request the
 //! equivalent chat completion gives it: same prompt tokens, sampling, seed and grammar,
 //! hence the same tokens. Only the answer's shape differs: content blocks (`thinking` from
 //! the reasoning split, `text`, `tool_use` from the tool call parser), Anthropic's
@@ -22,11 +22,11 @@ use tokio::time::Instant;
 
 use crate::answer::Choice;
 use crate::api::{self, ApiError};
-use crate::chat;
-use crate::generate;
 use crate::http::{self, St};
 use crate::reasoning::Split;
+use crate::render;
 use crate::state::AppState;
+use crate::submit;
 use crate::tools;
 
 mod request;
@@ -92,7 +92,7 @@ pub(crate) async fn count_tokens(State(st): St, headers: HeaderMap, body: Body) 
         let bytes = http::read_bytes(&st, &headers, body).await?;
         let t = translate(&bytes, true)?;
         http::check_model(&st, &t.body.model)?;
-        let (prompt, _) = chat::render(&st, &t.body)?;
+        let (prompt, _) = render::render(&st, &t.body)?;
         Ok::<_, ApiError>(axum::Json(json!({"input_tokens": prompt.len()})).into_response())
     }
     .await;
@@ -119,11 +119,11 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
         Some(api::Stop::One(s)) => vec![s.clone()],
         None => Vec::new(),
     };
-    let p = chat::prepare(st, &t.body, bytes)?;
-    let prompt_len = p.plan.reqs.first().map_or(0, |r| r.prompt.len());
-    let merged = generate::merge(st.engine.submit_all(p.plan.reqs)?);
+    let plan = render::chat(st, &t.body, bytes)?;
+    let merged = submit::submit(st, &plan).await?.events;
     let id = format!("msg_{:016x}{:08x}", api::random_seed(), api::random_seed() >> 32);
-    let a = Answer { st: Arc::clone(st), id, tools: p.tools, think: p.think, stops, prompt_len };
+    let prompt_len = plan.prompt.len();
+    let a = Answer { st: Arc::clone(st), id, tools: plan.tools, think: plan.think, stops, prompt_len };
     if t.stream {
         return Ok(stream::sse(a, merged, deadline));
     }

@@ -2,7 +2,7 @@
 //! (docs/serving.md, "OpenAI Responses API").
 //!
 //! A Responses body is translated into the chat body it means (responses/request.rs) and
-//! planned by chat.rs's own [`chat::prepare`], so the engine gets the very request the
+//! planned as a chat is (render.rs), so the engine gets the very request the
 //! equivalent chat completion gives it: same prompt tokens, sampling, seed and grammar,
 //! hence the same tokens. Only the answer's shape differs: output items (`reasoning` from
 //! the reasoning split, `message` with `output_text`, `function_call` from the tool call
@@ -23,10 +23,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::api::ApiError;
-use crate::chat;
-use crate::generate;
 use crate::http::{self, St};
+use crate::render;
 use crate::state::AppState;
+use crate::submit;
 
 mod answer;
 mod request;
@@ -88,10 +88,10 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
     };
     let t = translate(&bytes, &history)?;
     http::check_model(st, &t.body.model)?;
-    let p = chat::prepare(st, &t.body, bytes)?;
-    let merged = generate::merge(st.engine.submit_all(p.plan.reqs)?);
+    let plan = render::chat(st, &t.body, bytes)?;
+    let merged = submit::submit(st, &plan).await?.events;
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let a = Answer { st: Arc::clone(st), id: new_id("resp"), created, tools: p.tools, think: p.think, t };
+    let a = Answer { st: Arc::clone(st), id: new_id("resp"), created, tools: plan.tools, think: plan.think, t };
     if a.t.stream {
         return Ok(stream::sse(a, merged, deadline));
     }

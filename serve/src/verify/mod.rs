@@ -260,8 +260,7 @@ pub fn target(model: &ModelRunner, tok: &Tokenizer, body: &serde_json::Value) ->
     };
     let ctx = cfg.max_position_embeddings;
     let default_max = if chat { ctx.map_or(4096, |c| c.saturating_sub(prompt.len())) } else { 16 };
-    let mut plan = b.plan(prompt, chat, ctx, default_max)?;
-    let mut r = plan.reqs.swap_remove(0);
+    let mut r = b.plan(prompt, chat, ctx, default_max)?.request(0);
     r.logprobs = Some(r.logprobs.unwrap_or(0).max(5));
     Ok(r)
 }

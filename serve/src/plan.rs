@@ -1,0 +1,93 @@
+//! The request plan: what a generation asks of the engine and how its answer is read,
+//! whichever surface it came in through. Each surface checks its own body and builds a
+//! [`Plan`] (api.rs for OpenAI's fields, render.rs for chat-shaped bodies: chat, Messages
+//! and Responses); submit.rs alone hands a plan to the engine. So two surfaces that mean
+//! the same request give the engine the same requests, and a new per-request setting is
+//! one field here, read in one place ([`Plan::request`]).
+
+use serde_json::Value;
+use tl_core::SamplingParams;
+use tl_engine::{EmbedRequest, Grammar, Pooling, Request, Speculation};
+
+use crate::tools;
+
+/// A checked generation request.
+#[derive(Debug)]
+pub struct Plan {
+    /// The prompt's token ids (a chat's turns already rendered through the template,
+    /// with its tools).
+    pub prompt: Vec<u32>,
+    /// How each token is sampled.
+    pub params: SamplingParams,
+    /// The seed: choice `i` samples from `choice_stream(seed, i)`.
+    pub seed: u64,
+    /// Choices, `1..=16`.
+    pub n: u32,
+    /// Most tokens to generate per choice.
+    pub max_tokens: usize,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// `Some(k)`: report logprobs with k alternatives.
+    pub logprobs: Option<usize>,
+    /// The constraint on the output (a response format, or the tools' call grammar).
+    pub grammar: Option<Grammar>,
+    /// `(token id, bias)`, each id once.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Speculative decoding for this request; `None`: the server's.
+    pub speculate: Option<Speculation>,
+    /// Answer as a stream.
+    pub stream: bool,
+    /// A usage chunk at the end of a stream.
+    pub include_usage: bool,
+    /// The request's `kv_transfer_params` (P/D).
+    pub kv_transfer: Option<Value>,
+    /// The tools the answer's calls are parsed with (a chat with tools).
+    pub tools: Option<tools::Active>,
+    /// The reasoning split of the answer's text: `Some(open)` when it applies.
+    pub think: Option<bool>,
+}
+
+impl Plan {
+    /// Choice `choice`'s engine request.
+    pub fn request(&self, choice: u32) -> Request {
+        Request {
+            prompt: self.prompt.clone(),
+            params: self.params,
+            seed: self.seed,
+            choice,
+            max_tokens: self.max_tokens,
+            stop: self.stop.clone(),
+            logprobs: self.logprobs,
+            grammar: self.grammar.clone(),
+            logit_bias: self.logit_bias.clone(),
+            speculate: self.speculate,
+        }
+    }
+
+    /// Every choice's engine request, choice index = position.
+    pub fn requests(&self) -> Vec<Request> {
+        (0..self.n).map(|choice| self.request(choice)).collect()
+    }
+}
+
+/// A checked embedding request (/v1/embeddings, and rerank's documents): one engine
+/// sequence per prompt, pooled alike.
+#[derive(Debug)]
+pub struct EmbedPlan {
+    /// Each input's token ids.
+    pub prompts: Vec<Vec<u32>>,
+    /// How each input's hidden rows are pooled.
+    pub pooling: Pooling,
+    /// L2-normalise each vector.
+    pub normalize: bool,
+    /// Keep the first `dimensions` values; `None`: all.
+    pub dimensions: Option<usize>,
+}
+
+impl EmbedPlan {
+    /// Every input's engine request, input index = position.
+    pub fn into_requests(self) -> Vec<EmbedRequest> {
+        let (pooling, normalize, dimensions) = (self.pooling, self.normalize, self.dimensions);
+        self.prompts.into_iter().map(|prompt| EmbedRequest { prompt, pooling, normalize, dimensions }).collect()
+    }
+}

@@ -1,0 +1,64 @@
+//! The one place a plan meets the engine: a generation's choices are submitted (through
+//! P/D only when the request carries `kv_transfer_params`) and their events merged into
+//! one channel; an embedding's inputs are submitted together. Every surface answers from
+//! what this returns, in its own shape.
+
+use std::sync::Arc;
+
+use tl_engine::{EmbedResult, Event, UnboundedReceiver};
+use tokio::sync::mpsc;
+
+use crate::api::ApiError;
+use crate::pd;
+use crate::plan::{EmbedPlan, Plan};
+use crate::state::AppState;
+
+/// A submitted generation: its choices' events, tagged with the choice index, and the
+/// P/D outcome when the request took part in a hand-off.
+pub(crate) struct Submitted {
+    pub(crate) events: mpsc::UnboundedReceiver<(usize, Event)>,
+    pub(crate) lease: Option<pd::Outcome>,
+}
+
+/// Submit every choice of `plan`, all or nothing.
+pub(crate) async fn submit(st: &Arc<AppState>, plan: &Plan) -> Result<Submitted, ApiError> {
+    let reqs = plan.requests();
+    let (rxs, lease) = match plan.kv_transfer.as_ref() {
+        Some(params) => {
+            let (rxs, outcome) = pd::submit(st, params, plan.stream, reqs).await?;
+            (rxs, Some(outcome))
+        }
+        None => (st.engine.submit_all(reqs)?, None),
+    };
+    Ok(Submitted { events: merge(rxs), lease })
+}
+
+/// Submit every input of `plan`, all or nothing; one receiver per input.
+pub(crate) fn embed(st: &AppState, plan: EmbedPlan) -> Result<Vec<UnboundedReceiver<EmbedResult>>, ApiError> {
+    Ok(st.engine.embed_all(plan.into_requests())?)
+}
+
+/// Forward every choice's events, tagged with the choice index, into one channel; a
+/// forwarder stops (dropping its engine receiver, which cancels the sequence) as soon as
+/// the merged receiver is gone.
+fn merge(rxs: Vec<UnboundedReceiver<Event>>) -> mpsc::UnboundedReceiver<(usize, Event)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    for (i, mut r) in rxs.into_iter().enumerate() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    ev = r.recv() => {
+                        let Some(ev) = ev else { break };
+                        let last = !matches!(ev, Event::Token { .. });
+                        if tx.send((i, ev)).is_err() || last {
+                            break;
+                        }
+                    }
+                    _ = tx.closed() => break,
+                }
+            }
+        });
+    }
+    rx
+}
