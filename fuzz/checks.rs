@@ -133,8 +133,8 @@ pub fn request(data: &[u8]) {
     let Ok(b) = serde_json::from_slice::<Body>(data) else { return };
     for chat in [true, false] {
         if let Ok(plan) = b.plan(vec![1, 2, 3], chat, Some(2048), 16) {
-            assert!(!plan.reqs.is_empty() && plan.reqs.len() <= 16);
-            assert!(plan.reqs.iter().all(|r| r.max_tokens >= 1 && r.max_tokens + 3 <= 2048));
+            assert!(!plan.requests().is_empty() && plan.requests().len() <= 16);
+            assert!(plan.requests().iter().all(|r| r.max_tokens >= 1 && r.max_tokens + 3 <= 2048));
         }
     }
     for m in b.messages.iter().flatten() {
@@ -160,8 +160,11 @@ pub fn messages_request(data: &[u8]) {
         let _ = tl_serve::prompt::turns(msgs);
         let _ = tl_serve::tools::parse(b.tools.as_ref(), b.tool_choice.as_ref(), b.parallel_tool_calls.as_ref());
         if let Ok(plan) = b.plan(vec![1, 2, 3], true, Some(2048), 16) {
-            assert_eq!(plan.reqs.len(), 1);
-            assert!(plan.reqs.iter().all(|r| Some(r.max_tokens as i64) == b.max_tokens || b.max_tokens.is_none()));
+            assert_eq!(plan.requests().len(), 1);
+            assert!(plan
+                .requests()
+                .iter()
+                .all(|r| Some(r.max_tokens as i64) == b.max_tokens || b.max_tokens.is_none()));
         }
     }
 }
@@ -187,8 +190,11 @@ pub fn responses_request(data: &[u8]) {
         let _ = tl_serve::prompt::turns(msgs);
         let _ = tl_serve::tools::parse(b.tools.as_ref(), b.tool_choice.as_ref(), b.parallel_tool_calls.as_ref());
         if let Ok(plan) = b.plan(vec![1, 2, 3], true, Some(2048), 16) {
-            assert_eq!(plan.reqs.len(), 1);
-            assert!(plan.reqs.iter().all(|r| Some(r.max_tokens as i64) == b.max_tokens || b.max_tokens.is_none()));
+            assert_eq!(plan.requests().len(), 1);
+            assert!(plan
+                .requests()
+                .iter()
+                .all(|r| Some(r.max_tokens as i64) == b.max_tokens || b.max_tokens.is_none()));
         }
     }
 }
@@ -210,7 +216,7 @@ pub fn json_schema(data: &[u8]) {
     }
 }
 
-/// The same bytes as a `/v1/embeddings` body and as a `/v1/rerank` body. An accepted
+/// The same bytes as a `/v1/embeddings`, a `/v1/rerank` and a `/v1/score` body. An accepted
 /// embeddings body has 1..=MAX_INPUTS inputs, none empty, and a `dimensions` of at least
 /// 1; an accepted rerank body has a query, at least one document, none empty, and a
 /// `top_n` of at least 1. The ranking of the documents (scored by the cosine of their
@@ -246,6 +252,12 @@ pub fn embed_request(data: &[u8]) {
             assert!(seen.insert(i) && scores[i].to_bits() == s.to_bits());
             assert!((-1.0 - 1e-9..=1.0 + 1e-9).contains(&s), "{s}");
         }
+    }
+    // The same bytes as a /v1/score body: an accepted one pairs one text_1 with every
+    // text_2, or two lists of one length in order; no text empty.
+    if let Ok(sc) = tl_serve::score::parse(data) {
+        assert!(!sc.pairs.is_empty() && sc.pairs.len() <= MAX_INPUTS);
+        assert!(sc.pairs.iter().all(|(a, b)| !a.is_empty() && !b.is_empty()));
     }
     let floats: Vec<f32> = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     assert_eq!(embeddings::base64_f32(&floats).len(), (floats.len() * 4).div_ceil(3) * 4);

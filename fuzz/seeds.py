@@ -264,7 +264,7 @@ for name, body in [
 ]:
     put("request", name, json.dumps(body))
 
-# /v1/embeddings and /v1/rerank bodies (the embed_request target parses every input as both).
+# /v1/embeddings, /v1/rerank and /v1/score bodies (the embed_request target parses every input as each).
 for name, body in [
     ("embeddings", {"model": "m", "input": "hello world", "encoding_format": "float", "dimensions": 16}),
     ("embeddings-list", {"input": ["a", "b c"], "encoding_format": "base64", "user": "u"}),
@@ -273,6 +273,10 @@ for name, body in [
     ("rerank", {"model": "m", "query": "cache", "documents": ["a cache", "a dog", "cache"], "top_n": 2,
                 "return_documents": True}),
     ("rerank-ties", {"query": "aa", "documents": ["aa", "aa", "b", "\u00e9"], "top_n": 9}),
+    ("embeddings-truncate", {"input": ["a long text"], "truncate": True}),
+    ("score-one", {"text_1": "cache", "text_2": ["a cache", "a dog"], "truncate": False}),
+    ("score-lists", {"text_1": ["a", "b"], "text_2": ["c", ""]}),
+    ("score-mismatch", {"text_1": ["a", "b"], "text_2": ["c", "d", "e"]}),
 ]:
     put("embed_request", name, json.dumps(body))
 

@@ -19,7 +19,7 @@
 //! modules.json's Pooling (cls, max, mean, mean_sqrt_len, weightedmean, lasttoken, or
 //! several concatenated) and Normalize; without modules.json, the mean (what
 //! sentence-transformers does with a plain transformers model). Text goes through
-//! [`text`]: tokenizer.json, cut at sentence_bert_config.json's `max_seq_length`.
+//! core's `encoder_text`: tokenizer.json, cut at sentence_bert_config.json's `max_seq_length`.
 //!
 //! Refused at load, naming the field or file: another `hidden_act` than `gelu`, relative
 //! position embeddings, a decoder or cross-attention config, other heads, modules tl does
@@ -41,12 +41,13 @@ pub mod config;
 mod model;
 pub mod ops;
 pub mod pooling;
-pub mod text;
 
 pub use config::{Activation, BertConfig, Head};
 pub use model::Bert;
 pub use pooling::{Mode, Pipeline};
-pub use text::{embed, load, score, TextError, Texts, Tokens};
+// From text to outputs (tokenizer.json cut as sentence-transformers cuts): core's, shared
+// by every encoder family.
+pub use tl_core::encoder_text::{embed, load, score, TextError, Texts, Tokens};
 
 /// The architecture object.
 pub struct BertArch;

@@ -191,6 +191,10 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
     let mib = |b: usize| (b as f64 / (1024.0 * 1024.0) * 10.0).round() / 10.0;
     let weights_mib = r.weight_bytes().map(mib);
     let kv_pool_mib = mib(r.kv_pool_bytes()?);
+    if r.encoder_info().is_some() {
+        let shape = (n, batches.as_slice(), cli.repeats);
+        return crate::bench_encoder::run(&r, model, shape, (load_s, effective_threads(cfg.threads), !cli.json_only));
+    }
     let c = r.config().clone();
     if let Some(max) = c.max_position_embeddings {
         anyhow::ensure!(n + steps <= max, "prompt + decode = {} tokens pass the context of {max}", n + steps);

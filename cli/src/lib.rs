@@ -9,7 +9,9 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+mod bench_encoder;
 pub mod convert;
+pub mod embed;
 pub mod generate;
 pub mod info;
 pub mod perplexity;
@@ -57,6 +59,8 @@ pub enum Command {
     Convert(convert::ConvertArgs),
     /// Measure a model's perplexity on a text file (was `perplexity`).
     Perplexity(perplexity::PerplexityArgs),
+    /// Embed the lines of a file with an encoder model (all-MiniLM, bge, e5), to JSONL.
+    Embed(embed::EmbedArgs),
     /// What a model is: architecture, tensor formats, context, chat template, memory.
     Info(info::InfoArgs),
     /// Download models by name: a catalog name (`tl list --catalog`) or hf:ORG/REPO[:QUANT].
@@ -85,6 +89,7 @@ impl Command {
             Command::Verify(a) => a.reference(),
             Command::Bench(a) => a.engine_config(),
             Command::Perplexity(a) => a.engine.engine(),
+            Command::Embed(a) => a.engine_config(),
             Command::Info(a) => a.engine.engine(),
             Command::Probe(_)
             | Command::Convert(_)
@@ -104,6 +109,7 @@ impl Command {
             Command::Verify(a) => &mut a.model,
             Command::Bench(a) => &mut a.model,
             Command::Perplexity(a) => &mut a.model,
+            Command::Embed(a) => &mut a.model,
             Command::Info(a) => &mut a.model,
             _ => return None,
         })
@@ -121,6 +127,7 @@ impl Command {
             Command::Probe(a) => done(a.run()),
             Command::Convert(a) => done(a.run()),
             Command::Perplexity(a) => done(a.run()),
+            Command::Embed(a) => done(a.run()),
             Command::Info(a) => done(a.run()),
             Command::Pull(a) => done(a.run()),
             Command::List(a) => done(a.run()),

@@ -51,6 +51,7 @@ fn every_subcommand_reads_the_engine_flags_the_same_way() {
         (with(&["bench", &m], &[]), false),
         (with(&["perplexity", &m, "--file", "t.txt"], &pool), true),
         (with(&["info", &m], &pool), true),
+        (with(&["embed", &m, "--file", "lines.txt"], &pool), true),
     ];
     let want = EngineConfig {
         threads: 3,

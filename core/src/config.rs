@@ -151,6 +151,9 @@ impl ModelConfig {
             Some(Value::String(s)) if s == "byte" => TokenizerKind::Byte,
             Some(Value::String(s)) if s == "hf" => TokenizerKind::Hf,
             Some(v) => return Err(ConfigError::invalid("tl_tokenizer", v, "expected \"byte\" or \"hf\"")),
+            // A Hugging Face directory as the hub serves it names no tokenizer field of ours;
+            // its tokenizer.json is the one meant.
+            None if dir.is_some_and(|d| d.join("tokenizer.json").is_file()) => TokenizerKind::Hf,
             None => return Err(ConfigError::Missing { field: "tl_tokenizer", hint: " (\"byte\" or \"hf\")" }),
         };
         let vocab_size = match json.get("vocab_size") {

@@ -42,7 +42,7 @@ pub struct Encoded {
 }
 
 /// What an encoder declares about its inputs and outputs (fixed at build).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EncoderInfo {
     /// Width of the hidden rows.
     pub hidden_size: usize,

@@ -17,6 +17,7 @@ pub mod batch;
 pub mod chat;
 pub mod config;
 pub mod encoder;
+pub mod encoder_text;
 pub mod engine;
 pub mod envelope;
 pub mod error;

@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
-use tl_core::ModelRunner;
+use tl_core::encoder::check_input;
+use tl_core::{EncodeInput, EncoderInfo, ModelRunner};
 
 use crate::disk_cache::DiskCacheConfig;
 use crate::embed::EmbedRequest;
+use crate::encode::EncodeRequest;
 use crate::error::EngineError;
 use crate::request::Request;
 use crate::speculate::Speculation;
@@ -60,6 +62,9 @@ pub struct EngineInfo {
     pub hidden_size: usize,
     /// The model has recurrent layers (a state column, docs/spec/kv.md).
     pub recurrent: bool,
+    /// What the model declares when it is an encoder (docs/spec/encoders.md): it then
+    /// answers [`crate::Engine::encode_all`] and refuses generation and decoder embeddings.
+    pub encoder: Option<EncoderInfo>,
 }
 
 /// Why a draft model with recurrent layers is refused: its own state would keep the
@@ -67,6 +72,9 @@ pub struct EngineInfo {
 /// tables are not).
 const NO_HYBRID_DRAFT: &str =
     "a draft model with recurrent layers is not supported (its state cannot be rolled back past rejected drafts); use a draft model without them, or ngram";
+
+/// Why an encoder refuses generation.
+const IS_ENCODER: &str = "the model is an encoder: it answers embeddings and scores (encode), not generation";
 
 /// Why `mtp` speculation is refused on an engine started without the model's head.
 const NO_HEAD: &str = "no MTP head is loaded (start the engine with the model's own draft head, --speculate mtp)";
@@ -115,6 +123,7 @@ impl EngineInfo {
             mtp_head: head.is_some(),
             hidden_size: runner.hidden_size(),
             recurrent: runner.kv_layout().state_column().is_some(),
+            encoder: runner.encoder_info().copied(),
         };
         if let Err(e) = info.speculate.check() {
             return Err(EngineError::BadRequest { field: "speculate", reason: e });
@@ -140,8 +149,33 @@ impl EngineInfo {
         Ok(())
     }
 
+    /// Generation and decoder embeddings need a decoder.
+    fn check_decoder(&self) -> Result<(), EngineError> {
+        match self.encoder {
+            Some(_) => Err(EngineError::BadRequest { field: "model", reason: IS_ENCODER.into() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Input `index` of an encode call fits the encoder (core's rules, checked here so a
+    /// bad input is refused before anything is queued).
+    pub(crate) fn check_encode(&self, index: usize, r: &EncodeRequest) -> Result<(), EngineError> {
+        let Some(info) = &self.encoder else {
+            return Err(EngineError::BadRequest {
+                field: "model",
+                reason: "the model is not an encoder: embed with it through embed_all".into(),
+            });
+        };
+        let input = EncodeInput { ids: &r.ids, type_ids: r.type_ids.as_deref() };
+        match check_input(&input, info, self.vocab_size) {
+            Some(reason) => Err(EngineError::BadRequest { field: "input", reason: format!("input {index}: {reason}") }),
+            None => Ok(()),
+        }
+    }
+
     /// An embedding input fits the model.
     pub(crate) fn check_embed(&self, r: &EmbedRequest) -> Result<(), EngineError> {
+        self.check_decoder()?;
         let bad = |field, reason: String| Err(EngineError::BadRequest { field, reason });
         self.check_tokens(&r.prompt, "input")?;
         if let Some(ctx) = self.max_context.filter(|&c| r.prompt.len() > c) {
@@ -156,6 +190,7 @@ impl EngineInfo {
 
     /// A generation fits the model and this engine's drafters.
     pub(crate) fn check(&self, r: &Request) -> Result<(), EngineError> {
+        self.check_decoder()?;
         let bad = |field, reason: String| Err(EngineError::BadRequest { field, reason });
         self.check_tokens(&r.prompt, "prompt")?;
         if r.max_tokens == 0 {

@@ -24,6 +24,7 @@ mod disk_cache;
 mod draft;
 mod embed;
 mod emit;
+mod encode;
 mod error;
 mod fingerprint;
 mod grammar;
@@ -49,6 +50,7 @@ use std::time::{Duration, Instant};
 
 pub use disk_cache::{DiskCacheConfig, DiskCounts};
 pub use embed::{EmbedRequest, EmbedResult, Embedding, Pooling};
+pub use encode::{EncodeRequest, EncodeResult, Encoding};
 pub use error::EngineError;
 pub use fingerprint::fingerprint;
 pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
@@ -200,6 +202,26 @@ impl Engine {
             out.push(erx);
         }
         self.mailbox.send(seqs, &self.shared, self.info.max_queue)?;
+        Ok(out)
+    }
+
+    /// Encode whole inputs with an encoder model (docs/spec/encoders.md), all or nothing;
+    /// each receiver gets one [`EncodeResult`]. Every input is checked here (empty, too
+    /// long, ids or type ids out of range: [`EngineError::BadRequest`] naming its index);
+    /// the engine thread runs waiting inputs together (encode.rs), which never changes an
+    /// input's outputs. A decoder model refuses.
+    pub fn encode_all(&self, reqs: Vec<EncodeRequest>) -> Result<Vec<UnboundedReceiver<EncodeResult>>, EngineError> {
+        for (i, r) in reqs.iter().enumerate() {
+            self.info.check_encode(i, r)?;
+        }
+        let mut jobs = Vec::with_capacity(reqs.len());
+        let mut out = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            jobs.push(encode::Job { req, out: tx });
+            out.push(rx);
+        }
+        self.mailbox.send_encodes(jobs, &self.shared, self.info.max_queue)?;
         Ok(out)
     }
 

@@ -15,6 +15,7 @@ use tl_core::{KvBackend, KvLayout, ModelRunner, PrefixCache, SchedPolicy, Shared
 
 use crate::disk_cache::{disk_hits, DiskCache};
 use crate::emit::Emitter;
+use crate::encode::Job;
 use crate::error::{kv_err, lock, EngineError};
 use crate::prefix::{self, PartialIndex};
 use crate::request::{FinishReason, Usage};
@@ -95,6 +96,8 @@ pub(crate) struct Scheduler {
     pub(crate) partial: PartialIndex,
     /// Full blocks on disk (disk_cache.rs); only for one KV layer group.
     pub(crate) disk: Option<DiskCache>,
+    /// Encoder inputs waiting (an encoder model's only work; encode.rs).
+    pub(crate) encodes: VecDeque<Job>,
 }
 
 impl Scheduler {
@@ -131,6 +134,7 @@ impl Scheduler {
             observer,
             partial: PartialIndex::new(n_blocks),
             disk: None,
+            encodes: VecDeque::new(),
         }
     }
 
@@ -141,7 +145,7 @@ impl Scheduler {
     }
 
     pub(crate) fn idle(&self) -> bool {
-        self.waiting.is_empty() && self.running.is_empty()
+        self.waiting.is_empty() && self.running.is_empty() && self.encodes.is_empty()
     }
 
     fn uncount(&self, s: &mut Seq) {
@@ -198,6 +202,7 @@ impl Scheduler {
 
     /// Drop every waiting sequence (and, with `running`, every running one) with `err`.
     pub(crate) fn cancel_all(&mut self, running: bool, err: EngineError) -> Result<(), EngineError> {
+        self.fail_encodes(&err);
         let mut all: Vec<Seq> = self.waiting.drain(..).collect();
         if running {
             all.append(&mut self.running);

@@ -7,6 +7,7 @@ use std::sync::{mpsc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::encode::Job;
 use crate::error::EngineError;
 use crate::scheduler::Scheduler;
 use crate::seq::Seq;
@@ -14,6 +15,7 @@ use crate::stats::Shared;
 
 enum Cmd {
     Submit(Box<Seq>),
+    Encode(Job),
     Shutdown(Instant),
 }
 
@@ -37,17 +39,26 @@ impl Mailbox {
     /// Queue `seqs` on the engine thread, all or nothing within the queue bound
     /// `max_queue` (counted in `shared.queued` until each is first admitted).
     pub(crate) fn send(&self, seqs: Vec<Seq>, shared: &Shared, max_queue: usize) -> Result<(), EngineError> {
+        self.send_all(seqs.into_iter().map(|s| Cmd::Submit(Box::new(s))).collect(), shared, max_queue)
+    }
+
+    /// Queue encode jobs, as [`Mailbox::send`] queues sequences (counted until run).
+    pub(crate) fn send_encodes(&self, jobs: Vec<Job>, shared: &Shared, max_queue: usize) -> Result<(), EngineError> {
+        self.send_all(jobs.into_iter().map(Cmd::Encode).collect(), shared, max_queue)
+    }
+
+    fn send_all(&self, cmds: Vec<Cmd>, shared: &Shared, max_queue: usize) -> Result<(), EngineError> {
         if !shared.accepting.load(Ordering::SeqCst) {
             return Err(EngineError::ShuttingDown);
         }
-        let n = seqs.len();
+        let n = cmds.len();
         shared
             .queued
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| (q + n <= max_queue).then_some(q + n))
             .map_err(|_| EngineError::QueueFull { max_queue })?;
         let guard = self.tx.lock().map_err(|_| EngineError::Internal("engine lock poisoned".into()))?;
-        for (k, seq) in seqs.into_iter().enumerate() {
-            let sent = guard.as_ref().is_some_and(|tx| tx.send(Cmd::Submit(Box::new(seq))).is_ok());
+        for (k, cmd) in cmds.into_iter().enumerate() {
+            let sent = guard.as_ref().is_some_and(|tx| tx.send(cmd).is_ok());
             if !sent {
                 // The ones already sent are counted down by the thread as it drops them.
                 shared.queued.fetch_sub(n - k, Ordering::SeqCst);
@@ -104,6 +115,11 @@ fn take(cmd: Cmd, sched: &mut Scheduler, deadline: &mut Option<Instant>) {
             seq.out.fail(EngineError::ShuttingDown);
         }
         Cmd::Submit(seq) => sched.waiting.push_back(*seq),
+        Cmd::Encode(job) if deadline.is_some() => {
+            sched.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            let _ = job.out.send(Err(EngineError::ShuttingDown));
+        }
+        Cmd::Encode(job) => sched.encodes.push_back(job),
         Cmd::Shutdown(at) => *deadline = Some(deadline.map_or(at, |d| d.min(at))),
     }
 }
@@ -142,6 +158,9 @@ fn run(mut sched: Scheduler, rx: mpsc::Receiver<Cmd>) {
         }
         let finished = sched.shared.finished.load(Ordering::Relaxed);
         result = result.and_then(|_| sched.step().map(|_| ()));
+        if !sched.encodes.is_empty() {
+            sched.encode_waiting();
+        }
         if let Err(e) = result {
             // A failed forward or pool operation: nothing running can be trusted to
             // continue, but the engine can serve the next requests.

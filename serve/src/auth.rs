@@ -42,6 +42,7 @@ pub(crate) fn refusal(key: Option<&[u8]>, req: &Request) -> Option<Response> {
     if !(path.starts_with("/v1")
         || path.starts_with("/models/")
         || path == "/rerank"
+        || path == "/score"
         || path == "/tokenize"
         || path == "/detokenize")
     {

@@ -5,7 +5,8 @@
 //! batched with generation in the same steps, pooled as the model's files (or
 //! `--pooling`) say (pooling.rs). `encoding_format: "base64"` sends each vector as its
 //! little-endian f32 bytes, as OpenAI does; `dimensions` keeps the first values and
-//! normalises again (Matryoshka). The answer carries tl's `system_fingerprint` too (for
+//! normalises again (Matryoshka). An encoder model (BERT and kin) answers with its own
+//! pooled vectors instead (encoder.rs). The answer carries tl's `system_fingerprint` too (for
 //! `verify --replay`).
 
 use std::sync::Arc;
@@ -20,7 +21,8 @@ use tl_engine::Embedding;
 use tokio::time::Instant;
 
 use crate::api::ApiError;
-use crate::fields::{kind, opt};
+use crate::encoder;
+use crate::fields::{kind, opt, opt_bool};
 use crate::http::{self, St};
 use crate::plan::EmbedPlan;
 use crate::state::AppState;
@@ -49,6 +51,9 @@ pub struct EmbedBody {
     pub base64: bool,
     /// `dimensions` (at least 1; the model's bound is the engine's check).
     pub dimensions: Option<usize>,
+    /// `truncate`: an encoder cuts a text longer than its `max_seq_length` instead of
+    /// refusing it (encoder.rs).
+    pub truncate: bool,
 }
 
 /// The body as an object, or OpenAI's 400.
@@ -132,7 +137,8 @@ pub fn parse(bytes: &[u8]) -> Result<EmbedBody, ApiError> {
             _ => return Err(ApiError::bad("dimensions", format!("dimensions must be a positive integer, not {v}"))),
         },
     };
-    Ok(EmbedBody { model, inputs, base64, dimensions })
+    let truncate = opt_bool(&o, "truncate")?.unwrap_or(false);
+    Ok(EmbedBody { model, inputs, base64, dimensions, truncate })
 }
 
 /// An input's token ids (text through the model's tokenizer, special tokens added).
@@ -239,14 +245,30 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
     let bytes = http::read_bytes(st, headers, body).await?;
     let b = parse(&bytes)?;
     http::check_model(st, &b.model)?;
-    let prompts = b.inputs.iter().map(|x| tokens(st, x, "input")).collect::<Result<Vec<_>, _>>()?;
-    let n: usize = prompts.iter().map(Vec::len).sum();
-    let vectors = embed(st, prompts, b.dimensions, deadline, "input").await?;
+    let (vectors, n) = match &st.encoder {
+        Some(enc) => {
+            let reqs = b
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, x)| enc.input(x, b.truncate, "input", i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let n: usize = reqs.iter().map(|r| r.ids.len()).sum();
+            let out = encoder::encode(st, reqs, deadline, "input").await?;
+            let normalized = enc.info.normalized;
+            (out.into_iter().map(|e| encoder::vector(e, b.dimensions, normalized)).collect::<Result<Vec<_>, _>>()?, n)
+        }
+        None => {
+            let prompts = b.inputs.iter().map(|x| tokens(st, x, "input")).collect::<Result<Vec<_>, _>>()?;
+            let n: usize = prompts.iter().map(Vec::len).sum();
+            (embed(st, prompts, b.dimensions, deadline, "input").await?.into_iter().map(|e| e.vector).collect(), n)
+        }
+    };
     let data = vectors
         .into_iter()
         .enumerate()
-        .map(|(index, e)| {
-            let embedding = if b.base64 { Vector::Base64(base64_f32(&e.vector)) } else { Vector::Float(e.vector) };
+        .map(|(index, v)| {
+            let embedding = if b.base64 { Vector::Base64(base64_f32(&v)) } else { Vector::Float(v) };
             Datum { object: "embedding", index, embedding }
         })
         .collect();

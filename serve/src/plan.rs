@@ -32,7 +32,7 @@ pub struct Plan {
     /// The constraint on the output (a response format, or the tools' call grammar).
     pub grammar: Option<Grammar>,
     /// `(token id, bias)`, each id once.
-    pub logit_bias: Vec<(u32, f32)>,
+    pub logit_bias: Vec<(u32, f64)>,
     /// Speculative decoding for this request; `None`: the server's.
     pub speculate: Option<Speculation>,
     /// Answer as a stream.

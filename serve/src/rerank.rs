@@ -6,9 +6,12 @@
 //! For an embedding model the score is the cosine similarity of the query's and the
 //! document's pooled embeddings (what vLLM does for embedding models): the query and every
 //! document go to the engine together as embedding sequences (embeddings.rs), so they
-//! batch with each other and with generation. A model with a reranking head (a
-//! sequence-classification checkpoint, a cross-encoder: pooling.rs) is refused with 501:
-//! tl does not run such heads, and a similarity of its hidden states is not its score.
+//! batch with each other and with generation. A decoder with a reranking head (a
+//! sequence-classification checkpoint: pooling.rs) is refused with 501: tl does not run
+//! such heads on decoders, and a similarity of its hidden states is not its score. An
+//! encoder model answers through encoder.rs: a cross-encoder scores each (query,
+//! document) pair as sentence-transformers' `CrossEncoder.predict` does; a pooling
+//! encoder ranks by the cosine of its own vectors.
 
 use std::sync::Arc;
 
@@ -21,6 +24,7 @@ use tokio::time::Instant;
 
 use crate::api::ApiError;
 use crate::embeddings::{self, Input, MAX_INPUTS};
+use crate::encoder;
 use crate::fields::{kind, opt, opt_bool};
 use crate::http::{self, St};
 use crate::state::AppState;
@@ -38,6 +42,8 @@ pub struct RerankBody {
     pub top_n: Option<usize>,
     /// Send each document's text back.
     pub return_documents: bool,
+    /// `truncate`: an encoder cuts pairs longer than its `max_seq_length` (encoder.rs).
+    pub truncate: bool,
 }
 
 /// Parse and check a rerank body.
@@ -86,7 +92,8 @@ pub fn parse(bytes: &[u8]) -> Result<RerankBody, ApiError> {
         },
     };
     let return_documents = opt_bool(&o, "return_documents")?.unwrap_or(false);
-    Ok(RerankBody { model, query, documents, top_n, return_documents })
+    let truncate = opt_bool(&o, "truncate")?.unwrap_or(false);
+    Ok(RerankBody { model, query, documents, top_n, return_documents, truncate })
 }
 
 /// Cosine similarity, in f64; 0 when either vector is all zeros.
@@ -102,6 +109,21 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
         return 0.0;
     }
     dot / (na.sqrt() * nb.sqrt())
+}
+
+/// The distinct texts of `pairs` (first appearance first) and each pair as two indices
+/// into them: a text several pairs share (a query) is embedded once.
+pub(crate) fn distinct<'a>(pairs: &[(&'a str, &'a str)]) -> (Vec<&'a str>, Vec<(usize, usize)>) {
+    let mut texts: Vec<&'a str> = Vec::new();
+    let mut at = |t: &'a str| match texts.iter().position(|&x| x == t) {
+        Some(i) => i,
+        None => {
+            texts.push(t);
+            texts.len() - 1
+        }
+    };
+    let idx = pairs.iter().map(|&(a, b)| (at(a), at(b))).collect();
+    (texts, idx)
 }
 
 /// `(index, score)` best first, ties by index, the best `top_n` kept.
@@ -123,25 +145,13 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
     let bytes = http::read_bytes(st, headers, body).await?;
     let b = parse(&bytes)?;
     http::check_model(st, &b.model)?;
-    if let Some(why) = &st.pooling.rerank_head {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "invalid_request_error",
-            "not_implemented",
-            format!(
-                "reranking heads are not implemented: {why}; tl ranks by the cosine similarity of pooled \
-                 embeddings, which is not this model's score"
-            ),
-        ));
-    }
-    let mut prompts = vec![embeddings::tokens(st, &Input::Text(b.query.clone()), "query")?];
-    for d in &b.documents {
-        prompts.push(embeddings::tokens(st, &Input::Text(d.clone()), "documents")?);
-    }
-    let n: usize = prompts.iter().map(Vec::len).sum();
-    let vectors = embeddings::embed(st, prompts, None, deadline, "documents").await?;
-    let (query, docs) = vectors.split_first().ok_or_else(|| ApiError::bad("query", "nothing was embedded"))?;
-    let scores: Vec<f64> = docs.iter().map(|d| cosine(&query.vector, &d.vector)).collect();
+    let (scores, n) = match &st.encoder {
+        Some(enc) => {
+            let pairs: Vec<(&str, &str)> = b.documents.iter().map(|d| (b.query.as_str(), d.as_str())).collect();
+            encoder::score_pairs(st, enc, &pairs, b.truncate, deadline).await?
+        }
+        None => decoder_scores(st, &b, deadline).await?,
+    };
     let results: Vec<Value> = rank(&scores, b.top_n)
         .into_iter()
         .map(|(index, score)| {
@@ -160,4 +170,32 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
         "system_fingerprint": st.fingerprint,
     });
     Ok((StatusCode::OK, axum::Json(v)).into_response())
+}
+
+/// A decoder's scores of the documents: the cosine of pooled embeddings (refused for a
+/// checkpoint whose reranking head tl does not run), and the tokens read.
+pub(crate) async fn decoder_scores(
+    st: &AppState,
+    b: &RerankBody,
+    deadline: Instant,
+) -> Result<(Vec<f64>, usize), ApiError> {
+    if let Some(why) = &st.pooling.rerank_head {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "invalid_request_error",
+            "not_implemented",
+            format!(
+                "reranking heads are not implemented: {why}; tl ranks by the cosine similarity of pooled \
+                 embeddings, which is not this model's score"
+            ),
+        ));
+    }
+    let mut prompts = vec![embeddings::tokens(st, &Input::Text(b.query.clone()), "query")?];
+    for d in &b.documents {
+        prompts.push(embeddings::tokens(st, &Input::Text(d.clone()), "documents")?);
+    }
+    let n: usize = prompts.iter().map(Vec::len).sum();
+    let vectors = embeddings::embed(st, prompts, None, deadline, "documents").await?;
+    let (query, docs) = vectors.split_first().ok_or_else(|| ApiError::bad("query", "nothing was embedded"))?;
+    Ok((docs.iter().map(|d| cosine(&query.vector, &d.vector)).collect(), n))
 }

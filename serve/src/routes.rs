@@ -6,9 +6,9 @@ use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::state::AppState;
-use crate::{auth, chat, completions, embeddings, extra, http, messages, page, pd, replica, rerank, responses};
+use crate::{auth, chat, completions, embeddings, extra, http, messages, page, pd, replica, rerank, responses, score};
 
-/// Every route. With an API key, every `/v1` path (unknown ones included), `/rerank`,
+/// Every route. With an API key, every `/v1` path (unknown ones included), `/rerank`, `/score`,
 /// `/tokenize` and `/detokenize` answer 401 without `Authorization: Bearer <key>`; `/health` and
 /// `/metrics` stay open.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -23,6 +23,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/rerank", post(rerank::rerank))
         .route("/rerank", post(rerank::rerank))
+        .route("/v1/score", post(score::score))
+        .route("/score", post(score::score))
         .route("/v1/models", get(extra::models))
         .route("/v1/models/{id}", get(extra::model))
         .route("/tokenize", post(extra::tokenize))

@@ -69,6 +69,8 @@ pub struct AppState {
     pub(crate) responses: crate::response_store::Store,
     /// How embeddings pool, and whether the model has a reranking head (pooling.rs).
     pub(crate) pooling: crate::pooling::ModelPooling,
+    /// An encoder model's tokenizer and declaration (encoder.rs); `None` for a decoder.
+    pub(crate) encoder: Option<crate::encoder::EncoderText>,
     /// Bytes the model holds: its weights (as the architecture reports them, else the
     /// files' size) plus its KV pool (and a draft model's); the multi-model front's budget.
     pub memory_bytes: u64,
@@ -116,6 +118,13 @@ impl AppState {
             _ => None,
         };
         let pooling = crate::pooling::ModelPooling::of(&opts.model, opts.pooling);
+        let encoder = match runner.encoder_info() {
+            Some(&info) => {
+                let texts = tl_core::encoder_text::Texts::load(runner.config()).map_err(|e| fail(&e))?;
+                Some(crate::encoder::EncoderText { texts, info })
+            }
+            None => None,
+        };
         let tok = Arc::new(Tokenizer::load(runner.config()).map_err(|e| fail(&e))?);
         let template = prompt::template_of(runner.config()).map_err(|e| fail(&e))?;
         let tool_format = tools::Format::of(&template);
@@ -161,6 +170,7 @@ impl AppState {
             reasoning: opts.reasoning_format,
             responses: crate::response_store::Store::default(),
             pooling,
+            encoder,
             memory_bytes,
         }))
     }

@@ -22,6 +22,15 @@ pub(crate) struct Submitted {
 
 /// Submit every choice of `plan`, all or nothing.
 pub(crate) async fn submit(st: &Arc<AppState>, plan: &Plan) -> Result<Submitted, ApiError> {
+    if st.encoder.is_some() {
+        return Err(ApiError::bad(
+            "model",
+            format!(
+                "{:?} is an encoder (embeddings and scores): it answers /v1/embeddings, /v1/rerank and /v1/score, not generation",
+                st.model_id
+            ),
+        ));
+    }
     let reqs = plan.requests();
     let (rxs, lease) = match plan.kv_transfer.as_ref() {
         Some(params) => {

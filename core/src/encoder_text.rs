@@ -1,20 +1,21 @@
-//! From text to a BERT's outputs, as sentence-transformers does it: the directory's
-//! tokenizer.json (its WordPiece, normaliser and `[CLS] ... [SEP]` template), inputs cut
-//! to `max_seq_length` (sentence_bert_config.json, else `max_position_embeddings`) with
-//! the special tokens kept, pairs cut longest-first, then [`ModelRunner::encode`].
-//!
-//! Nothing here is BERT's own: any encoder family with a tokenizer.json and
-//! sentence-transformers' files can use it (it should move beside the encoder contract
-//! when a second family arrives).
+//! From text to an encoder's outputs, as sentence-transformers does it: the directory's
+//! tokenizer.json (a BERT's WordPiece, normaliser and `[CLS] ... [SEP]` template, say),
+//! inputs cut to `max_seq_length` (sentence_bert_config.json, else
+//! `max_position_embeddings`) with the special tokens kept, pairs cut longest-first, then
+//! [`ModelRunner::encode`]. Nothing here is a family's own: every encoder with a
+//! tokenizer.json and sentence-transformers' files uses it (the encoder families' tests,
+//! serve's /v1/embeddings, /v1/rerank and /v1/score, `tl embed`).
 
 use std::path::Path;
 
 use serde_json::Value;
 use thiserror::Error;
-use tl_core::runner::open_weights;
-use tl_core::tokenizer::HfTokenizer;
-use tl_core::{ConfigError, EncodeInput, EngineConfig, ModelConfig, ModelRunner, RunnerError, TokenizerError};
 use tokenizers::{TruncationDirection, TruncationParams, TruncationStrategy};
+
+use crate::encoder::EncodeInput;
+use crate::runner::open_weights;
+use crate::tokenizer::HfTokenizer;
+use crate::{ConfigError, EngineConfig, ModelConfig, ModelRunner, RunnerError, TokenizerError};
 
 /// Why text could not be encoded.
 #[derive(Debug, Error)]
@@ -108,30 +109,36 @@ impl Texts {
 
     /// One text's tokens, cut to `max_seq_length`.
     pub fn text(&self, text: &str) -> Result<Tokens, TextError> {
-        let e = self.tok.encode(text, true).map_err(|e| TokenizerError::Failed(e.to_string()))?;
-        Ok(Tokens { ids: e.get_ids().to_vec(), type_ids: e.get_type_ids().to_vec() })
+        Ok(self.text_cut(text)?.0)
     }
 
     /// A pair's tokens (a cross-encoder's query and document), cut longest-first.
     pub fn pair(&self, a: &str, b: &str) -> Result<Tokens, TextError> {
-        let e = self.tok.encode((a, b), true).map_err(|e| TokenizerError::Failed(e.to_string()))?;
-        Ok(Tokens { ids: e.get_ids().to_vec(), type_ids: e.get_type_ids().to_vec() })
+        Ok(self.pair_cut(a, b)?.0)
+    }
+
+    /// [`Texts::text`], and whether it was cut (a server refuses a cut it was not asked
+    /// for).
+    pub fn text_cut(&self, text: &str) -> Result<(Tokens, bool), TextError> {
+        self.encode(tokenizers::EncodeInput::Single(text.into()))
+    }
+
+    /// [`Texts::pair`], and whether it was cut.
+    pub fn pair_cut(&self, a: &str, b: &str) -> Result<(Tokens, bool), TextError> {
+        self.encode(tokenizers::EncodeInput::Dual(a.into(), b.into()))
+    }
+
+    fn encode(&self, input: tokenizers::EncodeInput<'_>) -> Result<(Tokens, bool), TextError> {
+        let e = self.tok.encode(input, true).map_err(|e| TokenizerError::Failed(e.to_string()))?;
+        // Truncation keeps what it cut off as the overflowing parts.
+        let cut = !e.get_overflowing().is_empty();
+        Ok((Tokens { ids: e.get_ids().to_vec(), type_ids: e.get_type_ids().to_vec() }, cut))
     }
 }
 
-/// Load an encoder directory: config.json (a Hugging Face directory names no
-/// `tl_tokenizer`; its tokenizer.json is meant, so `"hf"` is filled in), its weights, and
-/// its [`Texts`].
+/// Load an encoder directory: config.json, its weights, and its [`Texts`].
 pub fn load(dir: &Path, engine: &EngineConfig) -> Result<(ModelRunner, Texts), TextError> {
-    let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|error| ConfigError::Io { path, error })?;
-    let mut json: Value = serde_json::from_str(&text).map_err(|e| ConfigError::Json(e.to_string()))?;
-    if let Some(obj) = json.as_object_mut() {
-        if !obj.contains_key("tl_tokenizer") && dir.join("tokenizer.json").is_file() {
-            obj.insert("tl_tokenizer".into(), Value::from("hf"));
-        }
-    }
-    let config = ModelConfig::from_value(json, Some(dir))?;
+    let config = ModelConfig::load(dir)?;
     let texts = Texts::load(&config)?;
     let weights = open_weights(dir)?;
     let runner = ModelRunner::from_parts(config, weights.as_ref(), engine)?;

@@ -1,0 +1,179 @@
+//! Serving an encoder model (docs/spec/encoders.md): `/v1/embeddings` gives the model's own
+//! pooled vectors (sentence-transformers' modules), `/v1/rerank` and `/v1/score` a
+//! cross-encoder's scores of (query, document) pairs, or the cosine of two vectors for a
+//! model that pools; generation is refused (submit.rs).
+//!
+//! Text is tokenized as sentence-transformers does (core's `encoder_text`: the model's
+//! tokenizer.json, `[CLS] ... [SEP]`, pairs cut longest-first). A text longer than the
+//! model's `max_seq_length` is refused naming its index unless the request says
+//! `"truncate": true` (as text-embeddings-inference does), which cuts it where
+//! sentence-transformers cuts. The engine runs waiting inputs together; an input's
+//! outputs are the same bits in any company.
+
+use tl_core::encoder_text::{Texts, Tokens};
+use tl_core::EncoderInfo;
+use tl_engine::{EncodeRequest, Encoding};
+use tokio::time::Instant;
+
+use crate::api::ApiError;
+use crate::embeddings::Input;
+use crate::http;
+use crate::state::AppState;
+
+/// An encoder's text side, loaded with the model.
+pub(crate) struct EncoderText {
+    /// The tokenizer, cutting at the model's `max_seq_length`.
+    pub(crate) texts: Texts,
+    /// What the model declares.
+    pub(crate) info: EncoderInfo,
+}
+
+/// A tokenizer failure as a 400 on `param`.
+fn tok_err(param: &str) -> impl Fn(tl_core::encoder_text::TextError) -> ApiError + '_ {
+    move |e| ApiError::bad(param, e.to_string())
+}
+
+impl EncoderText {
+    fn checked(
+        &self,
+        (t, cut): (Tokens, bool),
+        truncate: bool,
+        param: &str,
+        index: usize,
+    ) -> Result<EncodeRequest, ApiError> {
+        if cut && !truncate {
+            return Err(ApiError::bad(
+                param,
+                format!(
+                    "{param}[{index}] is longer than the model's {} tokens (max_seq_length); send \"truncate\": true to cut it as sentence-transformers does",
+                    self.texts.max_seq_length()
+                ),
+            ));
+        }
+        Ok(EncodeRequest { ids: t.ids, type_ids: Some(t.type_ids) })
+    }
+
+    /// Input `index` (`param[index]`) as the encoder's input: text tokenized with the
+    /// model's special tokens, token ids as given (the engine checks them).
+    pub(crate) fn input(
+        &self,
+        x: &Input,
+        truncate: bool,
+        param: &str,
+        index: usize,
+    ) -> Result<EncodeRequest, ApiError> {
+        match x {
+            Input::Text(s) => self.checked(self.texts.text_cut(s).map_err(tok_err(param))?, truncate, param, index),
+            Input::Tokens(t) => Ok(EncodeRequest { ids: t.clone(), type_ids: None }),
+        }
+    }
+
+    /// The pair `(a, b)` (a query and a document) as one input, `b` of token type 1.
+    pub(crate) fn pair(
+        &self,
+        a: &str,
+        b: &str,
+        truncate: bool,
+        param: &str,
+        index: usize,
+    ) -> Result<EncodeRequest, ApiError> {
+        self.checked(self.texts.pair_cut(a, b).map_err(tok_err(param))?, truncate, param, index)
+    }
+
+    /// Whether the model scores pairs itself (a cross-encoder with one output).
+    pub(crate) fn scores_pairs(&self) -> bool {
+        self.info.scores == Some(1)
+    }
+}
+
+/// Encode `reqs` (all or nothing), waiting until `deadline`.
+pub(crate) async fn encode(
+    st: &AppState,
+    reqs: Vec<EncodeRequest>,
+    deadline: Instant,
+    param: &str,
+) -> Result<Vec<Encoding>, ApiError> {
+    let max = st.engine.info().max_queue;
+    if reqs.len() > max {
+        return Err(ApiError::bad(
+            param,
+            format!("{} inputs; this server encodes at most {max} per request (--max-queue)", reqs.len()),
+        ));
+    }
+    let rxs = st.engine.encode_all(reqs)?;
+    let mut out = Vec::with_capacity(rxs.len());
+    for mut rx in rxs {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Err(_) => return Err(http::timed_out(st)),
+            Ok(None) => {
+                return Err(ApiError::from(tl_engine::EngineError::Internal("the engine dropped an input".into())))
+            }
+            Ok(Some(r)) => out.push(r?),
+        }
+    }
+    Ok(out)
+}
+
+/// An encoding's pooled vector, cut to `dimensions` and normalised again when the model's
+/// vectors are normalised (Matryoshka, as the decoder path does: in f64, rounded once).
+pub(crate) fn vector(e: Encoding, dimensions: Option<usize>, normalized: bool) -> Result<Vec<f32>, ApiError> {
+    let v = e.vector.ok_or_else(|| {
+        ApiError::bad("model", "the model gives no pooled vector (a cross-encoder): use /v1/rerank or /v1/score")
+    })?;
+    let Some(k) = dimensions else { return Ok(v) };
+    if k > v.len() {
+        return Err(ApiError::bad("dimensions", format!("dimensions {k} exceeds the model's {} values", v.len())));
+    }
+    let mut v: Vec<f64> = v[..k].iter().map(|&x| f64::from(x)).collect();
+    if normalized {
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+    }
+    Ok(v.into_iter().map(|x| x as f32).collect())
+}
+
+/// The scores of `(query, document)` pairs: the cross-encoder's output for each pair, or
+/// the cosine of the two pooled vectors for a model that pools. The second value is the
+/// tokens read.
+pub(crate) async fn score_pairs(
+    st: &AppState,
+    enc: &EncoderText,
+    pairs: &[(&str, &str)],
+    truncate: bool,
+    deadline: Instant,
+) -> Result<(Vec<f64>, usize), ApiError> {
+    if enc.scores_pairs() {
+        let reqs = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, (a, b))| enc.pair(a, b, truncate, "documents", i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = reqs.iter().map(|r| r.ids.len()).sum();
+        let out = encode(st, reqs, deadline, "documents").await?;
+        let scores = out
+            .into_iter()
+            .map(|e| e.scores.and_then(|s| s.first().copied()).map(f64::from))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::from(tl_engine::EngineError::Internal("a cross-encoder gave no score".into())))?;
+        return Ok((scores, n));
+    }
+    if enc.info.vector.is_none() {
+        return Err(ApiError::bad(
+            "model",
+            "the model neither pools nor has a one-output classifier: it cannot score pairs",
+        ));
+    }
+    // Each distinct text once: a query shared by every pair is encoded once.
+    let (texts, idx) = crate::rerank::distinct(pairs);
+    let reqs = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| enc.input(&Input::Text((*t).to_string()), truncate, "input", i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = reqs.iter().map(|r| r.ids.len()).sum();
+    let out = encode(st, reqs, deadline, "documents").await?;
+    let vecs = out.into_iter().map(|e| vector(e, None, false)).collect::<Result<Vec<_>, _>>()?;
+    Ok((idx.iter().map(|&(a, b)| crate::rerank::cosine(&vecs[a], &vecs[b])).collect(), n))
+}
