@@ -45,7 +45,9 @@ impl EmbedArgs {
     pub fn run(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.batch >= 1, "--batch {}: need at least 1", self.batch);
         let path = self.model.path()?;
-        let runner = crate::load(&self.engine, path)?;
+        let cfg = self.engine.engine()?;
+        self.engine.size_candle_pool();
+        let runner = tl_core::ModelRunner::load(path, &cfg)?;
         let info = runner.encoder_info().copied().ok_or_else(|| {
             anyhow::anyhow!(
                 "{}: not an encoder model (tl embed runs BERT-family encoders; a decoder embedding model is served: tl serve, /v1/embeddings)",

@@ -2,7 +2,8 @@
 //! over every planned piece, then each sequence's [`Tail`] takes its rows: a sampling
 //! sequence samples, a drafting one verifies, an embedding pools. Only a sequence whose
 //! last token was fed samples or verifies; its blocks are then registered for the prefix
-//! cache and, with attention windows, trimmed.
+//! cache and, with attention windows, trimmed. An encoder model's step is
+//! [`Scheduler::encode_waiting`]: its waiting inputs in one encode call (encode.rs).
 //!
 //! Every rule here leans on one property of the forward: a sequence's logits and hidden
 //! rows depend only on its own tokens, bit for bit, whatever else is in the step. So the
@@ -12,8 +13,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use tl_core::{ForwardBatch, ForwardSeq, Logits, NO_BLOCK};
+use tl_core::{EncodeInput, ForwardBatch, ForwardSeq, Logits, NO_BLOCK};
 
+use crate::encode::Encoding;
 use crate::error::{kv_err, lock, EngineError};
 use crate::request::FinishReason;
 use crate::scheduler::Scheduler;
@@ -209,5 +211,74 @@ impl Scheduler {
             .release_out_of_window(g.as_mut(), &mut s.blocks, s.computed, self.lim.block_tokens)
             .map_err(kv_err)?;
         Ok(())
+    }
+}
+
+impl Scheduler {
+    /// Run the waiting encode jobs, up to the step's token budget (at least one), in one
+    /// encode call; each job is answered, none left half done. Jobs whose receiver is gone
+    /// are dropped unrun.
+    pub(crate) fn encode_waiting(&mut self) {
+        let budget = self.lim.max_batch_tokens;
+        let mut jobs = Vec::new();
+        let mut tokens = 0;
+        while let Some(job) = self.encodes.front() {
+            if !jobs.is_empty() && tokens + job.req.ids.len() > budget {
+                break;
+            }
+            let Some(job) = self.encodes.pop_front() else { break };
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            if job.out.is_closed() {
+                self.shared.cancelled.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            tokens += job.req.ids.len();
+            jobs.push(job);
+        }
+        if jobs.is_empty() {
+            return;
+        }
+        let t0 = Instant::now();
+        let inputs: Vec<EncodeInput<'_>> =
+            jobs.iter().map(|j| EncodeInput { ids: &j.req.ids, type_ids: j.req.type_ids.as_deref() }).collect();
+        let out = self.runner.encode(&inputs, false);
+        let forward = t0.elapsed();
+        match out {
+            Ok(encoded) if encoded.len() == jobs.len() => {
+                for (job, e) in jobs.iter().zip(encoded) {
+                    let _ =
+                        job.out.send(Ok(Encoding { vector: e.vector, scores: e.scores, tokens: job.req.ids.len() }));
+                }
+            }
+            Ok(encoded) => {
+                let err = EngineError::Internal(format!("encode: {} outputs for {} inputs", encoded.len(), jobs.len()));
+                jobs.iter().for_each(|j| drop(j.out.send(Err(err.clone()))));
+            }
+            Err(e) => {
+                let err = EngineError::Internal(e.to_string());
+                jobs.iter().for_each(|j| drop(j.out.send(Err(err.clone()))));
+            }
+        }
+        self.shared.steps.fetch_add(1, Ordering::Relaxed);
+        self.shared.finished.fetch_add(jobs.len(), Ordering::Relaxed);
+        if let Some(o) = &self.observer {
+            let figures = StepFigures {
+                tokens,
+                seqs: jobs.len(),
+                prefill_tokens: tokens,
+                admitted: jobs.len(),
+                forward,
+                elapsed: t0.elapsed(),
+            };
+            o.step(&figures);
+        }
+    }
+
+    /// Answer every waiting encode job with `err` (shutting down, or a failed step).
+    pub(crate) fn fail_encodes(&mut self, err: &EngineError) {
+        for job in self.encodes.drain(..) {
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            let _ = job.out.send(Err(err.clone()));
+        }
     }
 }

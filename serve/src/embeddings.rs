@@ -31,14 +31,7 @@ use crate::submit;
 /// Most inputs in one request (OpenAI's bound).
 pub const MAX_INPUTS: usize = 2048;
 
-/// One input: text to tokenize, or token ids as given.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Input {
-    /// Text (tokenized with the model's special tokens, as its tokenizer does).
-    Text(String),
-    /// Token ids.
-    Tokens(Vec<u32>),
-}
+pub use crate::input::Input;
 
 /// A checked `/v1/embeddings` body.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,81 +10,14 @@
 //! sentence-transformers cuts. The engine runs waiting inputs together; an input's
 //! outputs are the same bits in any company.
 
-use tl_core::encoder_text::{Texts, Tokens};
-use tl_core::EncoderInfo;
 use tl_engine::{EncodeRequest, Encoding};
 use tokio::time::Instant;
 
 use crate::api::ApiError;
-use crate::embeddings::Input;
+pub(crate) use crate::encoder_text::EncoderText;
 use crate::http;
+use crate::input::Input;
 use crate::state::AppState;
-
-/// An encoder's text side, loaded with the model.
-pub(crate) struct EncoderText {
-    /// The tokenizer, cutting at the model's `max_seq_length`.
-    pub(crate) texts: Texts,
-    /// What the model declares.
-    pub(crate) info: EncoderInfo,
-}
-
-/// A tokenizer failure as a 400 on `param`.
-fn tok_err(param: &str) -> impl Fn(tl_core::encoder_text::TextError) -> ApiError + '_ {
-    move |e| ApiError::bad(param, e.to_string())
-}
-
-impl EncoderText {
-    fn checked(
-        &self,
-        (t, cut): (Tokens, bool),
-        truncate: bool,
-        param: &str,
-        index: usize,
-    ) -> Result<EncodeRequest, ApiError> {
-        if cut && !truncate {
-            return Err(ApiError::bad(
-                param,
-                format!(
-                    "{param}[{index}] is longer than the model's {} tokens (max_seq_length); send \"truncate\": true to cut it as sentence-transformers does",
-                    self.texts.max_seq_length()
-                ),
-            ));
-        }
-        Ok(EncodeRequest { ids: t.ids, type_ids: Some(t.type_ids) })
-    }
-
-    /// Input `index` (`param[index]`) as the encoder's input: text tokenized with the
-    /// model's special tokens, token ids as given (the engine checks them).
-    pub(crate) fn input(
-        &self,
-        x: &Input,
-        truncate: bool,
-        param: &str,
-        index: usize,
-    ) -> Result<EncodeRequest, ApiError> {
-        match x {
-            Input::Text(s) => self.checked(self.texts.text_cut(s).map_err(tok_err(param))?, truncate, param, index),
-            Input::Tokens(t) => Ok(EncodeRequest { ids: t.clone(), type_ids: None }),
-        }
-    }
-
-    /// The pair `(a, b)` (a query and a document) as one input, `b` of token type 1.
-    pub(crate) fn pair(
-        &self,
-        a: &str,
-        b: &str,
-        truncate: bool,
-        param: &str,
-        index: usize,
-    ) -> Result<EncodeRequest, ApiError> {
-        self.checked(self.texts.pair_cut(a, b).map_err(tok_err(param))?, truncate, param, index)
-    }
-
-    /// Whether the model scores pairs itself (a cross-encoder with one output).
-    pub(crate) fn scores_pairs(&self) -> bool {
-        self.info.scores == Some(1)
-    }
-}
 
 /// Encode `reqs` (all or nothing), waiting until `deadline`.
 pub(crate) async fn encode(
@@ -166,7 +99,7 @@ pub(crate) async fn score_pairs(
         ));
     }
     // Each distinct text once: a query shared by every pair is encoded once.
-    let (texts, idx) = crate::rerank::distinct(pairs);
+    let (texts, idx) = crate::similarity::distinct(pairs);
     let reqs = texts
         .iter()
         .enumerate()
@@ -175,5 +108,5 @@ pub(crate) async fn score_pairs(
     let n = reqs.iter().map(|r| r.ids.len()).sum();
     let out = encode(st, reqs, deadline, "documents").await?;
     let vecs = out.into_iter().map(|e| vector(e, None, false)).collect::<Result<Vec<_>, _>>()?;
-    Ok((idx.iter().map(|&(a, b)| crate::rerank::cosine(&vecs[a], &vecs[b])).collect(), n))
+    Ok((idx.iter().map(|&(a, b)| crate::similarity::cosine(&vecs[a], &vecs[b])).collect(), n))
 }

@@ -20,7 +20,7 @@ use crate::embeddings::{self, Input, MAX_INPUTS};
 use crate::encoder;
 use crate::fields::{kind, opt, opt_bool};
 use crate::http::{self, St};
-use crate::rerank::cosine;
+use crate::similarity::cosine;
 use crate::state::AppState;
 
 /// A checked score body: the pairs, in order.
@@ -93,7 +93,7 @@ async fn decoder_scores(
             format!("scoring heads are not implemented on this model: {why}"),
         ));
     }
-    let (distinct, idx) = crate::rerank::distinct(pairs);
+    let (distinct, idx) = crate::similarity::distinct(pairs);
     let prompts = distinct
         .iter()
         .map(|t| embeddings::tokens(st, &Input::Text((*t).to_string()), "text_2"))

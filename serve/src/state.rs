@@ -70,7 +70,7 @@ pub struct AppState {
     /// How embeddings pool, and whether the model has a reranking head (pooling.rs).
     pub(crate) pooling: crate::pooling::ModelPooling,
     /// An encoder model's tokenizer and declaration (encoder.rs); `None` for a decoder.
-    pub(crate) encoder: Option<crate::encoder::EncoderText>,
+    pub(crate) encoder: Option<crate::encoder_text::EncoderText>,
     /// Bytes the model holds: its weights (as the architecture reports them, else the
     /// files' size) plus its KV pool (and a draft model's); the multi-model front's budget.
     pub memory_bytes: u64,
@@ -121,7 +121,7 @@ impl AppState {
         let encoder = match runner.encoder_info() {
             Some(&info) => {
                 let texts = tl_core::encoder_text::Texts::load(runner.config()).map_err(|e| fail(&e))?;
-                Some(crate::encoder::EncoderText { texts, info })
+                Some(crate::encoder_text::EncoderText { texts, info })
             }
             None => None,
         };
