@@ -23,6 +23,7 @@
 # - `--serve`: also build llama-server, llama-speculative and llama-lookup (the serving
 #   and speculation baselines of docs/serving.md and docs/benchmarks.md).
 # - `--perplexity`: also build llama-perplexity (scripts/q8_perplexity.sh's baseline).
+# - `--embedding`: also build llama-embedding (scripts/bench_embeddings.sh's baseline).
 #
 # All progress goes to stderr; stdout is only the bin (or source) directory.
 set -euo pipefail
@@ -30,7 +31,9 @@ set -euo pipefail
 SOURCE_ONLY=0
 SERVE=0
 PPL=0
+EMBED=0
 [ "${1:-}" = --source ] && SOURCE_ONLY=1
+[ "${1:-}" = --embedding ] && EMBED=1
 [ "${1:-}" = --serve ] && SERVE=1
 [ "${1:-}" = --perplexity ] && PPL=1
 
@@ -40,7 +43,8 @@ die() { log "error: $*"; exit 1; }
 has_bins() {
     [ -x "$1/llama-bench" ] && [ -x "$1/llama-quantize" ] && [ -x "$1/llama-batched-bench" ] || return 1
     [ "$SERVE" = 0 ] || { [ -x "$1/llama-server" ] && [ -x "$1/llama-speculative" ] && [ -x "$1/llama-lookup" ]; } || return 1
-    [ "$PPL" = 0 ] || [ -x "$1/llama-perplexity" ]
+    [ "$PPL" = 0 ] || [ -x "$1/llama-perplexity" ] || return 1
+    [ "$EMBED" = 0 ] || [ -x "$1/llama-embedding" ]
 }
 
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
@@ -142,6 +146,7 @@ cmake -S "$SRC" -B "$BUILD" \
 TARGETS=(llama-bench llama-quantize llama-batched-bench)
 [ "$SERVE" = 0 ] || TARGETS+=(llama-server llama-speculative llama-lookup)
 [ "$PPL" = 0 ] || TARGETS+=(llama-perplexity)
+[ "$EMBED" = 0 ] || TARGETS+=(llama-embedding)
 log "building ${TARGETS[*]} with -j$JOBS (several minutes on 2 cores)"
 cmake --build "$BUILD" --config Release -j "$JOBS" --target "${TARGETS[@]}" >&2
 

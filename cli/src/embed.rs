@@ -35,6 +35,10 @@ pub struct EmbedArgs {
     /// Cut a line longer than the model's max_seq_length instead of stopping at it.
     #[arg(long)]
     pub truncate: bool,
+    /// At the end, print one JSON line to stderr: lines, tokens and the seconds from the
+    /// first line read to the last vector written (model loading excluded).
+    #[arg(long)]
+    pub stats: bool,
     /// The engine flags every model-loading command shares.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -72,6 +76,8 @@ impl EmbedArgs {
             Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?),
         };
         let mut out = BufWriter::new(out);
+        let t0 = std::time::Instant::now();
+        let (mut lines, mut tokens) = (0usize, 0usize);
         let mut pending: Vec<(usize, tl_core::encoder_text::Tokens)> = Vec::with_capacity(self.batch);
         let flush = |pending: &mut Vec<(usize, tl_core::encoder_text::Tokens)>, out: &mut dyn Write| {
             if pending.is_empty() {
@@ -92,19 +98,25 @@ impl EmbedArgs {
             if line.is_empty() {
                 continue;
             }
-            let (tokens, cut) = texts.text_cut(&line).with_context(|| format!("line {n}"))?;
+            let (t, cut) = texts.text_cut(&line).with_context(|| format!("line {n}"))?;
             anyhow::ensure!(
                 !cut || self.truncate,
                 "line {n} is longer than the model's {} tokens (max_seq_length): pass --truncate to cut it",
                 texts.max_seq_length()
             );
-            pending.push((n, tokens));
+            lines += 1;
+            tokens += t.ids.len();
+            pending.push((n, t));
             if pending.len() == self.batch {
                 flush(&mut pending, &mut out)?;
             }
         }
         flush(&mut pending, &mut out)?;
         out.flush()?;
+        if self.stats {
+            let seconds = t0.elapsed().as_secs_f64();
+            eprintln!("{}", serde_json::json!({"lines": lines, "tokens": tokens, "seconds": seconds}));
+        }
         Ok(())
     }
 
