@@ -1,5 +1,5 @@
 //! From text to an encoder's outputs, as sentence-transformers does it: the directory's
-//! tokenizer.json (a BERT's WordPiece, normaliser and `[CLS] ... [SEP]` template, say),
+//! tokenizer.json (a WordPiece vocabulary, its normaliser and `[CLS] ... [SEP]` template, say),
 //! inputs cut to `max_seq_length` (sentence_bert_config.json, else
 //! `max_position_embeddings`) with the special tokens kept, pairs cut longest-first, then
 //! [`ModelRunner::encode`]. Nothing here is a family's own: every encoder with a
@@ -12,10 +12,11 @@ use serde_json::Value;
 use thiserror::Error;
 use tokenizers::{TruncationDirection, TruncationParams, TruncationStrategy};
 
+use crate::config::{ConfigError, ModelConfig};
 use crate::encoder::EncodeInput;
-use crate::runner::open_weights;
-use crate::tokenizer::HfTokenizer;
-use crate::{ConfigError, EngineConfig, ModelConfig, ModelRunner, RunnerError, TokenizerError};
+use crate::engine::EngineConfig;
+use crate::runner::{open_weights, ModelRunner, RunnerError};
+use crate::tokenizer::{HfTokenizer, TokenizerError};
 
 /// Why text could not be encoded.
 #[derive(Debug, Error)]
