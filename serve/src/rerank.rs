@@ -143,15 +143,11 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
     Ok((StatusCode::OK, axum::Json(v)).into_response())
 }
 
-/// A decoder's scores of the documents: the cosine of pooled embeddings (refused for a
-/// checkpoint whose reranking head tl does not run), and the tokens read.
-pub(crate) async fn decoder_scores(
-    st: &AppState,
-    b: &RerankBody,
-    deadline: Instant,
-) -> Result<(Vec<f64>, usize), ApiError> {
-    if let Some(why) = &st.pooling.rerank_head {
-        return Err(ApiError::new(
+/// 501 for a decoder checkpoint with a reranking head: tl does not run such heads, and the
+/// cosine of its pooled embeddings is not that model's score.
+pub(crate) fn no_head(st: &AppState) -> Result<(), ApiError> {
+    match &st.pooling.rerank_head {
+        Some(why) => Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
             "invalid_request_error",
             "not_implemented",
@@ -159,8 +155,19 @@ pub(crate) async fn decoder_scores(
                 "reranking heads are not implemented: {why}; tl ranks by the cosine similarity of pooled \
                  embeddings, which is not this model's score"
             ),
-        ));
+        )),
+        None => Ok(()),
     }
+}
+
+/// A decoder's scores of the documents: the cosine of pooled embeddings (refused for a
+/// checkpoint whose reranking head tl does not run), and the tokens read.
+pub(crate) async fn decoder_scores(
+    st: &AppState,
+    b: &RerankBody,
+    deadline: Instant,
+) -> Result<(Vec<f64>, usize), ApiError> {
+    no_head(st)?;
     let mut prompts = vec![embeddings::tokens(st, &Input::Text(b.query.clone()), "query")?];
     for d in &b.documents {
         prompts.push(embeddings::tokens(st, &Input::Text(d.clone()), "documents")?);

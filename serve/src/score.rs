@@ -85,14 +85,7 @@ async fn decoder_scores(
     pairs: &[(&str, &str)],
     deadline: Instant,
 ) -> Result<(Vec<f64>, usize), ApiError> {
-    if let Some(why) = &st.pooling.rerank_head {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "invalid_request_error",
-            "not_implemented",
-            format!("scoring heads are not implemented on this model: {why}"),
-        ));
-    }
+    crate::rerank::no_head(st)?;
     let (distinct, idx) = crate::similarity::distinct(pairs);
     let prompts = distinct
         .iter()

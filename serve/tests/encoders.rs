@@ -175,3 +175,21 @@ fn a_pooling_encoder_ranks_by_cosine() {
         assert!((d["score"].as_f64().expect("score") - want).abs() <= 1e-6, "{d} vs {want}");
     }
 }
+
+#[test]
+fn a_decoder_scores_by_the_cosine_of_its_embeddings() {
+    let s = Server::start(options(tiny(), 64, 16, 8, 64));
+    let texts = ["a cache keeps answers", "dogs bark", "a cache"];
+    let v = embeddings(&s, &json!({"input": texts}));
+    let cos = |a: &[f64], b: &[f64]| {
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        dot / (a.iter().map(|x| x * x).sum::<f64>().sqrt() * b.iter().map(|x| x * x).sum::<f64>().sqrt())
+    };
+    let resp = s.post("/v1/score", &json!({"text_1": texts[2], "text_2": &texts[..2]}));
+    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    for (i, d) in resp.json()["data"].as_array().expect("data").iter().enumerate() {
+        let want = cos(&v[2], &v[i]);
+        assert!((d["score"].as_f64().expect("score") - want).abs() <= 1e-6, "{d} vs {want}");
+    }
+    s.assert_pool_clean();
+}
