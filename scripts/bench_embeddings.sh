@@ -32,7 +32,7 @@ LLAMA_SRC="$(scripts/build_llama_cpp.sh --source)"
 # shellcheck source=lib/extra_venv.sh
 source scripts/lib/extra_venv.sh
 CONVERT_PY="$(extra_venv)"
-MODEL_DIR="$("$TL_BIN/tl" pull all-minilm:l6-v2)"
+MODEL_DIR="$("$TL_BIN/tl" pull all-minilm:l6-v2 | tail -n 1 | awk -F'\t' '{print $NF}')"
 
 DIR="$CACHE/minilm-bench"
 mkdir -p "$DIR"

@@ -184,6 +184,10 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
     cfg.kv.n_blocks = Some(u32::try_from(max_b * per_seq).context("too many KV blocks")?);
     cfg.max_seqs = cfg.max_seqs.max(max_b);
     cfg.prefill_chunk = cfg.prefill_chunk.max(n);
+    // A hybrid model's state slot on every block row: each measured step may end on any row
+    // (the forward reads and writes the state there), and a given block count buys a slot
+    // per row.
+    cfg.kv.state_snapshot_tokens = cfg.kv.block_tokens as usize;
     let t0 = Instant::now();
     let mut r = ModelRunner::load(model, &cfg).with_context(|| format!("{}", model.display()))?;
     let load_s = t0.elapsed().as_secs_f64();
@@ -200,13 +204,10 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
         anyhow::ensure!(n + steps <= max, "prompt + decode = {} tokens pass the context of {max}", n + steps);
     }
     let vocab = c.vocab_size;
-    let tables: Vec<Vec<u32>> = {
-        let pool = r.pool();
-        let mut pool = pool.lock().map_err(|_| anyhow::anyhow!("KV pool lock poisoned"))?;
-        // One page per layer group and block: the model's whole context is kept here.
-        let pages = r.table_len((n + steps).max(1));
-        (0..max_b).map(|_| pool.alloc(pages)).collect::<Result<_, _>>()?
-    };
+    // Every entry of the model's whole context allocated: a page per layer group and
+    // block, and a hybrid model's state slots (alloc_table: a slot where its state column
+    // keeps one, not a page).
+    let tables: Vec<Vec<u32>> = (0..max_b).map(|_| r.alloc_table((n + steps).max(1))).collect::<Result<_, _>>()?;
     let prompts: Vec<Vec<u32>> = (0..max_b).map(|s| prompt(s, n, vocab)).collect();
     let threads = effective_threads(cfg.threads);
     let isa = format!("{:?}", tl_quant::Path::best());
@@ -308,8 +309,8 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
 
     let pool = r.pool();
     let mut pool = pool.lock().map_err(|_| anyhow::anyhow!("KV pool lock poisoned"))?;
-    for &id in tables.iter().flatten() {
-        pool.release(id)?;
+    for t in tables {
+        tl_core::release_all(pool.as_mut(), t)?;
     }
     Ok(())
 }

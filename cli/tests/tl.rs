@@ -216,3 +216,24 @@ fn bench_runs_the_instruction_set_it_is_told() {
         }
     }
 }
+
+#[test]
+fn bench_measures_a_hybrid_and_an_encoder() {
+    // A hybrid's tables hold state slots beside pages (a slot on every row a step may end
+    // on); an encoder is measured in inputs per second.
+    let hybrid = fixture("arch-qwen3-5/tests/fixtures/tiny-qwen3_5");
+    let args = ["--batch", "1,3", "--decode-tokens", "4", "--prompt-tokens", "40", "--repeats", "1", "--json-only"];
+    let out = tl(&[&["bench", &hybrid], &args[..]].concat(), &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    assert_eq!(rows.iter().map(|r| r["batch"].as_u64().expect("batch")).collect::<Vec<_>>(), [1, 3]);
+    assert!(rows.iter().all(|r| r["decode_tok_s"].as_f64().is_some_and(|x| x > 0.0)), "{rows:?}");
+    let bert = fixture("arch-bert/tests/fixtures/tiny-bert");
+    let out = tl(&["bench", &bert, "--prompt-tokens", "12", "--batch", "4", "--repeats", "1", "--json-only"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["sentences_s"].as_f64().is_some_and(|x| x > 0.0)), "{rows:?}");
+}
