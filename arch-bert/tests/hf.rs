@@ -134,7 +134,7 @@ fn classification_heads_equal_transformers_and_cross_encoder() {
     for (name, want) in [("tiny-bert-cls", "logits"), ("tiny-bert-ce", "scores")] {
         let dir = fixture(name);
         let (runner, texts) = load(&dir, &engine(2)).unwrap();
-        let info = runner.encoder_info().unwrap().clone();
+        let info = *runner.encoder_info().unwrap();
         assert_eq!(info.vector, None, "{name}: a classifier without modules.json pools nothing");
         let cases = reference(&dir)["cases"].as_array().unwrap().clone();
         let pairs: Vec<(&str, &str)> =
