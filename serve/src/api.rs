@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 use tl_core::SamplingParams;
-use tl_engine::Speculation;
+use tl_engine::{Request, Speculation};
 
 pub use crate::error::ApiError;
 pub use crate::plan::Plan;
@@ -247,17 +247,11 @@ impl Body {
         let speculate = speculate(self.speculate.as_ref())?;
         // OpenAI's seed is a signed 64-bit integer; its bits are the stream's seed.
         let seed = self.seed.map_or_else(random_seed, |s| s as u64);
+        let base =
+            Request { prompt, params, seed, choice: 0, max_tokens, stop, logprobs, grammar, logit_bias, speculate };
         Ok(Plan {
-            prompt,
-            params,
-            seed,
+            base,
             n,
-            max_tokens,
-            stop,
-            logprobs,
-            grammar,
-            logit_bias,
-            speculate,
             stream: self.stream,
             include_usage: self.stream_options.as_ref().is_some_and(|o| o.include_usage),
             kv_transfer: self.kv_transfer_params.clone(),

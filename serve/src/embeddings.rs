@@ -165,15 +165,7 @@ pub(crate) async fn embed(
     deadline: Instant,
     param: &str,
 ) -> Result<Vec<Embedding>, ApiError> {
-    // More inputs than the engine's queue holds could never be admitted together: not a
-    // busy server (503) but a request too big for this one.
-    let max = st.engine.info().max_queue;
-    if prompts.len() > max {
-        return Err(ApiError::bad(
-            param,
-            format!("{} inputs; this server embeds at most {max} per request (--max-queue)", prompts.len()),
-        ));
-    }
+    submit::fits_queue(st, prompts.len(), param)?;
     let d = st.engine.info().hidden_size;
     if let Some(k) = dimensions.filter(|&k| k > d) {
         return Err(ApiError::bad("dimensions", format!("dimensions {k} exceeds the model's hidden size {d}")));
@@ -181,21 +173,7 @@ pub(crate) async fn embed(
     let pooling = pooling(st)?;
     let normalize = st.pooling.normalize;
     let rxs = submit::embed(st, EmbedPlan { prompts, pooling, normalize, dimensions })?;
-    let mut out = Vec::with_capacity(rxs.len());
-    for mut rx in rxs {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Err(_) => return Err(http::timed_out(st)),
-            Ok(None) => {
-                return Err(ApiError::from(tl_engine::EngineError::Internal("the engine dropped an embedding".into())))
-            }
-            // A prompt the pool can never hold is the input's fault, not max_tokens'.
-            Ok(Some(Err(e @ tl_engine::EngineError::PoolTooSmall { .. }))) => {
-                return Err(ApiError::bad("input", e.to_string()))
-            }
-            Ok(Some(r)) => out.push(r?),
-        }
-    }
-    Ok(out)
+    submit::answers(st, rxs, deadline).await
 }
 
 /// POST /v1/embeddings.

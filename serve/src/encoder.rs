@@ -15,9 +15,9 @@ use tokio::time::Instant;
 
 use crate::api::ApiError;
 pub(crate) use crate::encoder_text::EncoderText;
-use crate::http;
 use crate::input::Input;
 use crate::state::AppState;
+use crate::submit;
 
 /// Encode `reqs` (all or nothing), waiting until `deadline`.
 pub(crate) async fn encode(
@@ -26,25 +26,9 @@ pub(crate) async fn encode(
     deadline: Instant,
     param: &str,
 ) -> Result<Vec<Encoding>, ApiError> {
-    let max = st.engine.info().max_queue;
-    if reqs.len() > max {
-        return Err(ApiError::bad(
-            param,
-            format!("{} inputs; this server encodes at most {max} per request (--max-queue)", reqs.len()),
-        ));
-    }
+    submit::fits_queue(st, reqs.len(), param)?;
     let rxs = st.engine.encode_all(reqs)?;
-    let mut out = Vec::with_capacity(rxs.len());
-    for mut rx in rxs {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Err(_) => return Err(http::timed_out(st)),
-            Ok(None) => {
-                return Err(ApiError::from(tl_engine::EngineError::Internal("the engine dropped an input".into())))
-            }
-            Ok(Some(r)) => out.push(r?),
-        }
-    }
-    Ok(out)
+    submit::answers(st, rxs, deadline).await
 }
 
 /// An encoding's pooled vector, cut to `dimensions` and normalised again when the model's

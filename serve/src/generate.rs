@@ -25,7 +25,7 @@ pub(crate) async fn generate(
     deadline: Instant,
 ) -> Result<Response, ApiError> {
     let n = plan.n as usize;
-    let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.logprobs);
+    let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.base.logprobs);
     let Submitted { events: merged, lease } = submit::submit(st, &plan).await?;
     let (tools, think) = (plan.tools, plan.think);
     let created =

@@ -122,7 +122,7 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
     let plan = render::chat(st, &t.body, bytes)?;
     let merged = submit::submit(st, &plan).await?.events;
     let id = format!("msg_{:016x}{:08x}", api::random_seed(), api::random_seed() >> 32);
-    let prompt_len = plan.prompt.len();
+    let prompt_len = plan.base.prompt.len();
     let a = Answer { st: Arc::clone(st), id, tools: plan.tools, think: plan.think, stops, prompt_len };
     if t.stream {
         return Ok(stream::sse(a, merged, deadline));

@@ -6,35 +6,20 @@
 //! one field here, read in one place ([`Plan::request`]).
 
 use serde_json::Value;
-use tl_core::SamplingParams;
-use tl_engine::{EmbedRequest, Grammar, Pooling, Request, Speculation};
+use tl_engine::{EmbedRequest, Pooling, Request};
 
 use crate::tools;
 
 /// A checked generation request.
 #[derive(Debug)]
 pub struct Plan {
-    /// The prompt's token ids (a chat's turns already rendered through the template,
-    /// with its tools).
-    pub prompt: Vec<u32>,
-    /// How each token is sampled.
-    pub params: SamplingParams,
-    /// The seed: choice `i` samples from `choice_stream(seed, i)`.
-    pub seed: u64,
+    /// Choice 0's engine request (the prompt's token ids, a chat's turns already rendered
+    /// through the template with its tools; sampling, seed, limits, stops, logprobs,
+    /// grammar, logit bias, speculation): choice `i` is the same with `choice: i`, so it
+    /// samples from `choice_stream(seed, i)`.
+    pub base: Request,
     /// Choices, `1..=16`.
     pub n: u32,
-    /// Most tokens to generate per choice.
-    pub max_tokens: usize,
-    /// Stop strings.
-    pub stop: Vec<String>,
-    /// `Some(k)`: report logprobs with k alternatives.
-    pub logprobs: Option<usize>,
-    /// The constraint on the output (a response format, or the tools' call grammar).
-    pub grammar: Option<Grammar>,
-    /// `(token id, bias)`, each id once.
-    pub logit_bias: Vec<(u32, f64)>,
-    /// Speculative decoding for this request; `None`: the server's.
-    pub speculate: Option<Speculation>,
     /// Answer as a stream.
     pub stream: bool,
     /// A usage chunk at the end of a stream.
@@ -50,18 +35,7 @@ pub struct Plan {
 impl Plan {
     /// Choice `choice`'s engine request.
     pub fn request(&self, choice: u32) -> Request {
-        Request {
-            prompt: self.prompt.clone(),
-            params: self.params,
-            seed: self.seed,
-            choice,
-            max_tokens: self.max_tokens,
-            stop: self.stop.clone(),
-            logprobs: self.logprobs,
-            grammar: self.grammar.clone(),
-            logit_bias: self.logit_bias.clone(),
-            speculate: self.speculate,
-        }
+        Request { choice, ..self.base.clone() }
     }
 
     /// Every choice's engine request, choice index = position.

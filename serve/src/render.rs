@@ -45,14 +45,14 @@ pub(crate) fn chat(st: &AppState, b: &api::Body, bytes: Bytes) -> Result<Plan, A
     let mut plan = b.plan(prompt, true, st.engine.info().max_context, max)?;
     plan.tools = match tools {
         Some(t) if t.choice != tools::ToolChoice::None => {
-            if plan.grammar.is_some() {
+            if plan.base.grammar.is_some() {
                 return Err(ApiError::bad(
                     "response_format",
                     "response_format cannot be combined with tools unless tool_choice is \"none\"",
                 ));
             }
-            plan.grammar = tools::grammar(format, &t);
-            Some(tools::Active { format, choice: t.choice, body: bytes, seed: plan.seed })
+            plan.base.grammar = tools::grammar(format, &t);
+            Some(tools::Active { format, choice: t.choice, body: bytes, seed: plan.base.seed })
         }
         _ => None,
     };
@@ -61,7 +61,7 @@ pub(crate) fn chat(st: &AppState, b: &api::Body, bytes: Bytes) -> Result<Plan, A
     plan.think = match plan.tools {
         Some(_) => None,
         None => {
-            let p = &plan.prompt;
+            let p = &plan.base.prompt;
             let tail = st.tok.decode_bytes(&p[p.len().saturating_sub(8)..]).unwrap_or_default();
             reasoning::applies(st.reasoning, st.template.source(), &String::from_utf8_lossy(&tail))
         }

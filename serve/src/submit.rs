@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
-use tl_engine::{EmbedResult, Event, UnboundedReceiver};
+use tl_engine::{EmbedResult, EngineError, Event, UnboundedReceiver};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::api::ApiError;
+use crate::http;
 use crate::pd;
 use crate::plan::{EmbedPlan, Plan};
 use crate::state::AppState;
@@ -45,6 +47,39 @@ pub(crate) async fn submit(st: &Arc<AppState>, plan: &Plan) -> Result<Submitted,
 /// Submit every input of `plan`, all or nothing; one receiver per input.
 pub(crate) fn embed(st: &AppState, plan: EmbedPlan) -> Result<Vec<UnboundedReceiver<EmbedResult>>, ApiError> {
     Ok(st.engine.embed_all(plan.into_requests())?)
+}
+
+/// More inputs than the engine's queue holds could never be admitted together: not a busy
+/// server (503) but a request too big for this one (a 400 on `param`).
+pub(crate) fn fits_queue(st: &AppState, inputs: usize, param: &str) -> Result<(), ApiError> {
+    let max = st.engine.info().max_queue;
+    if inputs > max {
+        return Err(ApiError::bad(
+            param,
+            format!("{inputs} inputs; this server embeds at most {max} per request (--max-queue)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Each input's one answer (an embedding's, an encoding's), in order, waiting until
+/// `deadline`. A prompt the pool can never hold is the input's fault (a 400 on `input`),
+/// not `max_tokens`'.
+pub(crate) async fn answers<T>(
+    st: &AppState,
+    rxs: Vec<UnboundedReceiver<Result<T, EngineError>>>,
+    deadline: Instant,
+) -> Result<Vec<T>, ApiError> {
+    let mut out = Vec::with_capacity(rxs.len());
+    for mut rx in rxs {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Err(_) => return Err(http::timed_out(st)),
+            Ok(None) => return Err(ApiError::from(EngineError::Internal("the engine dropped an input".into()))),
+            Ok(Some(Err(e @ EngineError::PoolTooSmall { .. }))) => return Err(ApiError::bad("input", e.to_string())),
+            Ok(Some(r)) => out.push(r?),
+        }
+    }
+    Ok(out)
 }
 
 /// Forward every choice's events, tagged with the choice index, into one channel; a
