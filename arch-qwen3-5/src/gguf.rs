@@ -15,7 +15,7 @@
 //! | `ssm_dt.bias` `[Hv]` | `dt_bias` | tiled | reordered at load |
 //! | `ssm_a` `[Hv]` | `A_log` | `-exp(A_log)` (torch f32), tiled | reordered, used as the decay factor itself |
 //! | `ssm_norm` `[Dv]` | `linear_attn.norm` | none (the gated norm is not zero-centred) | |
-//! | `ssm_out` `[d, Hv Dv]` | `out_proj` | V columns tiled | columns reordered at load |
+//! | `ssm_out` `[d, Hv Dv]` | `out_proj` | V columns tiled | float files: columns reordered at load; block formats: held as stored, the input values moved to the tiled columns |
 //! | `attn_q` `[2 H D, d]`, `attn_k`, `attn_v`, `attn_output` | `q_proj` (query and gate rows per head), `k_proj`, `v_proj`, `o_proj` | none | |
 //! | `ffn_gate_inp`, `ffn_{gate,up,down}_exps` `[E, ...]` | `mlp.gate`, `mlp.experts.E.*` | experts stacked | served per expert |
 //! | `ffn_{gate,up,down}_shexp`, `ffn_gate_inp_shexp` `[1, d]` | `mlp.shared_expert.*`, `mlp.shared_expert_gate` | none | |
@@ -38,7 +38,9 @@
 //! GGUF's value is used as llama.cpp uses it (tests/gguf.rs measures the difference).
 
 use serde_json::{json, Map, Value};
-use tl_core::{BuildCtx, Gguf, GgufArch, GgufRegistration, ModelError, TensorInfo, TensorMap, WeightError, Weights};
+use tl_core::{
+    BuildCtx, DType, Gguf, GgufArch, GgufRegistration, ModelError, TensorInfo, TensorMap, WeightError, Weights,
+};
 use tl_decoder::gguf::{expert_counts, shared_fields, MoeGguf};
 use tl_decoder::{DeltaNet, DeltaShape, Loader, Proj, MLP_NAMES};
 use tl_quant::{Linear, QLinear};
@@ -346,9 +348,10 @@ fn tensor_err(w: &Loader<'_>, name: &str, reason: String) -> ModelError {
 /// A DeltaNet below `p` (`model.layers.N.linear_attn`) from the converter's layout, as
 /// [`hf_name`] names it and [`GgufArch::tensor`] has put the rows back: the projections
 /// and `conv1d` (`[C, K]`) are already in transformers' order; `A` (`-exp(A_log)`, used
-/// as it is) and `dt_bias` are reordered here, and `out_proj`'s columns (a column
-/// permutation cannot be served as stored rows: it is widened to f32, reordered, and
-/// kept as f32, or quantized to int4 like every projection under `--weights int4`).
+/// as it is) and `dt_bias` are reordered here. `out_proj`'s columns are tiled when there
+/// are fewer key than value heads: a float file's are put back (widened to f32), a block
+/// format's stay as stored and the forward moves its input values to them instead
+/// ([`DeltaNet::out_cols`]: its sums then run in the file's column order).
 pub fn delta(w: &Loader<'_>, ctx: &BuildCtx<'_>, p: &str, d: usize, sh: DeltaShape) -> Result<DeltaNet, ModelError> {
     sh.check().map_err(|e| ModelError::Other(format!("{p}: {e}")))?;
     let (c, hv, vd, k) = (sh.conv_dim(), sh.v_heads, sh.v_heads * sh.v_dim, sh.kernel);
@@ -368,19 +371,18 @@ pub fn delta(w: &Loader<'_>, ctx: &BuildCtx<'_>, p: &str, d: usize, sh: DeltaSha
         Ok(heads.iter().map(|&i| v[i as usize]).collect())
     };
     let out_name = format!("{p}.out_proj.weight");
-    let stored = w.store().f32(&out_name, &[d, vd])?;
     let cols = untile(hk, r, sh.v_dim);
-    let mut ow = Vec::with_capacity(d * vd);
-    for row in stored.chunks_exact(vd) {
-        ow.extend(cols.iter().map(|&j| row[j as usize]));
-    }
-    w.store().done_with(&out_name);
-    let out = match ctx.engine.weights {
-        Weights::Int4 { group } => QLinear::quantize(&ow, d, vd, group).and_then(|q| Linear::from_int4(&q)),
-        Weights::F32 | Weights::Native => Linear::new_f32(ow, d, vd),
-    }
-    .map_err(|e| tensor_err(w, &out_name, e.to_string()))?
-    .with_activations(ctx.engine.activations);
+    let float = matches!(w.store().info(&out_name).map(|i| i.dtype), Some(DType::F32 | DType::F16 | DType::BF16));
+    let (out, out_cols) = if r == 1 {
+        // One value head per key head: the converter left the columns alone.
+        (w.proj(&format!("{p}.out_proj"), d, vd)?, None)
+    } else if float {
+        // Moved exactly, so an f32 GGUF gives the checkpoint's bits.
+        (reordered_out(w, ctx, &out_name, (d, vd), &cols)?, None)
+    } else {
+        // A block format cannot move columns: held as stored, the values moved instead.
+        (w.proj(&format!("{p}.out_proj"), d, vd)?, Some(cols))
+    };
     Ok(DeltaNet {
         proj,
         conv,
@@ -388,6 +390,30 @@ pub fn delta(w: &Loader<'_>, ctx: &BuildCtx<'_>, p: &str, d: usize, sh: DeltaSha
         dt_bias: per_head("dt_bias")?,
         norm: w.vector(&format!("{p}.norm.weight"), sh.v_dim)?,
         out,
+        out_cols,
         shape: sh,
     })
+}
+
+/// `out_proj` of a float file with its columns put back in transformers' order `cols`
+/// (widened to f32, or quantized to int4 like every projection under `--weights int4`).
+fn reordered_out(
+    w: &Loader<'_>,
+    ctx: &BuildCtx<'_>,
+    name: &str,
+    (d, vd): (usize, usize),
+    cols: &[u32],
+) -> Result<Linear, ModelError> {
+    let stored = w.store().f32(name, &[d, vd])?;
+    let mut ow = Vec::with_capacity(d * vd);
+    for row in stored.chunks_exact(vd) {
+        ow.extend(cols.iter().map(|&j| row[j as usize]));
+    }
+    w.store().done_with(name);
+    match ctx.engine.weights {
+        Weights::Int4 { group } => QLinear::quantize(&ow, d, vd, group).and_then(|q| Linear::from_int4(&q)),
+        Weights::F32 | Weights::Native => Linear::new_f32(ow, d, vd),
+    }
+    .map_err(|e| tensor_err(w, name, e.to_string()))
+    .map(|l| l.with_activations(ctx.engine.activations))
 }

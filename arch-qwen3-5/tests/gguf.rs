@@ -222,7 +222,8 @@ fn q8_reference(name: &str) -> Vec<(Vec<u32>, Vec<f32>)> {
 #[test]
 fn a_q8_0_gguf_matches_hf_over_its_blocks_and_keeps_the_invariances() {
     // gguf-py's Q8_0 blocks (conv1d, norms, ssm_a, dt_bias and the routers kept F32 by the
-    // converter): rows untiled as whole blocks, out_proj widened before its columns move.
+    // converter): rows untiled as whole blocks, out_proj held as stored with its input
+    // values moved to the file's tiled columns.
     // Against HF over the same dequantized values (Q8_0 itself moves the logits by 0.4 to
     // 19, so the checkpoint's reference cannot tell), within the parity tolerance; kept as
     // stored it equals `--weights f32` bit for bit, with every testkit invariance.

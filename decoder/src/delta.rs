@@ -77,6 +77,11 @@ pub struct DeltaNet {
     pub norm: Vec<f32>,
     /// `[d, Hv Dv]`.
     pub out: Linear,
+    /// Where `out` stores its input `i`, when a file keeps out_proj's columns in another
+    /// order than transformers' and a block format cannot move them (a Qwen3.5 GGUF with
+    /// fewer key than value heads): the forward puts each value at its stored column, so
+    /// the weights stay as the file stores them. `None`: transformers' order.
+    pub out_cols: Option<Vec<u32>>,
     /// The shape.
     pub shape: DeltaShape,
 }
@@ -105,6 +110,7 @@ impl DeltaNet {
             dt_bias: w.vector(&format!("{p}.dt_bias"), hv)?,
             norm: w.vector(&format!("{p}.norm.weight"), shape.v_dim)?,
             out: w.proj(&format!("{p}.out_proj"), d, vd)?,
+            out_cols: None,
             shape,
         })
     }
@@ -195,6 +201,18 @@ impl DeltaNet {
             let z = &x[t * width + z0 + h * sh.v_dim..][..sh.v_dim];
             gated_norm(path, head, &self.norm, z, eps)
         });
+        let o: &[f32] = match &self.out_cols {
+            None => o,
+            Some(cols) => {
+                let s = grow(&mut b.tmp, n * vd);
+                for (src, dst) in o.chunks_exact(vd).zip(s.chunks_exact_mut(vd)) {
+                    for (&v, &j) in src.iter().zip(cols) {
+                        dst[j as usize] = v;
+                    }
+                }
+                s
+            }
+        };
         let proj = grow(&mut b.proj, n * dm);
         linear(&self.out, o, n, proj, "linear_attn.out_proj")
     }
