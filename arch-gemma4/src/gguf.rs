@@ -13,6 +13,9 @@
 //! | `ffn_{gate,up,down}` | `mlp.{gate,up,down}_proj` |
 //! | `inp_gate`, `proj`, `post_norm`, `layer_output_scale` | `per_layer_input_gate`, `per_layer_projection`, `post_per_layer_input_norm`, `layer_scalar` |
 //! | `rope_freqs` `[full head / 2]` | none: 1 for the rotated pairs, 1e30 (no rotation) for the rest: the full layers' `partial_rotary_factor` |
+//! | `ffn_gate_inp.weight`, `ffn_gate_inp.scale`, `ffn_down_exps.scale` | `router.proj.weight`, `router.scale`, `router.per_expert_scale` |
+//! | `ffn_gate_up_exps` `[E, 2 I, d]`, `ffn_down_exps` `[E, d, I]` | `experts.gate_up_proj`, `experts.down_proj` (stacked as transformers stores them) |
+//! | `pre_ffw_norm_2`, `post_ffw_norm_1`, `post_ffw_norm_2` | `pre_feedforward_layernorm_2`, `post_feedforward_layernorm_1`, `post_feedforward_layernorm_2` |
 //!
 //! The metadata: `attention.sliding_window_pattern` (a boolean per layer: `layer_types`),
 //! `attention.key_length` / `key_length_swa` (the full and sliding head sizes),
@@ -22,7 +25,8 @@
 //! `final_logit_softcapping`, `attention.sliding_window`. `attention_k_eq_v` is read off
 //! the owning full layers' missing `attn_v`, as llama.cpp does. Refused, naming the key or
 //! tensor: a partial sliding RoPE, another `rope_freqs` table, per-layer sizes that two
-//! layers of one kind disagree on, and the MoE block (`expert_count`).
+//! layers of one kind disagree on. The MoE block (`enable_moe_block`) comes from
+//! `expert_count`, `expert_used_count` and `expert_feed_forward_length`.
 
 use candle_core::quantized::gguf_file::Value as GValue;
 use serde_json::{json, Map, Value};
@@ -109,9 +113,6 @@ fn partial_factor(file: &Gguf, head_dim: usize) -> Result<Option<f64>, WeightErr
 /// fields, `tl_arch` and `tl_tokenizer`.
 pub fn config_json(file: &Gguf) -> Result<Value, WeightError> {
     let n = file.required(&key("block_count"))? as usize;
-    if let Some(e) = file.uint(&key("expert_count"))?.filter(|&e| e > 0) {
-        return Err(file.meta_err(&key("expert_count"), &format!("{e}: the Gemma 4 MoE block is not implemented")));
-    }
     let pattern_key = key("attention.sliding_window_pattern");
     let swa: Vec<bool> = match file.value(&pattern_key) {
         Some(GValue::Array(items)) => items.iter().filter_map(|v| v.to_bool().ok()).collect(),
@@ -212,6 +213,12 @@ pub fn config_json(file: &Gguf) -> Result<Value, WeightError> {
         json!({"sliding_attention": {"rope_type": "default", "rope_theta": theta_swa}, "full_attention": full_rope}),
     );
     cfg.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
+    if let Some(e) = file.uint(&key("expert_count"))?.filter(|&e| e > 0) {
+        cfg.insert("enable_moe_block".into(), json!(true));
+        cfg.insert("num_experts".into(), json!(e));
+        cfg.insert("top_k_experts".into(), json!(file.required(&key("expert_used_count"))?));
+        cfg.insert("moe_intermediate_size".into(), json!(file.required(&key("expert_feed_forward_length"))?));
+    }
     shared_fields(file, &key("context_length"), &mut cfg)?;
     Ok(Value::Object(cfg))
 }
@@ -250,6 +257,14 @@ pub fn hf_name(gguf: &str) -> Option<String> {
         "proj.weight" => "per_layer_projection.weight",
         "post_norm.weight" => "post_per_layer_input_norm.weight",
         "layer_output_scale.weight" => "layer_scalar",
+        "ffn_gate_inp.weight" => "router.proj.weight",
+        "ffn_gate_inp.scale" => "router.scale",
+        "ffn_down_exps.scale" => "router.per_expert_scale",
+        "ffn_gate_up_exps.weight" => "experts.gate_up_proj",
+        "ffn_down_exps.weight" => "experts.down_proj",
+        "pre_ffw_norm_2.weight" => "pre_feedforward_layernorm_2.weight",
+        "post_ffw_norm_1.weight" => "post_feedforward_layernorm_1.weight",
+        "post_ffw_norm_2.weight" => "post_feedforward_layernorm_2.weight",
         _ => return None,
     };
     Some(format!("model.layers.{layer}.{hf}"))

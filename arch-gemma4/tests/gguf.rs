@@ -4,16 +4,21 @@
 //! checkpoint's config (per-layer inputs, shared KV, both head sizes, proportional RoPE
 //! from `rope_freqs`, `attention_k_eq_v` from the missing `attn_v`, the double-wide MLP
 //! from the per-layer `feed_forward_length`), and the converter keeps every value, so the
-//! file gives the safetensors checkpoint's logits and greedy runs bit for bit. Bad files
-//! are refused naming the key or tensor.
+//! file gives the safetensors checkpoint's logits and greedy runs bit for bit, the MoE's
+//! stacked experts included; a Q8_0 MoE file is held to HF over its dequantized blocks.
+//! Bad files are refused naming the key or tensor.
 
 use tl_arch_gemma4::Gemma4Config;
 use tl_core::Weights;
-use tl_testkit::{alone, check_same_bits, gguf_error, gguf_with_u32_meta, greedy, load_path, reference_at};
+use tl_core::{Gguf, WeightStore};
+use tl_testkit::{
+    alone, check_invariance, check_same_bits, gguf_error, gguf_with_u32_meta, greedy, load_path, max_abs_diff,
+    reference_at, run_in_steps,
+};
 
 tl_testkit::fixtures!();
 
-const NAMES: [&str; 2] = ["tiny-gemma4", "tiny-gemma4-kv"];
+const NAMES: [&str; 3] = ["tiny-gemma4", "tiny-gemma4-kv", "tiny-gemma4-moe"];
 
 #[test]
 fn the_gemma4_metadata_gives_the_checkpoints_config() {
@@ -39,6 +44,37 @@ fn the_f32_gemma4_gguf_equals_the_safetensors_bit_for_bit() {
         let longest = refs.iter().max_by_key(|p| p.ids.len()).expect("prompts");
         assert_eq!(greedy(&mut g, &longest.ids, 16), greedy(&mut st, &longest.ids, 16), "{name}: greedy run");
     }
+}
+
+#[test]
+fn a_q8_0_gemma4_moe_gguf_matches_hf_over_its_blocks_and_keeps_the_invariances() {
+    // gguf-py's Q8_0 blocks, the stacked experts among them (served per expert from block
+    // rows), against HF over the same dequantized values with f16 keys and values
+    // (reference.Q8_0.json; Q8_0 itself
+    // moves these logits by 0.5 to 2, so the checkpoint's reference cannot tell) within
+    // each prompt's parity tolerance; as stored it equals `--weights f32` bit for bit,
+    // with every testkit invariance.
+    let dir = fixture("tiny-gemma4-moe");
+    let path = dir.join("model.Q8_0.gguf");
+    let store = Gguf::open(&path).expect("open");
+    for experts in ["ffn_gate_up_exps", "ffn_down_exps"] {
+        let info = store.info(&format!("blk.0.{experts}.weight")).expect("stacked experts");
+        assert_eq!(info.dtype, tl_core::DType::Other("Q8_0".into()), "{experts}");
+    }
+    let text = std::fs::read_to_string(dir.join("reference.Q8_0.json")).expect("reference.Q8_0.json");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let mut r = load_path(&path, 0, Weights::Native);
+    for p in json["prompts"].as_array().expect("prompts") {
+        let nums = |k: &str| p[k].as_array().expect(k).iter().map(|x| x.as_f64().expect("number")).collect::<Vec<_>>();
+        let ids: Vec<u32> = nums("ids").into_iter().map(|x| x as u32).collect();
+        // tl's pool keeps K and V in f16: the reference with them rounded so.
+        let hf: Vec<f32> = nums("f16_kv_last_logits").into_iter().map(|x| x as f32).collect();
+        let tolerance = p["tolerance"].as_f64().expect("tolerance") as f32;
+        let diff = max_abs_diff(&run_in_steps(&mut r, &ids, &[]), &hf);
+        eprintln!("Q8_0 ({} tokens): max |ours - HF| = {diff:.3e}", ids.len());
+        assert!(diff <= tolerance, "Q8_0 ({} tokens): {diff} over {tolerance}", ids.len());
+    }
+    check_invariance(&path, &reference_at(&dir), &[vec![3, 2, 5]]);
 }
 
 #[test]

@@ -4,13 +4,15 @@
 //! expert's gate rows, then its up rows) and `<base>.experts.down_proj` `[E, d, I]`. The
 //! loader reads one tensor per expert (`<base>.experts.E.{gate,up,down}_proj.weight`), so
 //! [`StackedExperts`] serves those names as byte ranges of the stacked tensors: each
-//! expert's matrix is a contiguous run of whole rows, kept in the stored type, without a
-//! copy where the store maps the file.
+//! expert's matrix is a contiguous run of whole rows (floats, or GGUF blocks: a Gemma 4
+//! GGUF keeps the stack as transformers does), kept in the stored type, without a copy
+//! where the store maps the file.
 
 use std::borrow::Cow;
 use std::path::Path;
 
 use tl_core::{DType, Stored, TensorInfo, WeightError, WeightStore};
+use tl_quant::Format;
 
 /// A store that adds per-expert views of stacked expert tensors to `inner`.
 pub struct StackedExperts<'a> {
@@ -54,12 +56,17 @@ impl StackedExperts<'_> {
         Some(Slice { stacked, shape, rows })
     }
 
-    fn not_float(&self, s: &Slice) -> WeightError {
+    fn no_rows(&self, s: &Slice, dtype: &DType) -> WeightError {
         WeightError::Tensor {
             path: self.inner.path().to_path_buf(),
             name: s.stacked.clone(),
-            reason: "stacked experts must be stored as F32, F16 or BF16".into(),
+            reason: format!("stacked experts stored as {dtype:?}, which tl cannot cut into rows of {}", s.shape[2]),
         }
+    }
+
+    /// Bytes of one stored row of the stack (`cols` values of `dtype`).
+    fn row_bytes(&self, s: &Slice, dtype: &DType) -> Result<usize, WeightError> {
+        format(dtype).and_then(|f| f.row_bytes(s.shape[2])).ok_or_else(|| self.no_rows(s, dtype))
     }
 
     fn check(&self, name: &str, s: &Slice, shape: &[usize]) -> Result<(), WeightError> {
@@ -75,39 +82,16 @@ impl StackedExperts<'_> {
     }
 }
 
-/// Bytes per element of a float type, or `None`.
-fn elem(dtype: &DType) -> Option<usize> {
+/// The stored format of `dtype`: a float type or a GGUF block type (whose rows are whole
+/// runs of blocks, so an expert's rows are a byte range of the stack in either case).
+fn format(dtype: &DType) -> Option<Format> {
     match dtype {
-        DType::F32 => Some(4),
-        DType::F16 | DType::BF16 => Some(2),
-        _ => None,
+        DType::F32 => Some(Format::F32),
+        DType::F16 => Some(Format::F16),
+        DType::BF16 => Some(Format::BF16),
+        DType::Other(name) => Format::from_ggml_name(name),
+        DType::U8 => None,
     }
-}
-
-/// `bytes` of `dtype` widened to f32 (every F16 and BF16 value is an f32 exactly).
-fn widen(dtype: &DType, bytes: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-        DType::BF16 => {
-            bytes.chunks_exact(2).map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16)).collect()
-        }
-        _ => bytes.chunks_exact(2).map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect(),
-    }
-}
-
-/// IEEE half to single, exact.
-fn f16_to_f32(h: u16) -> f32 {
-    let (sign, exp, man) = (((h >> 15) as u32) << 31, ((h >> 10) & 0x1f) as u32, (h & 0x3ff) as u32);
-    let bits = match (exp, man) {
-        (0, 0) => sign,
-        (0, m) => {
-            // Subnormal: m * 2^-24.
-            return if sign != 0 { -(m as f32) } else { m as f32 } * f32::from_bits(0x3380_0000);
-        }
-        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
-        (e, m) => sign | ((e + 112) << 23) | (m << 13),
-    };
-    f32::from_bits(bits)
 }
 
 impl WeightStore for StackedExperts<'_> {
@@ -134,19 +118,22 @@ impl WeightStore for StackedExperts<'_> {
     }
 
     fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, WeightError> {
-        if self.slice(name).is_none() {
-            return self.inner.f32(name, shape);
-        }
+        let Some(s) = self.slice(name) else { return self.inner.f32(name, shape) };
         let stored = self.stored(name, shape)?;
-        Ok(widen(&stored.dtype, &stored.bytes))
+        let f = format(&stored.dtype).ok_or_else(|| self.no_rows(&s, &stored.dtype))?;
+        // The values of the stack's own `f32` (tl-quant's dequantization of those rows).
+        tl_quant::dequantize(f, &stored.bytes, s.rows.1, s.shape[2]).map_err(|e| WeightError::Tensor {
+            path: self.inner.path().to_path_buf(),
+            name: s.stacked.clone(),
+            reason: e.to_string(),
+        })
     }
 
     fn raw(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<&[u8], WeightError> {
         let Some(s) = self.slice(name) else { return self.inner.raw(name, dtype, shape) };
         self.check(name, &s, shape)?;
-        let size = elem(&dtype).ok_or_else(|| self.not_float(&s))?;
+        let row = self.row_bytes(&s, &dtype)?;
         let all = self.inner.raw(&s.stacked, dtype, &s.shape)?;
-        let row = s.shape[2] * size;
         Ok(&all[s.rows.0 * row..(s.rows.0 + s.rows.1) * row])
     }
 
@@ -154,8 +141,7 @@ impl WeightStore for StackedExperts<'_> {
         let Some(s) = self.slice(name) else { return self.inner.stored(name, shape) };
         self.check(name, &s, shape)?;
         let all = self.inner.stored(&s.stacked, &s.shape)?;
-        let size = elem(&all.dtype).ok_or_else(|| self.not_float(&s))?;
-        let row = s.shape[2] * size;
+        let row = self.row_bytes(&s, &all.dtype)?;
         let range = s.rows.0 * row..(s.rows.0 + s.rows.1) * row;
         let bytes = match all.bytes {
             Cow::Borrowed(b) => Cow::Borrowed(&b[range]),
