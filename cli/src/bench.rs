@@ -195,6 +195,7 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
     let mib = |b: usize| (b as f64 / (1024.0 * 1024.0) * 10.0).round() / 10.0;
     let weights_mib = r.weight_bytes().map(mib);
     let kv_pool_mib = mib(r.kv_pool_bytes()?);
+    let state_pool_mib = mib(r.state_pool_bytes());
     if r.encoder_info().is_some() {
         let shape = (n, batches.as_slice(), cli.repeats);
         return crate::bench_encoder::run(&r, model, shape, (load_s, effective_threads(cfg.threads), !cli.json_only));
@@ -302,6 +303,7 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
             // (reserved at load; its pages become resident as sequences fill them).
             "weights_mib": weights_mib,
             "kv_pool_mib": kv_pool_mib,
+            "state_pool_mib": state_pool_mib,
             "peak_rss_mib": opt(peak),
         });
         println!("{line}");

@@ -222,7 +222,8 @@ fn bench_measures_a_hybrid_and_an_encoder() {
     // bench runs a hybrid (its tables allocated with state slots) and measures an encoder in
     // inputs per second. On this tiny fixture the old allocation (a page for every entry)
     // ran too, silently: the pool exhaustion it caused showed on the 0.8B shape only
-    // (scripts/bench_qwen35.sh), so this is a smoke test, not that bug's guard.
+    // (scripts/bench_qwen35.sh), so this is a smoke test, not that bug's guard. It does
+    // check the size of the state pool bench reports.
     let hybrid = fixture("arch-qwen3-5/tests/fixtures/tiny-qwen3_5");
     let args = ["--batch", "1,3", "--decode-tokens", "4", "--prompt-tokens", "40", "--repeats", "1", "--json-only"];
     let out = tl(&[&["bench", &hybrid], &args[..]].concat(), &[]);
@@ -231,6 +232,15 @@ fn bench_measures_a_hybrid_and_an_encoder() {
         String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("json")).collect();
     assert_eq!(rows.iter().map(|r| r["batch"].as_u64().expect("batch")).collect::<Vec<_>>(), [1, 3]);
     assert!(rows.iter().all(|r| r["decode_tok_s"].as_f64().is_some_and(|x| x > 0.0)), "{rows:?}");
+    // The state slots it reports: one per block row of the largest batch (3 sequences of
+    // ceil(44 / 16) = 3 rows), each holding the 3 DeltaNet layers' conv window (K - 1) C
+    // and matrices Hv Dk Dv (config.json: K 4, C = 2 * 2 * 16 + 4 * 16, Hv 4, Dk = Dv 16).
+    let slot_bytes = 3 * (3 * (2 * 2 * 16 + 4 * 16) + 4 * 16 * 16) * 4;
+    let want = (9 * slot_bytes) as f64 / (1024.0 * 1024.0);
+    for r in &rows {
+        let got = r["state_pool_mib"].as_f64().expect("state_pool_mib");
+        assert!((got - want).abs() <= 0.05, "state pool {got} MiB, the config gives {want:.3}");
+    }
     let bert = fixture("arch-bert/tests/fixtures/tiny-bert");
     let out = tl(&["bench", &bert, "--prompt-tokens", "12", "--batch", "4", "--repeats", "1", "--json-only"], &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

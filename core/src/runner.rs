@@ -62,6 +62,8 @@ pub struct ModelRunner {
     /// The model's KV geometry (every layer); the pool's pages hold `layout`'s groups.
     geometry: KvGeometry,
     layout: KvLayout,
+    /// Bytes of the recurrent-state slots the pool allocated (0 without recurrent layers).
+    state_bytes: usize,
 }
 
 /// Open the weights of a model directory (model.safetensors, else model.gguf), or of a
@@ -261,6 +263,7 @@ impl ModelRunner {
             threads,
             geometry: model_geometry,
             layout,
+            state_bytes: state.map_or(0, |(g, n)| g.slot_bytes().unwrap_or(0).saturating_mul(n as usize)),
         })
     }
 
@@ -618,6 +621,12 @@ impl ModelRunner {
             .block_bytes_of(pool.elem())
             .ok_or_else(|| KvError::Overflow { what: "block size".into() })?;
         Ok(per_block.saturating_mul(pool.n_blocks() as usize))
+    }
+
+    /// Bytes the recurrent-state slots reserve (a hybrid model's; 0 otherwise), allocated
+    /// once at load beside the KV pool's pages.
+    pub fn state_pool_bytes(&self) -> usize {
+        self.state_bytes
     }
 
     /// Hidden size of the rows `run_once` returns.

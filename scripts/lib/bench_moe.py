@@ -49,8 +49,8 @@ def tl(name, path):
     for j in run(cmd):
         record({**j, "config": name, "commit": env["TL_COMMIT"]})
         out.update(prefill=j["prefill_tok_s"], decode=j["decode_tok_s"], rss=j["peak_rss_mib"],
-                   loaded=j["rss_after_load_mib"], file=os.path.getsize(path) / 2**20, kv=j["kv_pool_mib"],
-                   load=j["load_s"])
+                   loaded=j["rss_after_load_mib"], file=os.path.getsize(path) / 2**20,
+                   kv=j["kv_pool_mib"] + (j.get("state_pool_mib") or 0), load=j["load_s"])
     if depth:
         cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", depth,
                "--decode-tokens", gen, "--repeats", "1", "--json-only", "--batch", "1", "--no-prefill-warmup"]
@@ -95,7 +95,7 @@ lines = [f"{title}, {threads} threads, {prompt}-token prompt, {gen} decoded; "
          f"batched: {batch} sequences of 32 tokens, {gen} steps; tl {env['TL_COMMIT']}; llama.cpp {env['LLAMA_BIN']}; "
          f"{cpu}, {platform.machine()}; medians over {env['ROUNDS']} rounds, ratios the median of each round's", "",
          "| file | prefill tl | prefill llama.cpp | ratio | decode tl | decode llama.cpp | ratio " + deep_head
-         + f"| batched ({batch}) tl | batched llama.cpp | ratio | tl RSS after load, peak / (file + KV) |",
+         + f"| batched ({batch}) tl | batched llama.cpp | ratio | tl RSS after load, peak / (file + KV + state) |",
          "|---|" + "---:|" * (3 * len(kinds) + 1)]
 for n in files:
     t, l = res[n]["tl"], res[n]["llama"]

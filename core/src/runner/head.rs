@@ -86,6 +86,7 @@ impl ModelRunner {
             threads,
             geometry,
             layout,
+            state_bytes: 0,
         })
     }
 
