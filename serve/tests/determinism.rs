@@ -134,7 +134,10 @@ fn the_binary_serves_from_a_q8_cache() {
 #[test]
 fn smollm2_http_answers_do_not_depend_on_traffic() {
     let Some(model) = smollm2() else { return };
-    promise(model, "SmolLM2-135M-Instruct.Q4_1", 8, 40);
+    // 20 blocks of 4 (80 positions): one request (prompt and 8 tokens) fits, as it did in
+    // 16, and the crowd has to preempt with far less overlap than at 40, where a loaded
+    // 2-core CI machine once let the 16 requests pass without preempting.
+    promise(model, "SmolLM2-135M-Instruct.Q4_1", 8, 20);
 }
 
 #[test]
