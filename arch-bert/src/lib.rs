@@ -38,6 +38,8 @@ use tl_core::{
 };
 
 pub mod config;
+pub mod gemm;
+pub mod lanes;
 mod model;
 pub mod ops;
 pub mod pooling;
