@@ -3,6 +3,7 @@
 //! correctly rounded alike on every path) and GELU's `erf` (f64, four lanes of AVX2, or
 //! the same operations one value at a time in the portable code).
 
+use rayon::prelude::*;
 use tl_quant::simd::Isa;
 use tl_quant::Path;
 
@@ -73,8 +74,13 @@ pub fn gelu_one(v: f32) -> f32 {
 }
 
 /// GELU (erf) of every value of `x` in place, on `path` (AVX2's four f64 lanes where the
-/// CPU has them, else [`gelu_one`] per value; the same bits).
+/// CPU has them, else [`gelu_one`] per value; the same bits), in chunks over the rayon
+/// pool (each value is computed alone).
 pub fn gelu(path: Path, x: &mut [f32]) {
+    x.par_chunks_mut(1 << 14).for_each(|c| gelu_chunk(path, c));
+}
+
+fn gelu_chunk(path: Path, x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if path != Path::Portable && Path::Avx2.available() {
         // SAFETY: the CPU has AVX2 and FMA (checked just above).

@@ -74,13 +74,14 @@ fn prefix(store: &dyn WeightStore) -> &'static str {
 }
 
 fn dense(w: &Loader<'_>, base: &str, out: usize, inp: usize) -> Result<Dense, ModelError> {
-    Ok(Dense { w: weights(vec![w.proj(base, out, inp)?]), b: w.vector(&format!("{base}.bias"), out)? })
+    let b = w.vector(&format!("{base}.bias"), out)?;
+    Ok(Dense { w: weights(vec![w.proj(base, out, inp)?], &b), b })
 }
 
 /// Projections reading the same input, outputs side by side: repacked for
 /// [`crate::gemm`] when every part is stored f32 (widening is exact, so the products are
 /// the same bits as tl-quant's), else fused (or not) by tl-decoder's `Proj`.
-fn weights(parts: Vec<Linear>) -> Weights {
+fn weights(parts: Vec<Linear>, bias: &[f32]) -> Weights {
     if parts.iter().all(|l| l.format() == Format::F32) && parts.windows(2).all(|p| p[0].inp() == p[1].inp()) {
         let inp = parts.first().map_or(0, Linear::inp);
         let out: usize = parts.iter().map(Linear::out).sum();
@@ -88,7 +89,7 @@ fn weights(parts: Vec<Linear>) -> Weights {
         for l in &parts {
             w.extend(l.dequantize());
         }
-        return Weights::F32(Packed::new(&w, out, inp));
+        return Weights::F32(Packed::new(&w, bias, out, inp));
     }
     Weights::Quant(Proj::new(parts))
 }
@@ -106,22 +107,28 @@ impl Dense {
         match &self.w {
             Weights::F32(p) => {
                 if x.len() != n * p.inp() || y.len() != n * p.out() {
-                    return Err(ModelError::Other(format!("{what}: buffers of {} and {} floats for {n} rows", x.len(), y.len())));
+                    return Err(ModelError::Other(format!(
+                        "{what}: buffers of {} and {} floats for {n} rows",
+                        x.len(),
+                        y.len()
+                    )));
                 }
+                // The bias is added in the kernel's store.
                 p.forward(Path::best(), x, n, y)
             }
-            Weights::Quant(w) => w.forward(x, n, y, tmp, what)?,
+            Weights::Quant(w) => {
+                w.forward(x, n, y, tmp, what)?;
+                add_bias(y, &self.b)
+            }
         }
-        add_bias(y, &self.b);
         Ok(())
     }
 
     fn bytes(&self) -> usize {
-        let w = match &self.w {
+        match &self.w {
             Weights::F32(p) => p.bytes(),
-            Weights::Quant(w) => w.packed_bytes(),
-        };
-        w + f32_bytes(&self.b)
+            Weights::Quant(w) => w.packed_bytes() + f32_bytes(&self.b),
+        }
     }
 }
 
@@ -149,7 +156,7 @@ impl Bert {
                 qkv_b.extend(w.vector(&format!("{base}.bias"), d)?);
             }
             layers.push(Layer {
-                qkv: Dense { w: weights(qkv_w), b: qkv_b },
+                qkv: Dense { w: weights(qkv_w, &qkv_b), b: qkv_b },
                 attn_out: dense(&w, &format!("{a}.output.dense"), d, d)?,
                 attn_norm: norm(&w, &format!("{a}.output.LayerNorm"), d)?,
                 up: dense(&w, &format!("{l}.intermediate.dense"), inter, d)?,

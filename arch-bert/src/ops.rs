@@ -183,7 +183,16 @@ pub struct Scratch {
 /// # Safety
 ///
 /// `out` holds `T` rows of `d` floats; `qkv` holds `T` rows of `3 d`.
-pub unsafe fn attention_head(path: Path, qkv: &[f32], t: usize, heads: usize, hd: usize, h: usize, out: *mut f32, sc: &mut Scratch) {
+pub unsafe fn attention_head(
+    path: Path,
+    qkv: &[f32],
+    t: usize,
+    heads: usize,
+    hd: usize,
+    h: usize,
+    out: *mut f32,
+    sc: &mut Scratch,
+) {
     let d = heads * hd;
     if t == 0 || hd == 0 {
         return;
@@ -211,12 +220,12 @@ pub unsafe fn attention_head(path: Path, qkv: &[f32], t: usize, heads: usize, hd
         }
     }
     sc.s.resize(t * t, 0.0);
-    let kt = Panels { p: sc.kt.as_ptr(), k: hd, stride: hd * W };
+    let kt = Panels { p: sc.kt.as_ptr(), k: hd, stride: hd * W, bias: std::ptr::null() };
     gemm(path, qkv.as_ptr().add(h * hd), 3 * d, t, kt, t, sc.s.as_mut_ptr(), t);
     for row in sc.s.chunks_exact_mut(t) {
         softmax_row_on(path, row, scale);
     }
-    let v = Panels { p: sc.v.as_ptr(), k: t, stride: t * W };
+    let v = Panels { p: sc.v.as_ptr(), k: t, stride: t * W, bias: std::ptr::null() };
     gemm(path, sc.s.as_ptr(), t, t, v, hd, out.add(h * hd), d);
 }
 

@@ -32,11 +32,16 @@ fn products_equal_tl_quant_bit_for_bit_on_every_path() {
         let reference = Linear::from_f32(&w, out, inp).unwrap();
         let mut want = vec![0.0f32; m * out];
         reference.forward_on(Path::Portable, &x, m, &mut want).unwrap();
-        let packed = Packed::new(&w, out, inp);
+        let packed = Packed::new(&w, &[], out, inp);
+        let b = values(out, 9);
+        let with_bias = Packed::new(&w, &b, out, inp);
+        let want_b: Vec<f32> = want.iter().enumerate().map(|(i, &v)| v + b[i % out]).collect();
         for path in Path::all_available() {
             let mut got = vec![f32::NAN; m * out];
             packed.forward(path, &x, m, &mut got);
             assert_eq!(bits(&got), bits(&want), "{path:?}, {m}x{inp} by {out}");
+            with_bias.forward(path, &x, m, &mut got);
+            assert_eq!(bits(&got), bits(&want_b), "{path:?}, {m}x{inp} by {out}, bias");
         }
     }
 }
@@ -152,7 +157,7 @@ fn attention_is_the_same_on_every_path_and_close_to_f64() {
 fn gemm_speed() {
     for &(m, out, inp) in &[(1856, 1152, 384), (1856, 1536, 384), (1856, 384, 1536), (58, 1152, 384), (58, 384, 1536)] {
         let (w, x) = (values(out * inp, 1), values(m * inp, 2));
-        let packed = Packed::new(&w, out, inp);
+        let packed = Packed::new(&w, &[], out, inp);
         let lin = Linear::from_f32(&w, out, inp).unwrap();
         let mut y = vec![0.0f32; m * out];
         let reps = (2e10 / (2.0 * (m * out * inp) as f64)).ceil() as usize;
