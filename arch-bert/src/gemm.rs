@@ -135,6 +135,7 @@ const ROWS: usize = 48;
 ///
 /// `a` holds `m` rows of `b.k` floats `lda` apart; `c` holds `m` rows of `n` floats `ldc`
 /// apart; `b` holds the panels of `n` columns.
+#[allow(clippy::too_many_arguments)] // a BLAS-style call: the matrices and their strides
 pub unsafe fn par_gemm(path: Path, a: *const f32, lda: usize, m: usize, b: Panels, n: usize, c: *mut f32, ldc: usize) {
     let panels = n.div_ceil(W);
     if m == 0 || panels == 0 {
@@ -173,6 +174,7 @@ pub unsafe fn par_gemm(path: Path, a: *const f32, lda: usize, m: usize, b: Panel
 /// # Safety
 ///
 /// As [`par_gemm`].
+#[allow(clippy::too_many_arguments)] // as par_gemm
 pub unsafe fn gemm(path: Path, a: *const f32, lda: usize, m: usize, b: Panels, n: usize, c: *mut f32, ldc: usize) {
     #[cfg(target_arch = "x86_64")]
     {

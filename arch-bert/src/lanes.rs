@@ -10,6 +10,10 @@ use tl_quant::Path;
 /// `e^x` per lane, to about 2 ulp: Cephes' `expf` (range reduction by `ln 2` in two
 /// parts, a degree-5 polynomial), the one tl-decoder's softmax uses. `x` is clamped to
 /// `[-87, 88]`, so the result is always finite and positive.
+///
+/// # Safety
+///
+/// Runs only where `L`'s instruction set is available (inside its `target_feature` code).
 #[inline(always)]
 pub unsafe fn exp<L: Isa>(x: L::V) -> L::V {
     let x = L::min(L::max(x, L::splat(-87.0)), L::splat(88.0));

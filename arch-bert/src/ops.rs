@@ -183,6 +183,7 @@ pub struct Scratch {
 /// # Safety
 ///
 /// `out` holds `T` rows of `d` floats; `qkv` holds `T` rows of `3 d`.
+#[allow(clippy::too_many_arguments)] // the input, its shape, the head, the output, scratch
 pub unsafe fn attention_head(
     path: Path,
     qkv: &[f32],
@@ -232,6 +233,12 @@ pub unsafe fn attention_head(
 /// A pointer to the attention output that crosses to rayon's threads.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
+impl Out {
+    /// The pointer (a method, so a closure captures the whole `Send` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
 // SAFETY: each task writes only its own input's rows at its own head's columns.
 unsafe impl Send for Out {}
 // SAFETY: as above.
@@ -252,11 +259,10 @@ pub fn attention(path: Path, qkv: &[f32], lens: &[usize], heads: usize, hd: usiz
     }
     let o = Out(out.as_mut_ptr());
     (0..lens.len() * heads).into_par_iter().for_each_init(Scratch::default, |sc, task| {
-        let o = o;
         let (i, h) = (task / heads, task % heads);
         let (r0, t) = (starts[i], lens[i]);
         // SAFETY: rows r0 .. r0 + t of both buffers exist (asserted: the lengths sum to
         // n); this task alone writes those rows' columns h hd .. (h + 1) hd.
-        unsafe { attention_head(path, &qkv[r0 * 3 * d..(r0 + t) * 3 * d], t, heads, hd, h, o.0.add(r0 * d), sc) };
+        unsafe { attention_head(path, &qkv[r0 * 3 * d..(r0 + t) * 3 * d], t, heads, hd, h, o.get().add(r0 * d), sc) };
     });
 }

@@ -163,7 +163,8 @@ fn gemm_speed() {
         let reps = (2e10 / (2.0 * (m * out * inp) as f64)).ceil() as usize;
         let bert = |y: &mut [f32]| packed.forward(Path::best(), &x, m, y);
         let quant = |y: &mut [f32]| lin.forward(&x, m, y).unwrap();
-        let fs: [(&str, &dyn Fn(&mut [f32])); 2] = [("bert", &bert), ("tl-quant", &quant)];
+        type Run<'a> = &'a dyn Fn(&mut [f32]);
+        let fs: [(&str, Run); 2] = [("bert", &bert), ("tl-quant", &quant)];
         for (name, f) in fs {
             f(&mut y);
             let t = std::time::Instant::now();
