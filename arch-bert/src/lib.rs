@@ -11,9 +11,11 @@
 //! post-LayerNorm. `BertForSequenceClassification` (tensors under `bert.`) adds the
 //! pooler (`tanh` of a dense layer on the `[CLS]` row) and `classifier`, then the
 //! cross-encoder's activation (config.json's sentence-transformers `activation_fn`,
-//! else sigmoid for one label). The projections are tl-quant `Linear`s loaded by
-//! tl-decoder's `Loader` (any weight mode); LayerNorm, GELU and the attention are this
-//! crate's ([`ops`]), since the decoder's blocks are RMSNorm and causal paged attention.
+//! else sigmoid for one label). The projections are loaded by tl-decoder's `Loader` (any
+//! weight mode); stored f32 they run in this crate's own product kernel ([`gemm`], the
+//! same bits as tl-quant's f32 `Linear`), otherwise through tl-quant. LayerNorm, GELU and
+//! the attention are this crate's ([`ops`], [`lanes`]), since the decoder's blocks are
+//! RMSNorm and causal paged attention.
 //!
 //! A `BertModel` directory's vector is sentence-transformers' pipeline ([`pooling`]):
 //! modules.json's Pooling (cls, max, mean, mean_sqrt_len, weightedmean, lasttoken, or
@@ -38,6 +40,8 @@ use tl_core::{
 };
 
 pub mod config;
+pub mod gemm;
+pub mod lanes;
 mod model;
 pub mod ops;
 pub mod pooling;

@@ -5,14 +5,15 @@
 //! everything else runs per input. So an input's outputs are the same bits in any batch
 //! and on any number of threads (docs/spec/encoders.md).
 
-use rayon::prelude::*;
 use tl_core::{BuildCtx, EncodeInput, Encoded, Encoder, EncoderInfo, ForwardBatch, ForwardCtx, ForwardOutput};
 use tl_core::{Model, ModelError, WeightStore};
 use tl_decoder::{f32_bytes, Loader, Proj};
-use tl_quant::Linear;
+use tl_quant::{Format, Linear, Path};
 
 use crate::config::{Activation, BertConfig, Head};
-use crate::ops::{add_bias, add_layer_norm, attention, gelu};
+use crate::gemm::Packed;
+use crate::lanes::gelu;
+use crate::ops::{add_bias, add_layer_norm, attention};
 use crate::pooling::Pipeline;
 
 /// A LayerNorm's weight and bias.
@@ -21,9 +22,16 @@ struct Norm {
     b: Vec<f32>,
 }
 
+/// A projection's weights: f32 ones in this crate's own panels ([`crate::gemm`], the same
+/// bits as tl-quant's f32 kernel), any other weight mode through tl-quant.
+enum Weights {
+    F32(Packed),
+    Quant(Proj),
+}
+
 /// A projection and its bias.
 struct Dense {
-    w: Proj,
+    w: Weights,
     b: Vec<f32>,
 }
 
@@ -66,7 +74,24 @@ fn prefix(store: &dyn WeightStore) -> &'static str {
 }
 
 fn dense(w: &Loader<'_>, base: &str, out: usize, inp: usize) -> Result<Dense, ModelError> {
-    Ok(Dense { w: Proj::new(vec![w.proj(base, out, inp)?]), b: w.vector(&format!("{base}.bias"), out)? })
+    let b = w.vector(&format!("{base}.bias"), out)?;
+    Ok(Dense { w: weights(vec![w.proj(base, out, inp)?], &b), b })
+}
+
+/// Projections reading the same input, outputs side by side: repacked for
+/// [`crate::gemm`] when every part is stored f32 (widening is exact, so the products are
+/// the same bits as tl-quant's), else fused (or not) by tl-decoder's `Proj`.
+fn weights(parts: Vec<Linear>, bias: &[f32]) -> Weights {
+    if parts.iter().all(|l| l.format() == Format::F32) && parts.windows(2).all(|p| p[0].inp() == p[1].inp()) {
+        let inp = parts.first().map_or(0, Linear::inp);
+        let out: usize = parts.iter().map(Linear::out).sum();
+        let mut w = Vec::with_capacity(out * inp);
+        for l in &parts {
+            w.extend(l.dequantize());
+        }
+        return Weights::F32(Packed::new(&w, bias, out, inp));
+    }
+    Weights::Quant(Proj::new(parts))
 }
 
 /// A LayerNorm under `base`: `weight`/`bias`, or the TF-era `gamma`/`beta` that
@@ -79,13 +104,31 @@ fn norm(w: &Loader<'_>, base: &str, d: usize) -> Result<Norm, ModelError> {
 
 impl Dense {
     fn run(&self, x: &[f32], n: usize, y: &mut [f32], tmp: &mut Vec<f32>, what: &str) -> Result<(), ModelError> {
-        self.w.forward(x, n, y, tmp, what)?;
-        add_bias(y, &self.b);
+        match &self.w {
+            Weights::F32(p) => {
+                if x.len() != n * p.inp() || y.len() != n * p.out() {
+                    return Err(ModelError::Other(format!(
+                        "{what}: buffers of {} and {} floats for {n} rows",
+                        x.len(),
+                        y.len()
+                    )));
+                }
+                // The bias is added in the kernel's store.
+                p.forward(Path::best(), x, n, y)
+            }
+            Weights::Quant(w) => {
+                w.forward(x, n, y, tmp, what)?;
+                add_bias(y, &self.b)
+            }
+        }
         Ok(())
     }
 
     fn bytes(&self) -> usize {
-        self.w.packed_bytes() + f32_bytes(&self.b)
+        match &self.w {
+            Weights::F32(p) => p.bytes(),
+            Weights::Quant(w) => w.packed_bytes() + f32_bytes(&self.b),
+        }
     }
 }
 
@@ -113,7 +156,7 @@ impl Bert {
                 qkv_b.extend(w.vector(&format!("{base}.bias"), d)?);
             }
             layers.push(Layer {
-                qkv: Dense { w: Proj::new(qkv_w), b: qkv_b },
+                qkv: Dense { w: weights(qkv_w, &qkv_b), b: qkv_b },
                 attn_out: dense(&w, &format!("{a}.output.dense"), d, d)?,
                 attn_norm: norm(&w, &format!("{a}.output.LayerNorm"), d)?,
                 up: dense(&w, &format!("{l}.intermediate.dense"), inter, d)?,
@@ -158,7 +201,7 @@ impl Bert {
                 }
             }
         }
-        add_layer_norm(x, None, &self.emb_norm.w, &self.emb_norm.b, self.cfg.layer_norm_eps);
+        add_layer_norm(Path::best(), x, None, &self.emb_norm.w, &self.emb_norm.b, self.cfg.layer_norm_eps);
         Ok(())
     }
 
@@ -167,31 +210,21 @@ impl Bert {
         let (d, heads, hd) = (self.cfg.hidden_size, self.cfg.num_attention_heads, self.cfg.head_dim());
         let n: usize = inputs.iter().map(|i| i.ids.len()).sum();
         let eps = self.cfg.layer_norm_eps;
+        let path = Path::best();
+        let lens: Vec<usize> = inputs.iter().map(|i| i.ids.len()).collect();
         let mut x = vec![0f32; n * d];
         self.embed(inputs, &mut x)?;
         let (mut qkv, mut ctx) = (vec![0f32; n * 3 * d], vec![0f32; n * d]);
         let (mut y, mut mid, mut tmp) = (vec![0f32; n * d], vec![0f32; n * self.cfg.intermediate_size], Vec::new());
         for (i, l) in self.layers.iter().enumerate() {
             l.qkv.run(&x, n, &mut qkv, &mut tmp, &format!("layer {i} q/k/v"))?;
-            // One task per input: its rows of `ctx` are its own, computed alone.
-            let mut parts: Vec<(&[f32], &mut [f32])> = Vec::with_capacity(inputs.len());
-            let (mut q_rest, mut c_rest) = (&qkv[..], &mut ctx[..]);
-            for input in inputs {
-                let t = input.ids.len();
-                let (q, qr) = q_rest.split_at(t * 3 * d);
-                let (c, cr) = std::mem::take(&mut c_rest).split_at_mut(t * d);
-                parts.push((q, c));
-                (q_rest, c_rest) = (qr, cr);
-            }
-            parts.into_par_iter().for_each_init(Vec::new, |scores, (q, c)| {
-                attention(q, c.len() / d, heads, hd, c, scores);
-            });
+            attention(path, &qkv, &lens, heads, hd, &mut ctx);
             l.attn_out.run(&ctx, n, &mut y, &mut tmp, &format!("layer {i} attention output"))?;
-            add_layer_norm(&mut y, Some(&x), &l.attn_norm.w, &l.attn_norm.b, eps);
+            add_layer_norm(path, &mut y, Some(&x), &l.attn_norm.w, &l.attn_norm.b, eps);
             l.up.run(&y, n, &mut mid, &mut tmp, &format!("layer {i} intermediate"))?;
-            gelu(&mut mid);
+            gelu(path, &mut mid);
             l.down.run(&mid, n, &mut x, &mut tmp, &format!("layer {i} output"))?;
-            add_layer_norm(&mut x, Some(&y), &l.out_norm.w, &l.out_norm.b, eps);
+            add_layer_norm(path, &mut x, Some(&y), &l.out_norm.w, &l.out_norm.b, eps);
         }
         Ok(x)
     }
