@@ -4,29 +4,11 @@
 //! the same operations one value at a time in the portable code).
 
 use rayon::prelude::*;
-use tl_quant::simd::Isa;
 use tl_quant::Path;
 
-/// `e^x` per lane, to about 2 ulp: Cephes' `expf` (range reduction by `ln 2` in two
-/// parts, a degree-5 polynomial), the one tl-decoder's softmax uses. `x` is clamped to
-/// `[-87, 88]`, so the result is always finite and positive.
-///
-/// # Safety
-///
-/// Runs only where `L`'s instruction set is available (inside its `target_feature` code).
-#[inline(always)]
-pub unsafe fn exp<L: Isa>(x: L::V) -> L::V {
-    let x = L::min(L::max(x, L::splat(-87.0)), L::splat(88.0));
-    let n = L::round(L::mul(x, L::splat(std::f32::consts::LOG2_E)));
-    let r = L::fma(n, L::splat(-0.693_359_4), x); // ln 2, high part: 0.693359375, 9 bits
-    let r = L::fma(n, L::splat(2.121_944_4e-4), r); // minus the low part
-    let mut p = L::splat(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_345e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
-        p = L::fma(p, r, L::splat(c));
-    }
-    let y = L::add(L::fma(p, L::mul(r, r), r), L::splat(1.0));
-    L::mul(y, L::pow2i(n))
-}
+/// `e^x` per lane: tl-decoder's softmax `exp` (Cephes' `expf`, about 2 ulp, `x` clamped to
+/// `[-87, 88]`), so BERT's softmax rounds as the decoders' does.
+pub use tl_decoder::exp_lanes as exp;
 
 /// `erf(z) / z` as `P(z^2) / Q(z^2)` on `|z| <= ERF_CLAMP` (fitted by weighted least
 /// squares to a relative error of 4.6e-9).

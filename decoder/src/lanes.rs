@@ -15,6 +15,10 @@ pub use tl_quant::Path;
 /// (range reduction by `ln 2` in two parts, a degree-5 polynomial) written with [`Isa`]
 /// operations. `x` is clamped to `[-87, 88]`, so NaN gives `e^-87` and the result is
 /// always finite and positive.
+///
+/// # Safety
+///
+/// Runs only where `L`'s instruction set is available (inside its `target_feature` code).
 #[inline(always)]
 pub unsafe fn exp<L: Isa>(x: L::V) -> L::V {
     let x = L::min(L::max(x, L::splat(-87.0)), L::splat(88.0));

@@ -77,6 +77,9 @@ pub use cx::{Buffers, Cx, LayerBody, MoeBuffers};
 pub use delta::{DeltaLayer, DeltaNet, DeltaShape};
 pub use head::{embed, LmHead};
 pub use kv_write::write_kv;
+/// `e^x` per vector of tl-quant's [`tl_quant::simd::Isa`] lanes, the same bits on every path
+/// (the softmax's; tl-arch-bert's attention uses it too).
+pub use lanes::exp as exp_lanes;
 pub use lanes::Path;
 pub use loader::Loader;
 pub use mlp::{Act, Mlp, MlpNames, MlpScratch, MLP_NAMES};
