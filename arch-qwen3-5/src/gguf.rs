@@ -373,15 +373,13 @@ pub fn delta(w: &Loader<'_>, ctx: &BuildCtx<'_>, p: &str, d: usize, sh: DeltaSha
     let out_name = format!("{p}.out_proj.weight");
     let cols = untile(hk, r, sh.v_dim);
     let float = matches!(w.store().info(&out_name).map(|i| i.dtype), Some(DType::F32 | DType::F16 | DType::BF16));
-    let (out, out_cols) = if r == 1 {
-        // One value head per key head: the converter left the columns alone.
-        (w.proj(&format!("{p}.out_proj"), d, vd)?, None)
-    } else if float {
-        // Moved exactly, so an f32 GGUF gives the checkpoint's bits.
+    // With one value head per key head the converter left the columns alone. Otherwise a
+    // float file's are moved back exactly (an f32 GGUF gives the checkpoint's bits); a block
+    // format cannot move columns, so it is held as stored and the values move instead.
+    let (out, out_cols) = if r > 1 && float {
         (reordered_out(w, ctx, &out_name, (d, vd), &cols)?, None)
     } else {
-        // A block format cannot move columns: held as stored, the values moved instead.
-        (w.proj(&format!("{p}.out_proj"), d, vd)?, Some(cols))
+        (w.proj(&format!("{p}.out_proj"), d, vd)?, (r > 1).then_some(cols))
     };
     Ok(DeltaNet {
         proj,
