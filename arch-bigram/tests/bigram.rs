@@ -48,8 +48,8 @@ fn bigram_rows_follow_the_last_token_of_each_sequence() {
     let (xa, c) = (b"xa".map(u32::from), [u32::from(b'c')]);
     let batch = ForwardBatch {
         seqs: vec![
-            tl_core::ForwardSeq { tokens: &xa, start: 0, blocks: &a },
-            tl_core::ForwardSeq { tokens: &c, start: 0, blocks: &b },
+            tl_core::ForwardSeq { tokens: &xa, start: 0, blocks: &a, adapter: None },
+            tl_core::ForwardSeq { tokens: &c, start: 0, blocks: &b, adapter: None },
         ],
     };
     let logits = runner.forward(&batch).unwrap();

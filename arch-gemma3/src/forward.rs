@@ -66,4 +66,9 @@ impl LayerBody for Gemma3Layer {
         let norms = [&self.input_norm, &self.post_attn_norm, &self.pre_ffn_norm, &self.post_ffn_norm];
         self.attn.weight_bytes() + self.mlp.weight_bytes() + norms.iter().map(|v| f32_bytes(v)).sum::<usize>()
     }
+
+    fn adaptable(&self, out: &mut Vec<tl_core::Adaptable>) {
+        self.attn.lora.adaptable(out);
+        self.mlp.lora.adaptable(out);
+    }
 }

@@ -143,6 +143,7 @@ fn fused_experts(w: &Loader<'_>, cfg: &GptOssConfig, p: &str) -> Result<Vec<Mlp>
             act: act(cfg),
             gate_up_bias: Some(gate_up_bias),
             down_bias: Some(down_bias[e * d..(e + 1) * d].to_vec()),
+            lora: Default::default(),
         });
     }
     Ok(experts)

@@ -61,7 +61,7 @@ fn run_schedule(r: &mut ModelRunner, together: bool) -> Vec<Vec<(Vec<u32>, Vec<u
         for g in groups {
             let seqs = g
                 .iter()
-                .map(|&i| ForwardSeq { tokens: &sched[i][step], start: starts[i], blocks: &tables[i] })
+                .map(|&i| ForwardSeq { tokens: &sched[i][step], start: starts[i], blocks: &tables[i], adapter: None })
                 .collect();
             let res = r.forward_hidden(&ForwardBatch { seqs }).expect("forward");
             let hidden = res.hidden.expect("hidden states");
@@ -105,7 +105,11 @@ fn a_large_step_equals_its_sequences_alone() {
     let seqs: Vec<Vec<u32>> = (0..3u32).map(|s| (0..200u32).map(|k| (s * 7919 + k * 31) % 320).collect()).collect();
     let tables: Vec<Vec<u32>> = seqs.iter().map(|t| alloc(&r, t.len())).collect();
     let batch = ForwardBatch {
-        seqs: seqs.iter().zip(&tables).map(|(t, b)| ForwardSeq { tokens: t, start: 0, blocks: b }).collect(),
+        seqs: seqs
+            .iter()
+            .zip(&tables)
+            .map(|(t, b)| ForwardSeq { tokens: t, start: 0, blocks: b, adapter: None })
+            .collect(),
     };
     let together = r.forward_hidden(&batch).expect("forward");
     let hidden = together.hidden.expect("hidden states");
@@ -170,7 +174,7 @@ fn forward_refuses_bad_batches() {
     // bad batch below, so a forward that wrote before checking would change its blocks.
     let a = alloc(&r, 9);
     r.forward(&ForwardBatch::single(&toks[..6], 0, &a)).expect("prefill");
-    let good = ForwardSeq { tokens: &toks[6..9], start: 6, blocks: &a };
+    let good = ForwardSeq { tokens: &toks[6..9], start: 6, blocks: &a, adapter: None };
     let c = alloc(&r, 12);
     // Past the context: start at max_pos - 1, two tokens, a table long enough to hold
     // them (earlier entries may repeat; only the written ones must be distinct).
@@ -188,12 +192,15 @@ fn forward_refuses_bad_batches() {
     let bad_token = [1, vocab, 2];
     let (unallocated, outside) = ([free], [n_blocks + 3]);
     let cases: Vec<(&str, ForwardSeq)> = vec![
-        ("short block table", ForwardSeq { tokens: &toks[..9], start: 0, blocks: &c[..2] }),
-        ("position past max_position_embeddings", ForwardSeq { tokens: &toks[..2], start: max_pos - 1, blocks: &long }),
-        ("token id >= vocab", ForwardSeq { tokens: &bad_token, start: 0, blocks: &c }),
-        ("empty sequence", ForwardSeq { tokens: &[], start: 0, blocks: &c }),
-        ("block not allocated", ForwardSeq { tokens: &toks[..3], start: 0, blocks: &unallocated }),
-        ("block id outside the pool", ForwardSeq { tokens: &toks[..3], start: 0, blocks: &outside }),
+        ("short block table", ForwardSeq { tokens: &toks[..9], start: 0, blocks: &c[..2], adapter: None }),
+        (
+            "position past max_position_embeddings",
+            ForwardSeq { tokens: &toks[..2], start: max_pos - 1, blocks: &long, adapter: None },
+        ),
+        ("token id >= vocab", ForwardSeq { tokens: &bad_token, start: 0, blocks: &c, adapter: None }),
+        ("empty sequence", ForwardSeq { tokens: &[], start: 0, blocks: &c, adapter: None }),
+        ("block not allocated", ForwardSeq { tokens: &toks[..3], start: 0, blocks: &unallocated, adapter: None }),
+        ("block id outside the pool", ForwardSeq { tokens: &toks[..3], start: 0, blocks: &outside, adapter: None }),
     ];
     let mut ids: Vec<u32> = a.iter().chain(&c).chain(&written).copied().collect();
     ids.sort();
@@ -244,8 +251,8 @@ fn every_position_logits_equal_each_prefix_alone() {
     let (ta, tb) = (alloc(&r, other.len()), alloc(&r, p.len()));
     let batch = ForwardBatch {
         seqs: vec![
-            ForwardSeq { tokens: &other, start: 0, blocks: &ta },
-            ForwardSeq { tokens: p, start: 0, blocks: &tb },
+            ForwardSeq { tokens: &other, start: 0, blocks: &ta, adapter: None },
+            ForwardSeq { tokens: p, start: 0, blocks: &tb, adapter: None },
         ],
     };
     let both = r.forward_all(&batch).expect("forward_all");
@@ -270,8 +277,8 @@ fn tail_logits_equal_each_position_alone() {
     let (ta, tb) = (alloc(&r, other.len()), alloc(&r, p.len()));
     let batch = ForwardBatch {
         seqs: vec![
-            ForwardSeq { tokens: &other, start: 0, blocks: &ta },
-            ForwardSeq { tokens: p, start: 0, blocks: &tb },
+            ForwardSeq { tokens: &other, start: 0, blocks: &ta, adapter: None },
+            ForwardSeq { tokens: p, start: 0, blocks: &tb, adapter: None },
         ],
     };
     let k = 4.min(p.len());

@@ -28,13 +28,16 @@ const PROMPTS: [&[u32]; 3] = [&[256, 72, 101, 108, 108, 111, 44, 32, 119], &[256
 fn schedule(r: &mut ModelRunner) -> Vec<Vec<f32>> {
     let blocks: Vec<Vec<u32>> = PROMPTS.iter().map(|p| alloc(r, p.len() + 4)).collect();
     let mut out = Vec::new();
-    let seqs: Vec<ForwardSeq> =
-        PROMPTS.iter().zip(&blocks).map(|(p, b)| ForwardSeq { tokens: p, start: 0, blocks: b }).collect();
+    let seqs: Vec<ForwardSeq> = PROMPTS
+        .iter()
+        .zip(&blocks)
+        .map(|(p, b)| ForwardSeq { tokens: p, start: 0, blocks: b, adapter: None })
+        .collect();
     out.push(r.forward(&ForwardBatch { seqs }).expect("prefill").data);
     for step in 0..3 {
         let next: Vec<[u32; 1]> = (0..3).map(|s| [argmax(&out.last().unwrap()[s * 320..(s + 1) * 320])]).collect();
         let seqs: Vec<ForwardSeq> = (0..3)
-            .map(|s| ForwardSeq { tokens: &next[s], start: PROMPTS[s].len() + step, blocks: &blocks[s] })
+            .map(|s| ForwardSeq { tokens: &next[s], start: PROMPTS[s].len() + step, blocks: &blocks[s], adapter: None })
             .collect();
         out.push(r.forward(&ForwardBatch { seqs }).expect("decode").data);
     }

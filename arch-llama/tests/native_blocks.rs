@@ -26,13 +26,16 @@ use tl_core::{ForwardBatch, ForwardSeq, ModelRunner, Weights};
 /// prompt alone.
 fn schedule(r: &mut ModelRunner) -> Vec<Vec<f32>> {
     let blocks: Vec<Vec<u32>> = PROMPTS.iter().map(|p| alloc(r, p.len() + 4)).collect();
-    let seqs: Vec<ForwardSeq> =
-        PROMPTS.iter().zip(&blocks).map(|(p, b)| ForwardSeq { tokens: p, start: 0, blocks: b }).collect();
+    let seqs: Vec<ForwardSeq> = PROMPTS
+        .iter()
+        .zip(&blocks)
+        .map(|(p, b)| ForwardSeq { tokens: p, start: 0, blocks: b, adapter: None })
+        .collect();
     let mut out = vec![r.forward(&ForwardBatch { seqs }).expect("prefill").data];
     for step in 0..2 {
         let next: Vec<[u32; 1]> = (0..3).map(|s| [argmax(&out.last().unwrap()[s * V..(s + 1) * V])]).collect();
         let seqs: Vec<ForwardSeq> = (0..3)
-            .map(|s| ForwardSeq { tokens: &next[s], start: PROMPTS[s].len() + step, blocks: &blocks[s] })
+            .map(|s| ForwardSeq { tokens: &next[s], start: PROMPTS[s].len() + step, blocks: &blocks[s], adapter: None })
             .collect();
         out.push(r.forward(&ForwardBatch { seqs }).expect("decode").data);
     }

@@ -78,7 +78,11 @@ fn windowed_layers_are_batch_and_chunk_invariant_and_see_only_their_window() {
     }
     let tables: Vec<Vec<u32>> = refs.iter().map(|p| alloc(&w, p.ids.len())).collect();
     let batch = ForwardBatch {
-        seqs: refs.iter().zip(&tables).map(|(p, b)| ForwardSeq { tokens: &p.ids, start: 0, blocks: b }).collect(),
+        seqs: refs
+            .iter()
+            .zip(&tables)
+            .map(|(p, b)| ForwardSeq { tokens: &p.ids, start: 0, blocks: b, adapter: None })
+            .collect(),
     };
     let together = w.forward(&batch).expect("forward");
     for (i, want) in alone.iter().enumerate() {

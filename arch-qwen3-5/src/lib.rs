@@ -225,6 +225,13 @@ impl LayerBody for Qwen35Layer {
             Qwen35Layer::Delta(l) => l.weight_bytes(),
         }
     }
+
+    fn adaptable(&self, out: &mut Vec<tl_core::Adaptable>) {
+        match self {
+            Qwen35Layer::Attention(l) => l.adaptable(out),
+            Qwen35Layer::Delta(l) => l.adaptable(out),
+        }
+    }
 }
 
 /// A zero-centred norm's weight as the forward multiplies by it: `1 + w`, in f32; as

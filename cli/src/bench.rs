@@ -133,8 +133,11 @@ fn prefill(r: &mut ModelRunner, prompts: &[Vec<u32>], tables: &[Vec<u32>]) -> an
 fn decode(r: &mut ModelRunner, tables: &[Vec<u32>], start: usize, steps: usize, vocab: usize) -> anyhow::Result<()> {
     let ids: Vec<[u32; 1]> = (0..tables.len()).map(|s| [(s * 7919 % vocab) as u32]).collect();
     for k in 0..steps {
-        let seqs =
-            tables.iter().zip(&ids).map(|(t, id)| ForwardSeq { tokens: id, start: start + k, blocks: t }).collect();
+        let seqs = tables
+            .iter()
+            .zip(&ids)
+            .map(|(t, id)| ForwardSeq { tokens: id, start: start + k, blocks: t, adapter: None })
+            .collect();
         r.forward(&ForwardBatch { seqs })?;
     }
     Ok(())

@@ -116,6 +116,13 @@ pub trait Model: Send + Sync {
     /// Run one step. The runner has already checked the batch (tokens < vocab, positions
     /// within the context, block tables long enough, blocks in use).
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError>;
+    /// The projections a LoRA adapter may adapt ([`crate::adapter`]), under Hugging Face's
+    /// module names; the forward then applies a sequence's adapter
+    /// ([`crate::ForwardSeq::adapter`]) to those it names. The default: none (an adapter
+    /// is refused, naming the architecture).
+    fn adaptable(&self) -> Vec<crate::adapter::Adaptable> {
+        Vec::new()
+    }
     /// The model as an encoder, when its architecture is one
     /// ([`Architecture::is_encoder`]); its `forward` is then never called.
     fn encoder(&self) -> Option<&dyn Encoder> {

@@ -12,6 +12,10 @@ pub struct ForwardSeq<'a> {
     /// `blocks[(j / B) * G + k]`, slot `j % B`. A windowed group's entry no query of the
     /// step sees may be [`crate::NO_BLOCK`] (given back).
     pub blocks: &'a [u32],
+    /// The sequence's LoRA adapter and scale, or `None` for the base model's arithmetic
+    /// (docs/spec/numbers.md, "Adapters"). Rows with different adapters share a step; each
+    /// row's numbers are the same as alone.
+    pub adapter: Option<crate::adapter::Applied<'a>>,
 }
 
 /// The sequences of one step, in batch order.
@@ -24,7 +28,7 @@ pub struct ForwardBatch<'a> {
 impl<'a> ForwardBatch<'a> {
     /// A batch of one sequence.
     pub fn single(tokens: &'a [u32], start: usize, blocks: &'a [u32]) -> Self {
-        ForwardBatch { seqs: vec![ForwardSeq { tokens, start, blocks }] }
+        ForwardBatch { seqs: vec![ForwardSeq { tokens, start, blocks, adapter: None }] }
     }
 
     /// Tokens in the step (N).

@@ -346,6 +346,12 @@ impl Gguf {
         self.metadata.get(key)
     }
 
+    /// Set metadata `key` to `value` when the file has none (a GGUF adapter, which
+    /// carries no hyperparameters, read with its base model's).
+    pub fn set_default(&mut self, key: &str, value: GValue) {
+        self.metadata.entry(key.to_string()).or_insert(value);
+    }
+
     /// A `Format` error naming this file and the metadata key.
     pub fn meta_err(&self, key: &str, reason: &str) -> WeightError {
         WeightError::Format { path: self.path.clone(), reason: format!("metadata {key}: {reason}") }

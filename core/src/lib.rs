@@ -12,6 +12,8 @@
 //! registrations vanish. A binary or test that wants a plugin writes `use tl_kv as _;`.
 #![deny(missing_docs)]
 
+pub mod adapter;
+pub mod adapter_read;
 pub mod arch;
 pub mod batch;
 pub mod chat;
@@ -37,6 +39,7 @@ pub mod sequence;
 pub mod tokenizer;
 pub mod weights;
 
+pub use adapter::{Adaptable, Adapter, AdapterError, Applied, Lora, RawAdapter};
 pub use arch::{
     ArchRegistration, Architecture, BuildCtx, DraftHead, Encoder, ForwardCtx, ForwardOutput, Model, ModelError,
     ModelTypeRegistration, NestedRegistration, Recurrent,

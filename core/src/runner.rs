@@ -47,6 +47,9 @@ pub enum RunnerError {
     /// A draft head was asked of a model without one.
     #[error("{}: the checkpoint has no multi-token-prediction (MTP) head, or its architecture offers none", .0.display())]
     NoDraftHead(PathBuf),
+    /// A LoRA adapter refused (unreadable, or not for this model).
+    #[error(transparent)]
+    Adapter(#[from] crate::adapter::AdapterError),
     /// Anything else (thread pool creation, a poisoned lock).
     #[error("{0}")]
     Other(String),
@@ -265,6 +268,14 @@ impl ModelRunner {
             layout,
             state_bytes: state.map_or(0, |(g, n)| g.slot_bytes().unwrap_or(0).saturating_mul(n as usize)),
         })
+    }
+
+    /// Read the LoRA adapter at `path` (a PEFT directory or a GGUF adapter file) and bind
+    /// it to this model under `name`: every module it adapts must be one the model
+    /// offers ([`Model::adaptable`]), with matching shapes; else refused, naming the tensor.
+    pub fn load_adapter(&self, name: &str, path: &Path) -> Result<crate::adapter::Adapter, RunnerError> {
+        let raw = crate::adapter_read::read(path, &self.config)?;
+        Ok(crate::adapter::Adapter::bind(name, raw, &self.model.adaptable())?)
     }
 
     /// Run one step; one row of logits per sequence (its last token).

@@ -291,8 +291,8 @@ fn the_runner_refuses_bad_batches_before_the_pool_changes() {
     let b2 = [blocks[0]];
     let batch = ForwardBatch {
         seqs: vec![
-            tl_core::ForwardSeq { tokens: &[1], start: 0, blocks: &b2 },
-            tl_core::ForwardSeq { tokens: &[2], start: 1, blocks: &b2 },
+            tl_core::ForwardSeq { tokens: &[1], start: 0, blocks: &b2, adapter: None },
+            tl_core::ForwardSeq { tokens: &[2], start: 1, blocks: &b2, adapter: None },
         ],
     };
     assert!(runner.forward(&batch).is_err());

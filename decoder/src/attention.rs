@@ -88,6 +88,8 @@ pub struct Step<'a> {
     pub spares: &'a [&'a [u32]],
     /// A draft head's given rows ([`tl_core::ForwardCtx::given`]), `(N, d)` or empty.
     pub given: &'a [f32],
+    /// The step's rows grouped by LoRA adapter (empty: no row has one).
+    pub lora: &'a crate::lora::LoraRows<'a>,
 }
 
 /// Keys `lo .. n` of `d` values, scores scaled by `scale`: one task's span, for the tests.

@@ -13,6 +13,7 @@ use crate::attention::{attention_sinks, Attn};
 use crate::cx::{Cx, LayerBody};
 use crate::kv_write::write_kv;
 use crate::loader::Loader;
+use crate::lora::{self, Target, Targets};
 use crate::mlp::{add_bias, Mlp};
 use crate::moe::Moe;
 use crate::proj::{f32_bytes, grow, linear, Proj};
@@ -96,6 +97,9 @@ pub struct AttnBlock {
     pub sinks: Vec<f32>,
     /// `[H*D, d]` the output gate's rows of `q_proj`, when the family has one.
     pub gate: Option<Linear>,
+    /// The projections a LoRA adapter may adapt: q (not a gated one: its rows interleave
+    /// query and gate), k, v; o.
+    pub lora: Targets,
 }
 
 impl AttnBlock {
@@ -141,7 +145,13 @@ impl AttnBlock {
         let o_bias = if spec.o_bias { Some(w.vector(&format!("{p}.o_proj.bias"), d)?) } else { None };
         let sinks = if spec.sinks { w.vector(&format!("{p}.sinks"), a.heads)? } else { Vec::new() };
         let o = proj("o_proj", d, qw)?;
-        Ok(AttnBlock { qkv, qkv_bias, qk_norm, attn: a, rope: spec.rope, o, o_bias, sinks, gate })
+        let t = |name: &str, inp, out, col| Target::new(format!("{p}.{name}"), inp, out, col);
+        let mut inp = vec![t("k_proj", d, kvw, qw), t("v_proj", d, kvw, qw + kvw)];
+        if !spec.out_gate {
+            inp.insert(0, t("q_proj", d, qw, 0));
+        }
+        let lora = Targets { inp, out: Some(t("o_proj", qw, d, 0)) };
+        Ok(AttnBlock { qkv, qkv_bias, qk_norm, attn: a, rope: spec.rope, o, o_bias, sinks, gate, lora })
     }
 
     /// `proj` `(N, d)` from `h` `(N, d)`, for layer `layer`.
@@ -154,6 +164,11 @@ impl AttnBlock {
         self.qkv.forward(&b.h[..n * dm], n, qkv, &mut b.tmp, "qkv_proj")?;
         if let Some(bias) = &self.qkv_bias {
             add_bias(qkv, bias);
+        }
+        if !step.lora.is_empty() {
+            for t in &self.lora.inp {
+                lora::apply(step.lora, t, &b.h[..n * dm], qkv, qkv_w, &mut b.lora)?;
+            }
         }
         match &self.qk_norm {
             QkNorm::None => {}
@@ -173,6 +188,9 @@ impl AttnBlock {
         linear(&self.o, att, n, proj, "o_proj")?;
         if let Some(bias) = &self.o_bias {
             add_bias(proj, bias);
+        }
+        if let (false, Some(t)) = (step.lora.is_empty(), &self.lora.out) {
+            lora::apply(step.lora, t, att, proj, dm, &mut b.lora)?;
         }
         Ok(())
     }
@@ -217,6 +235,14 @@ impl Ffn {
             Ffn::Moe(m) => m.weight_bytes(),
         }
     }
+
+    /// The projections a LoRA adapter may adapt: a dense MLP's gate, up and down (a
+    /// mixture's experts and router take none).
+    pub fn adaptable(&self, out: &mut Vec<tl_core::Adaptable>) {
+        if let Ffn::Dense(m) = self {
+            m.lora.adaptable(out);
+        }
+    }
 }
 
 /// The pre-norm layer (Llama, Qwen2, Qwen3, Mistral and the mixtures of experts):
@@ -258,5 +284,10 @@ impl LayerBody for PreNorm {
 
     fn weight_bytes(&self) -> usize {
         f32_bytes(&self.input_norm) + self.attn.weight_bytes() + f32_bytes(&self.post_norm) + self.ffn.weight_bytes()
+    }
+
+    fn adaptable(&self, out: &mut Vec<tl_core::Adaptable>) {
+        self.attn.lora.adaptable(out);
+        self.ffn.adaptable(out);
     }
 }

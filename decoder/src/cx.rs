@@ -6,6 +6,7 @@ use tl_core::{KvSlabs, ModelError};
 
 use crate::attention::Step;
 use crate::lanes::Path;
+use crate::lora::LoraBuffers;
 use crate::proj::grow;
 use crate::rope::RopeTables;
 use crate::rowops::{add, rms_norm};
@@ -42,6 +43,8 @@ pub struct Buffers {
     pub aux: Vec<f32>,
     /// A family's block scratch (Gemma 4's padded q/k/v rows).
     pub aux2: Vec<f32>,
+    /// The LoRA products' scratch.
+    pub lora: LoraBuffers,
 }
 
 /// What a layer body is handed for one step: the step, the KV slabs and the buffers.
@@ -98,6 +101,12 @@ pub trait LayerBody: Send + Sync {
     fn forward(&self, layer: u32, cx: &mut Cx<'_, '_>) -> Result<(), ModelError>;
     /// Bytes its weights hold, for `Model::weight_bytes`.
     fn weight_bytes(&self) -> usize;
+    /// Push the projections a LoRA adapter may adapt in this layer
+    /// ([`tl_core::Model::adaptable`]); their blocks apply an adapter that names them.
+    /// The default: none (an adapter naming any of its modules is refused).
+    fn adaptable(&self, out: &mut Vec<tl_core::Adaptable>) {
+        let _ = out;
+    }
 }
 
 /// The mixture-of-experts block's scratch, kept between steps.

@@ -467,4 +467,9 @@ impl LayerBody for DeltaLayer {
     fn weight_bytes(&self) -> usize {
         f32_bytes(&self.input_norm) + self.delta.weight_bytes() + f32_bytes(&self.post_norm) + self.ffn.weight_bytes()
     }
+
+    /// The feed-forward's projections; the DeltaNet's take no adapter.
+    fn adaptable(&self, out: &mut Vec<tl_core::Adaptable>) {
+        self.ffn.adaptable(out);
+    }
 }

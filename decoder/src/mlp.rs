@@ -7,6 +7,7 @@ use tl_quant::Linear;
 
 use crate::cx::Cx;
 use crate::loader::Loader;
+use crate::lora::{self, LoraBuffers, LoraRows, Target, Targets};
 use crate::proj::{f32_bytes, grow, linear, Proj};
 use crate::rowops::{clamped_swiglu, gelu_tanh_gated, swiglu};
 use crate::Path;
@@ -65,6 +66,10 @@ pub struct Mlp {
     pub gate_up_bias: Option<Vec<f32>>,
     /// `(d,)` the down projection's bias, when present.
     pub down_bias: Option<Vec<f32>>,
+    /// The projections a LoRA adapter may adapt (gate, up; down), applied by
+    /// [`Mlp::forward`] (a dense MLP's step rows), never by [`Mlp::run`] on an expert's
+    /// gathered rows.
+    pub lora: Targets,
 }
 
 /// The scratch an [`Mlp`] runs in.
@@ -82,7 +87,12 @@ impl Mlp {
     pub fn load(w: &Loader<'_>, p: &str, names: MlpNames, d: usize, inter: usize, act: Act) -> Result<Mlp, ModelError> {
         let proj = |name: &str, out, inp| w.proj(&format!("{p}.{name}"), out, inp);
         let gate_up = Proj::new(vec![proj(names.gate, inter, d)?, proj(names.up, inter, d)?]);
-        Ok(Mlp { gate_up, down: proj(names.down, d, inter)?, act, gate_up_bias: None, down_bias: None })
+        let t = |name: &str, inp, out, col| Target::new(format!("{p}.{name}"), inp, out, col);
+        let lora = Targets {
+            inp: vec![t(names.gate, d, inter, 0), t(names.up, d, inter, inter)],
+            out: Some(t(names.down, inter, d, 0)),
+        };
+        Ok(Mlp { gate_up, down: proj(names.down, d, inter)?, act, gate_up_bias: None, down_bias: None, lora })
     }
 
     /// Width I.
@@ -92,11 +102,29 @@ impl Mlp {
 
     /// `y` `(rows, d)` from `x` `(rows, d)`.
     pub fn run(&self, path: Path, x: &[f32], rows: usize, y: &mut [f32], s: MlpScratch<'_>) -> Result<(), ModelError> {
+        self.run_adapted(path, x, rows, y, s, None)
+    }
+
+    /// [`Mlp::run`] over a step's rows in batch order, with their LoRA adapters applied.
+    fn run_adapted(
+        &self,
+        path: Path,
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        s: MlpScratch<'_>,
+        mut lora: Option<(&LoraRows<'_>, &mut LoraBuffers)>,
+    ) -> Result<(), ModelError> {
         let inter = self.inter();
         let gu = grow(s.gu, rows * 2 * inter); // (rows, 2I) gate | up
         self.gate_up.forward(x, rows, gu, s.tmp, "gate_up_proj")?;
         if let Some(b) = &self.gate_up_bias {
             add_bias(gu, b);
+        }
+        if let Some((lr, buf)) = &mut lora {
+            for t in &self.lora.inp {
+                lora::apply(lr, t, x, gu, 2 * inter, buf)?;
+            }
         }
         let act = grow(s.act, rows * inter); // (rows, I)
         match self.act {
@@ -108,6 +136,9 @@ impl Mlp {
         if let Some(b) = &self.down_bias {
             add_bias(y, b);
         }
+        if let (Some((lr, buf)), Some(t)) = (lora, &self.lora.out) {
+            lora::apply(lr, t, act, y, t.out, buf)?;
+        }
         Ok(())
     }
 
@@ -117,7 +148,8 @@ impl Mlp {
         let b = &mut *cx.b;
         let proj = grow(&mut b.proj, n * dm); // (N, d)
         let s = MlpScratch { gu: &mut b.gu, act: &mut b.act, tmp: &mut b.tmp };
-        self.run(path, &b.h[..n * dm], n, proj, s)
+        let lora = (!cx.step.lora.is_empty()).then_some((cx.step.lora, &mut b.lora));
+        self.run_adapted(path, &b.h[..n * dm], n, proj, s, lora)
     }
 
     /// Bytes its weights hold.

@@ -27,6 +27,7 @@ use crate::cx::{Buffers, Cx, LayerBody};
 use crate::head::{embed, LmHead};
 use crate::lanes::Path;
 use crate::loader::Loader;
+use crate::lora::LoraRows;
 use crate::plan::{Plan, StepShape};
 use crate::proj::{f32_bytes, grow};
 use crate::rope::{Rope, RopeTables};
@@ -128,6 +129,12 @@ impl<L: LayerBody> Model for Stack<L> {
         self.p.hidden
     }
 
+    fn adaptable(&self) -> Vec<tl_core::Adaptable> {
+        let mut out = Vec::new();
+        self.p.layers.iter().for_each(|l| l.adaptable(&mut out));
+        out
+    }
+
     fn weight_bytes(&self) -> Option<usize> {
         let layers: usize = self.p.layers.iter().map(LayerBody::weight_bytes).sum();
         let rope: usize = self.p.ropes.iter().map(|r| f32_bytes(&r.inv_freq)).sum();
@@ -138,7 +145,8 @@ impl<L: LayerBody> Model for Stack<L> {
     fn forward(&self, batch: &ForwardBatch, ctx: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
         let p = &self.p;
         let plan = Plan::new(batch, p.shape, &*ctx.kv, ctx.layout)?; // checked before any slab is written
-        let step = Step { path: Path::best(), batch, plan: &plan, spares: ctx.spares, given: ctx.given };
+        let lora = LoraRows::new(batch);
+        let step = Step { path: Path::best(), batch, plan: &plan, spares: ctx.spares, given: ctx.given, lora: &lora };
         let (n, dm) = (plan.n_tokens(), p.hidden);
 
         // A panic elsewhere while holding the lock leaves only stale numbers, which every

@@ -31,6 +31,7 @@ fn expert(e: usize, zero_down: bool) -> Mlp {
         act: Act::SwiGlu,
         gate_up_bias: None,
         down_bias: None,
+        lora: Default::default(),
     }
 }
 

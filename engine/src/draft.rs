@@ -101,7 +101,7 @@ pub(crate) fn draft_with_model(drafter: &mut ModelRunner, jobs: &mut [DraftJob<'
                 } else {
                     (&drafts[a][j - 1..j], job.tokens.len() + j - 1)
                 };
-                Ok(ForwardSeq { tokens, start, blocks: &kv.blocks })
+                Ok(ForwardSeq { tokens, start, blocks: &kv.blocks, adapter: None })
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
         let logits = drafter.forward(&ForwardBatch { seqs }).map_err(kv_err)?;

@@ -115,7 +115,7 @@ pub(crate) fn draft_with_head(head: &mut ModelRunner, jobs: &mut [MtpJob<'_>]) -
                     (&drafts[a][j - 1..j], n - 2 + j)
                 };
                 ends.push(given.len() / d - 1);
-                Ok(ForwardSeq { tokens, start, blocks: &st.kv.blocks })
+                Ok(ForwardSeq { tokens, start, blocks: &st.kv.blocks, adapter: None })
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
         let out = head.forward_given(&ForwardBatch { seqs }, &given).map_err(kv_err)?;

@@ -62,7 +62,7 @@ impl Scheduler {
                         Some(d) => &d.feed[..],
                         None => &s.tokens[s.computed..s.computed + s.take],
                     };
-                    ForwardSeq { tokens, start: s.computed, blocks: &s.blocks }
+                    ForwardSeq { tokens, start: s.computed, blocks: &s.blocks, adapter: None }
                 })
                 .collect(),
         };

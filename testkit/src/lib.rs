@@ -278,7 +278,11 @@ pub fn check_chunks_and_batch(r: &mut ModelRunner, refs: &[RefPrompt], want: &[V
     }
     let tables: Vec<Vec<u32>> = refs.iter().map(|p| alloc(r, p.ids.len())).collect();
     let batch = ForwardBatch {
-        seqs: refs.iter().zip(&tables).map(|(p, b)| ForwardSeq { tokens: &p.ids, start: 0, blocks: b }).collect(),
+        seqs: refs
+            .iter()
+            .zip(&tables)
+            .map(|(p, b)| ForwardSeq { tokens: &p.ids, start: 0, blocks: b, adapter: None })
+            .collect(),
     };
     let together = r.forward(&batch).expect("forward");
     for (i, want) in want.iter().enumerate() {
@@ -298,8 +302,9 @@ pub fn decode_together(r: &mut ModelRunner, prompts: &[&[u32]], steps: usize) ->
     let mut out = Vec::new();
     for _ in 0..=steps {
         let seqs = next.iter().zip(&start).zip(&tables);
-        let batch =
-            ForwardBatch { seqs: seqs.map(|((t, &s), b)| ForwardSeq { tokens: t, start: s, blocks: b }).collect() };
+        let batch = ForwardBatch {
+            seqs: seqs.map(|((t, &s), b)| ForwardSeq { tokens: t, start: s, blocks: b, adapter: None }).collect(),
+        };
         let logits = r.forward(&batch).expect("forward");
         let rows: Vec<Vec<f32>> = (0..prompts.len()).map(|i| logits.row(i).to_vec()).collect();
         for (i, row) in rows.iter().enumerate() {
