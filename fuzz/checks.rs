@@ -281,3 +281,52 @@ pub fn model_ref(data: &[u8]) {
         Err(e) => assert!(!e.to_string().contains('\n') || files.iter().any(|f| f.contains('\n')), "{e}"),
     }
 }
+
+/// The tiny Llama a LoRA input is read for (arch-llama's tiny-llama: 2 layers, d 64, 4
+/// heads of 16, 2 KV heads, MLP 128).
+const LORA_BASE: &str = r#"{"tl_arch": "llama", "tl_tokenizer": "byte", "architectures": ["LlamaForCausalLM"],
+  "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 320,
+  "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": true}"#;
+
+/// A LoRA adapter from a stranger: the first byte picks a GGUF adapter (even) or a PEFT
+/// directory (odd: `adapter_config.json \0 adapter_model.safetensors`), read for
+/// [`LORA_BASE`] and bound to its projections. An accepted adapter adapts only those
+/// projections, each with `A` `[r, in]` and `B` `[out, r]` of its shape and a finite scale.
+pub fn lora_adapter(dir: &Path, data: &[u8]) {
+    let base = tl_core::ModelConfig::from_json(LORA_BASE).expect("the base config parses");
+    let mut targets = Vec::new();
+    for l in 0..2 {
+        for (m, inp, out) in [
+            ("self_attn.q_proj", 64, 64),
+            ("self_attn.k_proj", 64, 32),
+            ("self_attn.v_proj", 64, 32),
+            ("self_attn.o_proj", 64, 64),
+            ("mlp.gate_proj", 64, 128),
+            ("mlp.up_proj", 64, 128),
+            ("mlp.down_proj", 128, 64),
+        ] {
+            targets.push(tl_core::Adaptable { module: format!("model.layers.{l}.{m}"), inp, out });
+        }
+    }
+    let Some((first, rest)) = data.split_first() else { return };
+    let path = if first & 1 == 0 {
+        let p = dir.join("adapter.gguf");
+        std::fs::write(&p, rest).expect("write");
+        p
+    } else {
+        let p = dir.join("peft");
+        std::fs::create_dir_all(&p).expect("mkdir");
+        let cut = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        std::fs::write(p.join("adapter_config.json"), &rest[..cut]).expect("write");
+        std::fs::write(p.join("adapter_model.safetensors"), rest.get(cut + 1..).unwrap_or_default()).expect("write");
+        p
+    };
+    let Ok(raw) = tl_core::adapter_read::read(&path, &base) else { return };
+    let Ok(a) = tl_core::Adapter::bind("fuzz", raw, &targets) else { return };
+    for (m, l) in a.modules() {
+        let t = targets.iter().find(|t| t.module == m).expect("an adapted module is one of the base's");
+        assert_eq!((l.a.inp(), l.b.out(), l.b.inp()), (t.inp, t.out, l.rank()), "{m}");
+        assert!(l.scale.is_finite(), "{m}: scale {}", l.scale);
+    }
+}

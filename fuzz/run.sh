@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors config gguf kv_import chat_template request embed_request json_schema st_modules)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors config gguf kv_import chat_template request embed_request json_schema st_modules lora_adapter)
 mkdir -p fuzz/logs
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
 # One target at a time: `cargo fuzz build` with no name builds all nine binaries (each

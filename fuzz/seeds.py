@@ -313,3 +313,9 @@ put("model_ref", "file", "hf.co/org/repo@v1/sub/model.gguf\nsub/model.gguf\nconf
 put("model_ref", "dir", "hf:org/st\nconfig.json\nmodel-00001-of-00002.safetensors\nmodel-00002-of-00002.safetensors\nmodel.safetensors.index.json\ntokenizer.json\nonnx/model.onnx")
 put("model_ref", "split", "hf:org/split:q4_k_m\nm-Q4_K_M-00001-of-00002.gguf\nm-Q4_K_M-00002-of-00002.gguf")
 put("model_ref", "catalog", "qwen2.5-coder:1.5b")
+
+# lora_adapter: byte 0 even = a GGUF adapter, odd = adapter_config.json \0 safetensors.
+LORA = "families/tests/fixtures/lora"
+put("lora_adapter", "gguf-llama-all", b"\0" + read(f"{LORA}/llama-all/adapter.gguf"))
+put("lora_adapter", "peft-llama-rs", b"\1" + read(f"{LORA}/llama-rs/adapter_config.json") + b"\0" +
+    read(f"{LORA}/llama-rs/adapter_model.safetensors"))

@@ -200,10 +200,14 @@ impl Adapter {
                     return Err(tensor_err(&path, tensor, format!("value {i} is {}", v[i])));
                 }
             }
-            if !(l.alpha.is_finite()) {
-                return Err(tensor_err(&path, &l.a_name, format!("alpha {} is not finite", l.alpha)));
-            }
             let scale = if l.rslora { l.alpha / (r as f64).sqrt() } else { l.alpha / r as f64 } as f32;
+            if !scale.is_finite() {
+                return Err(tensor_err(
+                    &path,
+                    &l.a_name,
+                    format!("alpha {} over rank {r} is not a finite f32 scale", l.alpha),
+                ));
+            }
             let linear = |w: &[f32], out, inp, tensor: &str| {
                 Linear::from_f32(w, out, inp).map_err(|e| tensor_err(&path, tensor, e.to_string()))
             };
