@@ -243,7 +243,8 @@ pub(crate) fn row_to_write<'a>(blocks: &'a [u32], k: usize, layout: &KvLayout) -
     (0..n).all(|j| row[j] != NO_BLOCK || Some(j) == state).then_some(row)
 }
 
-/// Extend a prefix hit of `h` rows with the rows the disk has of `chain[h..]`, in order,
+/// Extend a prefix hit of `h` rows with the rows the disk has of `chain[h..]` (whose first
+/// block's parent is `root`: the adapter's key), in order,
 /// stopping at the first row it lacks, refuses or the pool cannot hold. A file holds one
 /// block-table row (every group's page; a hybrid's state slot or a hole). The imported
 /// rows come registered with ref 1, like the hits `prefix::hits` gives, and indexed in
@@ -253,7 +254,7 @@ pub(crate) fn disk_hits(
     disk: &mut DiskCache,
     partial: &mut PartialIndex,
     g: &mut dyn KvBackend,
-    (chain, tokens, b): (&[u64], &[u32], usize),
+    (chain, root, tokens, b): (&[u64], Option<u64>, &[u32], usize),
     layout: &KvLayout,
     (hits, h): (&mut Vec<u32>, &mut usize),
 ) -> Result<(), EngineError> {
@@ -276,7 +277,7 @@ pub(crate) fn disk_hits(
         }
         match g.import(&env) {
             Ok(ids) if ids.len() == n => {
-                let parent = h.checked_sub(1).map(|p| chain[p]);
+                let parent = h.checked_sub(1).map(|p| chain[p]).or(root);
                 partial.record(ids[0], parent, hash, &tokens[*h * b..(*h + 1) * b]);
                 hits.extend(ids);
                 disk.counts.read += 1;

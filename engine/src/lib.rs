@@ -57,7 +57,7 @@ pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
 pub use info::{EngineInfo, EngineOptions};
 pub use lease::{LeaseCounts, LeaseInfo};
 pub use pd::{PdError, Preload};
-pub use request::{Event, FinishReason, Request, Timings, TokenInfo, Usage};
+pub use request::{AdapterChoice, Event, FinishReason, Request, Timings, TokenInfo, Usage};
 pub use speculate::{ngram_draft, Adapt, Speculation, COOL_MAX, COOL_START, MAX_DRAFT, NGRAM_MAX, SPEC_STEP_ROWS};
 pub use stats::{Observer, Stats, StepFigures};
 pub use text::top_logprobs;
@@ -290,7 +290,14 @@ impl Engine {
     /// Decode side, step 1: hold the leading full blocks of `prompt`'s first `len - 1`
     /// positions that this pool has in its prefix cache (none with the cache off).
     pub fn hold_prefix(&self, prompt: &[u32]) -> Result<Preload, PdError> {
-        self.pd.hold_prefix(prompt)
+        self.pd.hold_prefix(prompt, None)
+    }
+
+    /// [`Engine::hold_prefix`] for a request under `adapter`: its blocks are keyed by
+    /// the adapter, so only blocks computed under the same adapter and scale are found
+    /// or imported.
+    pub fn hold_prefix_for(&self, prompt: &[u32], adapter: Option<&AdapterChoice>) -> Result<Preload, PdError> {
+        self.pd.hold_prefix(prompt, request::chain_root(adapter))
     }
 
     /// Decode side, step 2: import an envelope holding prompt blocks
@@ -306,6 +313,10 @@ impl Engine {
     /// every prompt position but the last (checked). With n > 1 choices, use the prefix
     /// cache path instead (each choice needs its own last block).
     pub fn submit_preloaded(&self, req: Request, mut p: Preload) -> Result<UnboundedReceiver<Event>, EngineError> {
+        if p.root() != request::chain_root(req.adapter.as_ref()) {
+            let reason = "the blocks were held for another adapter (hold_prefix_for)".to_string();
+            return Err(EngineError::BadRequest { field: "adapter", reason });
+        }
         let (blocks, computed, local) = p.hand_over(req.prompt.len())?;
         let mut cell = Some(blocks);
         let r = self.submit_with(vec![req], |s| {

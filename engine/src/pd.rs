@@ -95,12 +95,19 @@ pub struct Preload {
     groups: usize,
     /// The state column of a hybrid model's rows.
     state: Option<usize>,
+    /// The root of the prompt's block-hash chain (its adapter's key, `None` for the base).
+    root: Option<u64>,
 }
 
 impl Preload {
     /// Blocks held (local hits and imported).
     pub fn n_blocks(&self) -> usize {
         self.blocks.len()
+    }
+
+    /// The root of the prompt's block-hash chain (its adapter's key).
+    pub(crate) fn root(&self) -> Option<u64> {
+        self.root
     }
 
     /// Leading blocks that came from this pool's own prefix cache.
@@ -130,11 +137,11 @@ impl Drop for Preload {
     }
 }
 
-/// The chained hashes of every full block of `tokens`.
-fn chain(tokens: &[u32], b: usize) -> Vec<u64> {
+/// The chained hashes of every full block of `tokens`, the first's parent `root`.
+fn chain(root: Option<u64>, tokens: &[u32], b: usize) -> Vec<u64> {
     let mut out: Vec<u64> = Vec::with_capacity(tokens.len() / b);
     for blk in tokens.chunks_exact(b) {
-        out.push(tl_core::block_hash(out.last().copied(), blk));
+        out.push(tl_core::block_hash(out.last().copied().or(root), blk));
     }
     out
 }
@@ -205,7 +212,7 @@ impl Pd {
 
     /// Decode side, step 1: hold the leading full blocks of `prompt`'s first `len - 1`
     /// positions that this pool has in its prefix cache (none with the cache off).
-    pub(crate) fn hold_prefix(&self, prompt: &[u32]) -> Result<Preload, PdError> {
+    pub(crate) fn hold_prefix(&self, prompt: &[u32], root: Option<u64>) -> Result<Preload, PdError> {
         let b = self.block_tokens.max(1);
         let mut p = Preload {
             pool: self.pool.clone(),
@@ -216,9 +223,10 @@ impl Pd {
             groups: self.groups.max(1),
             // The state column is a row's last entry (kv.md).
             state: self.recurrent.then(|| self.groups.max(1) - 1),
+            root,
         };
         let usable = prompt.len().saturating_sub(1);
-        let hashes = chain(&prompt[..usable], b);
+        let hashes = chain(root, &prompt[..usable], b);
         let mut g = self.pool.lock().map_err(|_| poisoned())?;
         // Whole blocks only: every group's page (a windowed page given back or evicted
         // ends the local part; the import brings the rest).
@@ -255,7 +263,7 @@ impl Pd {
         if n < want {
             return Err(PdError::Mismatch { reason: format!("the envelope holds {n} blocks, {want} are needed") });
         }
-        let hashes = chain(prompt, b);
+        let hashes = chain(p.root, prompt, b);
         let usable = prompt.len() - 1;
         for (j, &e) in entries.iter().take(want).enumerate() {
             // Entry j is table entry `first + j`: group `% G` of block `/ G`.

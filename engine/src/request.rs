@@ -1,8 +1,9 @@
 //! What goes into the engine (a [`Request`]) and what comes out of it ([`Event`]s).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tl_core::SamplingParams;
+use tl_core::{Adapter, Applied, SamplingParams};
 
 use crate::error::EngineError;
 use crate::grammar::Grammar;
@@ -35,6 +36,44 @@ pub struct Request {
     /// Speculative decoding for this request; `None` takes the engine's setting
     /// (`EngineOptions::speculate`). Never changes the output, only its speed.
     pub speculate: Option<Speculation>,
+    /// The LoRA adapter the sequence runs under, or `None` for the base model. Its
+    /// prefix-cache, disk-cache and P/D blocks are keyed by it ([`AdapterChoice::key`]).
+    pub adapter: Option<AdapterChoice>,
+}
+
+/// A request's LoRA adapter (docs/spec/numbers.md, "Adapters"): one loaded by the
+/// runner ([`tl_core::ModelRunner::load_adapter`]), shared by every request using it,
+/// and the request's scale on it (1 unless asked: llama.cpp's `lora: [{id, scale}]`).
+#[derive(Clone, Debug)]
+pub struct AdapterChoice {
+    /// The adapter.
+    pub adapter: Arc<Adapter>,
+    /// Multiplies its `alpha / r`.
+    pub scale: f32,
+}
+
+impl AdapterChoice {
+    /// The adapter at scale 1.
+    pub fn new(adapter: Arc<Adapter>) -> AdapterChoice {
+        AdapterChoice { adapter, scale: 1.0 }
+    }
+
+    /// What a step's sequence carries.
+    pub fn applied(&self) -> Applied<'_> {
+        Applied { adapter: &self.adapter, scale: self.scale }
+    }
+
+    /// The root of the sequence's block-hash chain: the adapter's digest and the scale,
+    /// so a block computed under one adapter (or scale) is never found for another.
+    pub fn key(&self) -> u64 {
+        self.applied().key()
+    }
+}
+
+/// The first parent of a prompt's block-hash chain: `None` for the base model, the
+/// adapter's key otherwise.
+pub(crate) fn chain_root(adapter: Option<&AdapterChoice>) -> Option<u64> {
+    adapter.map(AdapterChoice::key)
 }
 
 /// Why a sequence ended (OpenAI's `finish_reason`).

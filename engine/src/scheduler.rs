@@ -311,7 +311,7 @@ impl Scheduler {
                 (hits, h) = prefix::hits(g.as_mut(), &s.chain[..max_hit], &self.lim.layout, b).map_err(kv_err)?;
                 // Then on disk, from where the pool's blocks end (disk_cache.rs).
                 if let Some(disk) = self.disk.as_mut().filter(|_| h < max_hit) {
-                    let chain = (&s.chain[..max_hit], &s.tokens[..], b);
+                    let chain = (&s.chain[..max_hit], s.parent(0), &s.tokens[..], b);
                     disk_hits(disk, &mut self.partial, g.as_mut(), chain, &self.lim.layout, (&mut hits, &mut h))?;
                 }
             }
@@ -320,7 +320,7 @@ impl Scheduler {
             let mut partial: Option<(Vec<u32>, usize)> = None;
             if lookup && self.lim.partial {
                 let room = (len - 1 - h * b).min(b);
-                let parent = h.checked_sub(1).map(|k| s.chain[k]);
+                let parent = s.parent(h);
                 for (hash, n) in self.partial.candidates(parent, &s.tokens[h * b..h * b + room]) {
                     // Every group's page of that block, or none of them.
                     let srcs: Vec<Option<u32>> =

@@ -91,6 +91,7 @@ impl Seq {
             grammar: None,
             logit_bias: Vec::new(),
             speculate: Some(Speculation::Off),
+            adapter: None,
         };
         let mut s = Seq::new(order, req, Speculation::Off, None, tokio::sync::mpsc::unbounded_channel().0);
         s.out = Emission::new(&s.req, None, Sink::Embedding(tx));
@@ -111,11 +112,17 @@ impl Seq {
         self.tokens.len() - self.n_prompt
     }
 
+    /// The parent hash of full block `k` (`chain` must reach `k - 1`): the block before's,
+    /// or for the first the chain's root (the adapter's key; `None` for the base).
+    pub(crate) fn parent(&self, k: usize) -> Option<u64> {
+        k.checked_sub(1).map(|p| self.chain[p]).or_else(|| crate::request::chain_root(self.req.adapter.as_ref()))
+    }
+
     /// Extend `chain` to the first `n` full blocks.
     pub(crate) fn chain_upto(&mut self, n: usize, b: usize) {
         while self.chain.len() < n {
             let k = self.chain.len();
-            let parent = self.chain.last().copied();
+            let parent = self.parent(k);
             self.chain.push(tl_core::block_hash(parent, &self.tokens[k * b..(k + 1) * b]));
         }
     }

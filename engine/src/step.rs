@@ -62,7 +62,12 @@ impl Scheduler {
                         Some(d) => &d.feed[..],
                         None => &s.tokens[s.computed..s.computed + s.take],
                     };
-                    ForwardSeq { tokens, start: s.computed, blocks: &s.blocks, adapter: None }
+                    ForwardSeq {
+                        tokens,
+                        start: s.computed,
+                        blocks: &s.blocks,
+                        adapter: s.req.adapter.as_ref().map(|a| a.applied()),
+                    }
                 })
                 .collect(),
         };
@@ -188,7 +193,7 @@ impl Scheduler {
                 disk.write(s.chain[k], &env);
             }
             // Indexed below block granularity too (prefix.rs), by group 0's page.
-            let parent = k.checked_sub(1).map(|p| s.chain[p]);
+            let parent = s.parent(k);
             if s.blocks[k * n] != NO_BLOCK {
                 self.partial.record(s.blocks[k * n], parent, s.chain[k], &s.tokens[k * b..(k + 1) * b]);
             }

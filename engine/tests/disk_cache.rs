@@ -50,6 +50,7 @@ fn req(prompt: &[u32]) -> Request {
         grammar: None,
         logit_bias: vec![],
         speculate: None,
+        adapter: None,
     }
 }
 

@@ -63,6 +63,7 @@ fn generation(seed: u64, max_tokens: usize) -> Request {
         grammar: None,
         logit_bias: vec![(257, -100.0)],
         speculate: None,
+        adapter: None,
     }
 }
 

@@ -84,6 +84,7 @@ fn req(prompt: Vec<u32>, seed: u64, max_tokens: usize, temperature: f64) -> Requ
         grammar: None,
         logit_bias: vec![],
         speculate: None,
+        adapter: None,
     }
 }
 

@@ -47,6 +47,7 @@ fn req(prompt: &[u32], max_tokens: usize) -> Request {
         grammar: None,
         logit_bias: vec![],
         speculate: None,
+        adapter: None,
     }
 }
 

@@ -106,6 +106,7 @@ fn req(prompt: &[u8], seed: u64, max_tokens: usize, temperature: f64) -> Request
         grammar: None,
         logit_bias: vec![],
         speculate: None,
+        adapter: None,
     }
 }
 

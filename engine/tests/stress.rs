@@ -151,6 +151,7 @@ fn requests(rng: &mut Rng, n: usize) -> Vec<Request> {
                 grammar: None,
                 logit_bias: vec![],
                 speculate: None,
+                adapter: None,
             }
         })
         .collect()

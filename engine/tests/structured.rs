@@ -53,6 +53,7 @@ fn req(prompt: Vec<u32>, seed: u64, temperature: f64, max_tokens: usize, grammar
         grammar,
         logit_bias: vec![],
         speculate: None,
+        adapter: None,
     }
 }
 

@@ -62,6 +62,12 @@ fn gguf_inputs() {
 }
 
 #[test]
+fn lora_adapter_inputs() {
+    let d = tempfile::tempdir().expect("tempdir");
+    each("lora_adapter", |data| checks::lora_adapter(d.path(), data));
+}
+
+#[test]
 fn kv_import_inputs() {
     each("kv_import", checks::kv_import);
 }

@@ -72,5 +72,6 @@ pub fn sampled(prompt: Vec<u32>, seed: u64, max_tokens: usize) -> tl_engine::Req
         grammar: None,
         logit_bias: vec![],
         speculate: None,
+        adapter: None,
     }
 }

@@ -213,6 +213,7 @@ fn replay(cli: &VerifyArgs, model: PathBuf, engine: tl_core::EngineConfig, file:
         limits: crate::Limits::default(),
         scale: crate::replica::ScaleOptions::default(),
         speculate: None,
+        adapter: None,
         draft_model: None,
         spec_step_rows: 0,
         reasoning_format: Default::default(),

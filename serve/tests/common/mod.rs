@@ -36,6 +36,7 @@ pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize
         limits: tl_serve::Limits::default(),
         scale: tl_serve::replica::ScaleOptions::default(),
         speculate: None,
+        adapter: None,
         draft_model: None,
         spec_step_rows: 0,
         reasoning_format: Default::default(),

@@ -1,0 +1,152 @@
+//! Requests with LoRA adapters through the engine (docs/spec/numbers.md, "Adapters"):
+//! requests under different adapters (and none) run in the same steps and each answer is
+//! the bits it has alone; the prefix cache never serves a block computed under one
+//! adapter (or scale) to another; P/D hand-off is keyed by the adapter; preemption and
+//! speculation keep an adapted answer's bits.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tl_arch_llama as _;
+use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
+use tl_engine::{AdapterChoice, Engine, EngineOptions, Request, Speculation};
+
+mod support;
+use support::{collect, tiny};
+
+fn adapter_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../families/tests/fixtures/lora").join(name)
+}
+
+/// An engine over tiny-llama with blocks of 4 positions, and llama-all and llama-rs loaded.
+fn engine(n_blocks: u32, max_seqs: usize) -> (Engine, AdapterChoice, AdapterChoice) {
+    let cfg = EngineConfig {
+        max_batch_tokens: 64,
+        max_seqs,
+        prefill_chunk: 16,
+        threads: 2,
+        kv: KvConfig { block_tokens: 4, n_blocks: Some(n_blocks), ..KvConfig::default() },
+        ..EngineConfig::default()
+    };
+    let runner = ModelRunner::load(&tiny(), &cfg).expect("load");
+    let all = runner.load_adapter("all", &adapter_dir("llama-all")).expect("llama-all");
+    let rs = runner.load_adapter("rs", &adapter_dir("llama-rs")).expect("llama-rs");
+    let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
+    let e = Engine::start(runner, tok, EngineOptions { max_queue: 64, ..Default::default() }).expect("start");
+    (e, AdapterChoice::new(Arc::new(all)), AdapterChoice::new(Arc::new(rs)))
+}
+
+fn req(prompt: &[u8], seed: u64, adapter: Option<AdapterChoice>) -> Request {
+    Request {
+        prompt: prompt.iter().map(|&b| u32::from(b)).collect(),
+        params: SamplingParams { temperature: 0.8, top_k: 40, ..Default::default() },
+        seed,
+        choice: 0,
+        max_tokens: 12,
+        stop: vec![],
+        logprobs: Some(2),
+        grammar: None,
+        logit_bias: vec![],
+        speculate: None,
+        adapter,
+    }
+}
+
+type Answer = Vec<(u32, u64)>;
+
+fn alone(e: &Engine, r: Request) -> (Answer, usize) {
+    let (out, usage) = collect(e.submit(r).expect("submit"));
+    (out, usage.cached_tokens)
+}
+
+#[test]
+fn mixed_adapters_in_one_engine_answer_as_alone() {
+    let (e, all, rs) = engine(256, 8);
+    let half = AdapterChoice { scale: 0.5, ..all.clone() };
+    let prompt = b"The quick brown fox jumps over the lazy dog";
+    let choices = [None, Some(all.clone()), Some(rs.clone()), Some(half), Some(all)];
+    let reqs: Vec<Request> =
+        choices.iter().enumerate().map(|(i, a)| req(prompt, 7 + i as u64 % 2, a.clone())).collect();
+    let want: Vec<Answer> = {
+        let (fresh, ..) = engine(256, 1);
+        reqs.iter().map(|r| alone(&fresh, r.clone()).0).collect()
+    };
+    // Different adapters give different answers (else the comparisons below prove little).
+    assert_ne!(want[0], want[1], "the adapter changed nothing");
+    assert_ne!(want[1], want[3], "scale 0.5 = scale 1");
+    let rxs = e.submit_all(reqs.clone()).expect("submit");
+    for (i, rx) in rxs.into_iter().enumerate() {
+        assert_eq!(collect(rx).0, want[i], "request {i} together with the others");
+    }
+    // Speculation never changes an adapted answer.
+    for (i, r) in reqs.iter().enumerate() {
+        let spec = Request { speculate: Some(Speculation::Ngram { k: 3 }), ..r.clone() };
+        assert_eq!(alone(&e, spec).0, want[i], "request {i} with n-gram speculation");
+    }
+}
+
+#[test]
+fn the_prefix_cache_is_keyed_by_adapter() {
+    let (e, all, rs) = engine(256, 4);
+    let prompt = b"Pack my box with five dozen liquor jugs, then pack it again";
+    let want_all = {
+        let (fresh, all2, _) = engine(256, 1);
+        let _ = all2;
+        alone(&fresh, req(prompt, 1, Some(all.clone()))).0
+    };
+    let (_, cached) = alone(&e, req(prompt, 1, Some(all.clone())));
+    assert_eq!(cached, 0, "a cold cache");
+    // The same prompt under another adapter, another scale, or none: no block is shared.
+    for (what, a) in [
+        ("another adapter", Some(rs.clone())),
+        ("another scale", Some(AdapterChoice { scale: 2.0, ..all.clone() })),
+        ("no adapter", None),
+    ] {
+        let (_, cached) = alone(&e, req(prompt, 1, a));
+        assert_eq!(cached, 0, "{what} was served the first adapter's blocks");
+    }
+    // The same adapter again: a hit, and the same answer as a cold engine's.
+    let (out, cached) = alone(&e, req(prompt, 1, Some(all)));
+    assert!(cached > 0, "the same adapter found nothing");
+    assert_eq!(out, want_all, "a prefix hit changed the adapted answer");
+}
+
+#[test]
+fn preemption_keeps_an_adapted_answer() {
+    let (big, all, rs) = engine(256, 1);
+    let choices = [Some(all), Some(rs), None];
+    let reqs: Vec<Request> = (0..6)
+        .map(|i| {
+            let prompt = format!("Sphinx of black quartz, judge my vow number {i}");
+            Request { max_tokens: 24, ..req(prompt.as_bytes(), 3, choices[i % 3].clone()) }
+        })
+        .collect();
+    let want: Vec<Answer> = reqs.iter().map(|r| alone(&big, r.clone()).0).collect();
+    // A pool for about two of the six: the newest are preempted and recomputed, each under
+    // its own adapter.
+    let (small, all, rs) = engine(30, 6);
+    let choices = [Some(all), Some(rs), None];
+    let reqs: Vec<Request> =
+        reqs.into_iter().enumerate().map(|(i, r)| Request { adapter: choices[i % 3].clone(), ..r }).collect();
+    let rxs = small.submit_all(reqs).expect("submit");
+    for (i, rx) in rxs.into_iter().enumerate() {
+        assert_eq!(collect(rx).0, want[i], "request {i} in a small pool");
+    }
+    assert!(small.stats().preemptions > 0, "the small pool never preempted");
+}
+
+#[test]
+fn a_pd_hand_off_is_keyed_by_adapter() {
+    let (e, all, rs) = engine(256, 2);
+    let prompt: Vec<u32> =
+        b"Hand this prompt off, block by block, to a decoder".iter().map(|&b| u32::from(b)).collect();
+    // Prompt blocks computed under `all` are in the cache; held for `rs`, nothing is found.
+    let _ = alone(&e, Request { prompt: prompt.clone(), ..req(b"x", 1, Some(all.clone())) });
+    assert!(e.hold_prefix_for(&prompt, Some(&all)).expect("hold").n_local() > 0, "same adapter: a hit");
+    assert_eq!(e.hold_prefix_for(&prompt, Some(&rs)).expect("hold").n_local(), 0, "another adapter: a hit");
+    assert_eq!(e.hold_prefix(&prompt).expect("hold").n_local(), 0, "the base: a hit");
+    // Blocks held for one adapter are not submitted under another.
+    let held = e.hold_prefix_for(&prompt, Some(&all)).expect("hold");
+    let err = e.submit_preloaded(Request { prompt, ..req(b"x", 1, Some(rs)) }, held).expect_err("refused");
+    assert!(err.to_string().contains("adapter"), "{err}");
+}
