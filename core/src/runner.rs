@@ -274,8 +274,13 @@ impl ModelRunner {
     /// it to this model under `name`: every module it adapts must be one the model
     /// offers ([`Model::adaptable`]), with matching shapes; else refused, naming the tensor.
     pub fn load_adapter(&self, name: &str, path: &Path) -> Result<crate::adapter::Adapter, RunnerError> {
-        let raw = crate::adapter_read::read(path, &self.config)?;
-        Ok(crate::adapter::Adapter::bind(name, raw, &self.model.adaptable())?)
+        Ok(self.adapter_loader().load(name, path)?)
+    }
+
+    /// What loads adapters for this model once the runner has been handed to an engine
+    /// (a server loading adapters at run time).
+    pub fn adapter_loader(&self) -> crate::adapter::AdapterLoader {
+        crate::adapter::AdapterLoader { config: self.config.clone(), targets: self.model.adaptable() }
     }
 
     /// Run one step; one row of logits per sequence (its last token).

@@ -134,6 +134,9 @@ pub struct Body {
     /// Chat: `low`, `medium` or `high`, passed to the template as `reasoning_effort` (as
     /// vLLM does; templates that do not read it ignore it).
     pub reasoning_effort: Option<Value>,
+    /// llama.cpp's per-request adapters: `[{"id": N, "scale": S}]` (lora.rs); `model`
+    /// may name an adapter instead.
+    pub lora: Option<Value>,
 }
 
 fn range(param: &str, v: Option<f64>, lo: f64, hi: f64, lo_open: bool, default: f64) -> Result<f64, ApiError> {
@@ -247,8 +250,19 @@ impl Body {
         let speculate = speculate(self.speculate.as_ref())?;
         // OpenAI's seed is a signed 64-bit integer; its bits are the stream's seed.
         let seed = self.seed.map_or_else(random_seed, |s| s as u64);
-        let base =
-            Request { prompt, params, seed, choice: 0, max_tokens, stop, logprobs, grammar, logit_bias, speculate };
+        let base = Request {
+            prompt,
+            params,
+            seed,
+            choice: 0,
+            max_tokens,
+            stop,
+            logprobs,
+            grammar,
+            logit_bias,
+            speculate,
+            adapter: None,
+        };
         Ok(Plan {
             base,
             n,
@@ -257,6 +271,7 @@ impl Body {
             kv_transfer: self.kv_transfer_params.clone(),
             tools: None,
             think: None,
+            lora: crate::lora::LoraAsk { model: self.model.clone(), lora: self.lora.clone() },
         })
     }
 }

@@ -129,9 +129,12 @@ async fn detokenize_inner(st: &AppState, headers: &HeaderMap, body: Body) -> Res
 
 /// GET /v1/models/{id}: the served model, or OpenAI's 404.
 pub(crate) async fn model(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    let adapter = st.loras.models(&st.model_id, st.created).into_iter().find(|m| m["id"] == id.as_str());
     let r = if id == st.model_id {
         Ok(axum::Json(json!({"id": st.model_id, "object": "model", "created": st.created, "owned_by": "tl"}))
             .into_response())
+    } else if let Some(m) = adapter {
+        Ok(axum::Json(m).into_response())
     } else {
         Err(ApiError {
             param: Some("model".into()),
@@ -148,8 +151,8 @@ pub(crate) async fn model(State(st): State<Arc<AppState>>, Path(id): Path<String
 
 /// GET /v1/models.
 pub(crate) async fn models(State(st): St) -> Response {
-    let body = json!({"object": "list", "data": [
-        {"id": st.model_id, "object": "model", "created": st.created, "owned_by": "tl"}
-    ]});
+    let mut data = vec![json!({"id": st.model_id, "object": "model", "created": st.created, "owned_by": "tl"})];
+    data.extend(st.loras.models(&st.model_id, st.created));
+    let body = json!({"object": "list", "data": data});
     counted(&st, "/v1/models", Ok(axum::Json(body).into_response()))
 }

@@ -72,7 +72,7 @@ pub(crate) async fn read_bytes(st: &AppState, headers: &HeaderMap, body: Body) -
 /// Refuse a `model` this server does not serve (404, as OpenAI).
 pub(crate) fn check_model(st: &AppState, model: &Option<String>) -> Result<(), ApiError> {
     match model {
-        Some(m) if *m != st.model_id => Err(ApiError {
+        Some(m) if *m != st.model_id && !st.loras.has(m) => Err(ApiError {
             param: Some("model".into()),
             ..ApiError::new(
                 StatusCode::NOT_FOUND,

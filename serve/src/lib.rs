@@ -24,6 +24,8 @@ mod fields;
 mod generate;
 mod http;
 mod input;
+pub mod lora;
+mod lora_routes;
 pub mod messages;
 pub mod metrics;
 pub mod multi;
@@ -54,6 +56,7 @@ pub mod verify;
 use std::future::Future;
 use std::sync::Arc;
 
+pub use lora::LoraSpec;
 pub use options::{KvDisk, Limits, Options, ServeError};
 pub use prompt::FALLBACK_TEMPLATE;
 pub use routes::router;

@@ -36,6 +36,13 @@ pub struct Status {
     pub code: u16,
 }
 
+/// A LoRA adapter label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdapterLabel {
+    /// The adapter's name.
+    pub adapter: String,
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -52,6 +59,8 @@ pub struct Metrics {
     acceptance: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Requests answered, by endpoint and status.
     pub requests: Family<Status, Counter>,
+    /// Generation requests run under each LoRA adapter.
+    lora_requests: Family<AdapterLabel, Counter>,
     step: Histogram,
     step_tokens: Histogram,
     step_prefill: Histogram,
@@ -70,6 +79,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Count a generation request run under adapter `name`.
+    pub fn adapter_request(&self, name: &str) {
+        self.lora_requests.get_or_create(&AdapterLabel { adapter: name.to_string() }).inc();
+    }
+
     /// Register every metric.
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("tl");
@@ -87,6 +101,7 @@ impl Metrics {
             accepted: Counter::default(),
             acceptance: Gauge::default(),
             requests: Family::default(),
+            lora_requests: Family::default(),
             step: secs(),
             step_tokens: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
             step_prefill: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
@@ -121,6 +136,7 @@ impl Metrics {
             m.acceptance.clone(),
         );
         registry.register("requests", "HTTP requests answered", m.requests.clone());
+        registry.register("lora_requests", "Generation requests run under each LoRA adapter", m.lora_requests.clone());
         registry.register("step_seconds", "Wall time of one engine step", m.step.clone());
         registry.register("step_tokens", "Tokens fed in one engine step", m.step_tokens.clone());
         registry.register(

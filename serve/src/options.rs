@@ -69,6 +69,11 @@ pub struct Options {
     /// How `/v1/embeddings` and `/v1/rerank` pool hidden states (`--pooling`); `None`:
     /// as the model's files say, else last-token (pooling.rs).
     pub pooling: Option<tl_engine::Pooling>,
+    /// LoRA adapters loaded at start (`--lora NAME=PATH[@SCALE]`, lora.rs).
+    pub loras: Vec<crate::lora::LoraSpec>,
+    /// The most adapters kept loaded (`--max-loras`; 0: no bound): the least recently used
+    /// is unloaded to load another, and loaded again when next asked for.
+    pub max_loras: usize,
 }
 
 /// Where the disk cache keeps blocks and how much it may keep.

@@ -30,6 +30,8 @@ pub struct Plan {
     pub tools: Option<tools::Active>,
     /// The reasoning split of the answer's text: `Some(open)` when it applies.
     pub think: Option<bool>,
+    /// The adapter the request asked for (its `model`, its `lora`), resolved at submit.
+    pub lora: crate::lora::LoraAsk,
 }
 
 impl Plan {

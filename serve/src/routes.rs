@@ -6,7 +6,10 @@ use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::state::AppState;
-use crate::{auth, chat, completions, embeddings, extra, http, messages, page, pd, replica, rerank, responses, score};
+use crate::{
+    auth, chat, completions, embeddings, extra, http, lora_routes, messages, page, pd, replica, rerank, responses,
+    score,
+};
 
 /// Every route. With an API key, every `/v1` path (unknown ones included), `/rerank`, `/score`,
 /// `/tokenize` and `/detokenize` answer 401 without `Authorization: Bearer <key>`; `/health` and
@@ -27,6 +30,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/score", post(score::score))
         .route("/v1/models", get(extra::models))
         .route("/v1/models/{id}", get(extra::model))
+        .route("/v1/load_lora_adapter", post(lora_routes::load))
+        .route("/v1/unload_lora_adapter", post(lora_routes::unload))
         .route("/tokenize", post(extra::tokenize))
         .route("/detokenize", post(extra::detokenize))
         .route("/health", get(replica::health))

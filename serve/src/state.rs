@@ -74,6 +74,8 @@ pub struct AppState {
     /// Bytes the model holds: its weights (as the architecture reports them, else the
     /// files' size) plus its KV pool (and a draft model's); the multi-model front's budget.
     pub memory_bytes: u64,
+    /// The LoRA adapters requests may run under (lora.rs).
+    pub loras: crate::lora::Loras,
 }
 
 /// Bytes of a file, or of every file under a directory.
@@ -118,6 +120,8 @@ impl AppState {
             _ => None,
         };
         let pooling = crate::pooling::ModelPooling::of(&opts.model, opts.pooling);
+        let loras = crate::lora::Loras::new(runner.adapter_loader(), &opts.loras, opts.max_loras)
+            .map_err(|reason| ServeError::Model { path: opts.model.clone(), reason })?;
         let encoder = match runner.encoder_info() {
             Some(&info) => {
                 let texts = tl_core::encoder_text::Texts::load(runner.config()).map_err(|e| fail(&e))?;
@@ -172,6 +176,7 @@ impl AppState {
             pooling,
             encoder,
             memory_bytes,
+            loras,
         }))
     }
 }

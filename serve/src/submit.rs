@@ -33,7 +33,11 @@ pub(crate) async fn submit(st: &Arc<AppState>, plan: &Plan) -> Result<Submitted,
             ),
         ));
     }
-    let reqs = plan.requests();
+    let mut reqs = plan.requests();
+    if let Some(adapter) = st.loras.resolve(&plan.lora)? {
+        st.metrics.adapter_request(adapter.adapter.name());
+        reqs.iter_mut().for_each(|r| r.adapter = Some(adapter.clone()));
+    }
     let (rxs, lease) = match plan.kv_transfer.as_ref() {
         Some(params) => {
             let (rxs, outcome) = pd::submit(st, params, plan.stream, reqs).await?;

@@ -120,6 +120,15 @@ pub struct ServeArgs {
     /// 1_Pooling/config.json) declare, else last (with L2 normalisation).
     #[arg(long)]
     pub pooling: Option<tl_engine::Pooling>,
+    /// A LoRA adapter requests may run under (repeatable): NAME=PATH or NAME=PATH@SCALE,
+    /// PATH a PEFT directory or a GGUF adapter. A request picks it by `model: NAME`, or by
+    /// llama.cpp's `lora: [{"id", "scale"}]` (ids in the order given here).
+    #[arg(long = "lora", value_name = "NAME=PATH[@SCALE]")]
+    pub loras: Vec<crate::lora::LoraSpec>,
+    /// The most adapters kept loaded at once (0: no bound): the least recently used is
+    /// unloaded to load another, and loaded again from its path when next asked for.
+    #[arg(long, default_value_t = 0)]
+    pub max_loras: usize,
     /// Keep full prompt-prefix KV blocks in this directory too (one subdirectory per
     /// model fingerprint and KV element type), so they are found again after an eviction
     /// or a restart. Bad files are refused and recomputed.
@@ -183,6 +192,8 @@ impl ServeArgs {
             spec_step_rows: self.spec_step_rows,
             reasoning_format: self.reasoning_format,
             pooling: self.pooling,
+            loras: self.loras.clone(),
+            max_loras: self.max_loras,
             kv_disk: self.kv_disk.clone().map(|dir| crate::KvDisk {
                 dir,
                 max_bytes: (self.kv_disk_max_gib.max(0.0) * (1u64 << 30) as f64) as u64,

@@ -213,11 +213,12 @@ fn replay(cli: &VerifyArgs, model: PathBuf, engine: tl_core::EngineConfig, file:
         limits: crate::Limits::default(),
         scale: crate::replica::ScaleOptions::default(),
         speculate: None,
-        adapter: None,
         draft_model: None,
         spec_step_rows: 0,
         reasoning_format: Default::default(),
         kv_disk: None,
+        loras: Vec::new(),
+        max_loras: 0,
         pooling: cli.pooling,
     };
     let out = r.run(file, opts).map_err(|e| anyhow::anyhow!("{e}"))?;

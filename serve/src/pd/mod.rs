@@ -174,7 +174,7 @@ async fn decode(st: &Arc<AppState>, p: &Params, req: &Request) -> Result<tl_engi
     let (Some(id), Some(host), Some(port)) = (&p.remote_request_id, &p.remote_host, p.remote_port) else {
         return Err("kv_transfer_params lacks remote_request_id, remote_host or remote_port".into());
     };
-    let mut preload = st.engine.hold_prefix(&req.prompt).map_err(|e| e.to_string())?;
+    let mut preload = st.engine.hold_prefix_for(&req.prompt, req.adapter.as_ref()).map_err(|e| e.to_string())?;
     let need = preload.needed(req.prompt.len());
     // Even with every block local the fetch goes out (for no blocks): it frees the lease.
     let path = format!("/v1/kv/{id}?from={}&to={need}", preload.n_blocks());

@@ -36,11 +36,12 @@ pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize
         limits: tl_serve::Limits::default(),
         scale: tl_serve::replica::ScaleOptions::default(),
         speculate: None,
-        adapter: None,
         draft_model: None,
         spec_step_rows: 0,
         reasoning_format: Default::default(),
         kv_disk: None,
+        loras: Vec::new(),
+        max_loras: 0,
         pooling: None,
     }
 }
