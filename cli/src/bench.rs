@@ -53,6 +53,10 @@ pub struct BenchArgs {
     /// measure each path (all give the same bits): portable, avx2 or avx512.
     #[arg(long, value_parser = ["portable", "avx2", "avx512"])]
     pub path: Option<String>,
+    /// Every sequence runs under this LoRA adapter (the cost of an adapter beside the
+    /// base model's figures).
+    #[command(flatten)]
+    pub lora: crate::LoraArg,
     /// The engine flags every model-loading command shares.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -122,21 +126,30 @@ fn proc_status_mib(field: &str) -> Option<f64> {
 }
 
 /// Prefill `prompts` (one step each, in order) into `tables`.
-fn prefill(r: &mut ModelRunner, prompts: &[Vec<u32>], tables: &[Vec<u32>]) -> anyhow::Result<()> {
+fn prefill(r: &mut ModelRunner, prompts: &[Vec<u32>], tables: &[Vec<u32>], lora: Lora<'_>) -> anyhow::Result<()> {
     for (p, t) in prompts.iter().zip(tables) {
-        r.forward(&ForwardBatch::single(p, 0, t))?;
+        r.forward(&ForwardBatch { seqs: vec![ForwardSeq { tokens: p, start: 0, blocks: t, adapter: lora }] })?;
     }
     Ok(())
 }
 
 /// `steps` decode steps of every sequence in `tables` together, positions after `start`.
-fn decode(r: &mut ModelRunner, tables: &[Vec<u32>], start: usize, steps: usize, vocab: usize) -> anyhow::Result<()> {
+/// The adapter every sequence of the benchmark runs under.
+type Lora<'a> = Option<tl_core::Applied<'a>>;
+
+fn decode(
+    r: &mut ModelRunner,
+    tables: &[Vec<u32>],
+    (start, steps): (usize, usize),
+    vocab: usize,
+    lora: Lora<'_>,
+) -> anyhow::Result<()> {
     let ids: Vec<[u32; 1]> = (0..tables.len()).map(|s| [(s * 7919 % vocab) as u32]).collect();
     for k in 0..steps {
         let seqs = tables
             .iter()
             .zip(&ids)
-            .map(|(t, id)| ForwardSeq { tokens: id, start: start + k, blocks: t, adapter: None })
+            .map(|(t, id)| ForwardSeq { tokens: id, start: start + k, blocks: t, adapter: lora })
             .collect();
         r.forward(&ForwardBatch { seqs })?;
     }
@@ -193,6 +206,8 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
     cfg.kv.state_snapshot_tokens = cfg.kv.block_tokens as usize;
     let t0 = Instant::now();
     let mut r = ModelRunner::load(model, &cfg).with_context(|| format!("{}", model.display()))?;
+    let adapter = cli.lora.load(&r)?;
+    let lora = adapter.as_ref().map(|(a, s)| tl_core::Applied { adapter: a, scale: *s });
     let load_s = t0.elapsed().as_secs_f64();
     let rss_after_load = proc_status_mib("VmRSS");
     let mib = |b: usize| (b as f64 / (1024.0 * 1024.0) * 10.0).round() / 10.0;
@@ -233,12 +248,12 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
         let mut secs = Vec::with_capacity(cli.repeats);
         for _ in 0..cli.repeats {
             let t = Instant::now();
-            prefill(&mut r, &prompts[..1], &tables[..1])?;
+            prefill(&mut r, &prompts[..1], &tables[..1], lora)?;
             secs.push(t.elapsed().as_secs_f64());
         }
         secs
     } else {
-        timed(cli.repeats, |_| prefill(&mut r, &prompts[..1], &tables[..1]))?
+        timed(cli.repeats, |_| prefill(&mut r, &prompts[..1], &tables[..1], lora))?
     };
     let pre = Measure::new(format!("prefill 1 x {n}"), n, &prefill_s);
     if table {
@@ -250,7 +265,8 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
         // The first sequence's prompt is in the cache from the prefill runs; each run
         // decodes the same positions again, overwriting them.
         let warm = steps.min(DECODE_WARMUP_STEPS);
-        let single = timed(cli.repeats, |w| decode(&mut r, &tables[..1], n, if w { warm } else { steps }, vocab))?;
+        let single =
+            timed(cli.repeats, |w| decode(&mut r, &tables[..1], (n, if w { warm } else { steps }), vocab, lora))?;
         let m = Measure::new("decode 1 seq".into(), steps, &single);
         if table {
             m.print();
@@ -260,10 +276,11 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
         let mut filled = 1;
         for &b in &batches {
             let t = Instant::now();
-            prefill(&mut r, &prompts[filled..b], &tables[filled..b])?;
+            prefill(&mut r, &prompts[filled..b], &tables[filled..b], lora)?;
             let fill_s = (b > filled).then(|| t.elapsed().as_secs_f64() / (b - filled) as f64);
             filled = b;
-            let batched = timed(cli.repeats, |w| decode(&mut r, &tables[..b], n, if w { warm } else { steps }, vocab))?;
+            let batched =
+                timed(cli.repeats, |w| decode(&mut r, &tables[..b], (n, if w { warm } else { steps }), vocab, lora))?;
             let m = Measure::new(format!("decode {b} seqs together"), b * steps, &batched);
             if table {
                 m.print();
@@ -283,6 +300,7 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
     for (b, m, fill_s) in &results {
         let line = json!({
             "tool": "tl",
+            "lora": cli.lora.lora,
             "model": model.display().to_string(),
             "weights": cli.engine.weights,
             "isa": isa,

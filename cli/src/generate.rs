@@ -41,6 +41,9 @@ pub struct GenerateArgs {
     /// The sampling flags.
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    /// A LoRA adapter to run under.
+    #[command(flatten)]
+    pub lora: crate::LoraArg,
     /// The engine flags every model-loading command shares.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -90,7 +93,7 @@ fn run(cli: &GenerateArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!prompt.is_empty(), "empty prompt and the model has no bos_token_id to start from");
 
     let mut rng = tl_sampling::stream(cli.sampling.seed, tl_sampling::PURPOSE_SAMPLE);
-    let mut seq = runner.sequence();
+    let mut seq = cli.lora.sequence(&runner)?;
     let t0 = Instant::now();
     let mut logits = runner.feed(&mut seq, &prompt)?;
     let prefill = t0.elapsed();

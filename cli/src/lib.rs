@@ -171,6 +171,37 @@ pub fn load(engine: &EngineArgs, model: &Path) -> anyhow::Result<ModelRunner> {
     Ok(ModelRunner::load(model, &cfg)?)
 }
 
+/// `--lora PATH[@SCALE]`: run under a LoRA adapter (a PEFT directory or a GGUF adapter
+/// file; docs/spec/numbers.md, "Adapters"), unmerged.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LoraArg {
+    /// A LoRA adapter to run under: PATH or PATH@SCALE (a PEFT directory or a GGUF
+    /// adapter file made by llama.cpp's convert_lora_to_gguf.py).
+    #[arg(long, value_name = "PATH[@SCALE]")]
+    pub lora: Option<String>,
+}
+
+impl LoraArg {
+    /// The adapter loaded for `runner` and its scale, when `--lora` is given.
+    pub fn load(&self, runner: &ModelRunner) -> anyhow::Result<Option<(std::sync::Arc<tl_core::Adapter>, f32)>> {
+        let Some(arg) = &self.lora else { return Ok(None) };
+        let (path, scale) = match arg.rsplit_once('@') {
+            Some((p, s)) => (p, s.parse::<f32>().map_err(|e| anyhow::anyhow!("--lora {arg}: scale {s:?}: {e}"))?),
+            None => (arg.as_str(), 1.0),
+        };
+        anyhow::ensure!(scale.is_finite(), "--lora {arg}: the scale must be finite");
+        Ok(Some((std::sync::Arc::new(runner.load_adapter("lora", Path::new(path))?), scale)))
+    }
+
+    /// A fresh sequence of `runner`, under the adapter when one is given.
+    pub fn sequence(&self, runner: &ModelRunner) -> anyhow::Result<tl_core::Sequence> {
+        Ok(match self.load(runner)? {
+            Some((a, s)) => runner.sequence().with_adapter(a, s),
+            None => runner.sequence(),
+        })
+    }
+}
+
 /// The sampling flags every generating command takes (sampling.md's parameters).
 #[derive(clap::Args, Debug, Clone)]
 pub struct SamplingArgs {

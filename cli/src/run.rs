@@ -44,6 +44,9 @@ pub struct RunArgs {
     /// The sampling flags.
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    /// A LoRA adapter to run under (a session saved under one resumes only under it).
+    #[command(flatten)]
+    pub lora: crate::LoraArg,
     /// Save the conversation and its KV here after every turn, and resume from it.
     #[arg(long)]
     pub session: Option<PathBuf>,
@@ -101,10 +104,18 @@ fn run(cli: &RunArgs) -> anyhow::Result<()> {
 
     let opening: Vec<Message> = cli.system.iter().map(|s| Message::new("system", s.as_str())).collect();
     let mut messages = opening.clone();
-    let mut seq = runner.sequence();
-    // Another model, weight mode or KV element type has other K/V for the same ids.
+    let adapter = cli.lora.load(&runner)?;
+    let under = |s: tl_core::Sequence| match &adapter {
+        Some((a, scale)) => s.with_adapter(std::sync::Arc::clone(a), *scale),
+        None => s,
+    };
+    let mut seq = under(runner.sequence());
+    // Another model, weight mode, KV element type or adapter has other K/V for the same ids.
     let model_key = match &cli.session {
-        Some(_) => format!("{}-{}", tl_engine::fingerprint(model, runner.engine())?, runner.engine().kv.backend),
+        Some(_) => {
+            let lora = adapter.as_ref().map(|(a, s)| format!("-lora{:016x}@{s}", a.digest())).unwrap_or_default();
+            format!("{}-{}{lora}", tl_engine::fingerprint(model, runner.engine())?, runner.engine().kv.backend)
+        }
         None => String::new(),
     };
     if let Some(resumed) = cli.session.as_deref().map(|p| session::load(p, &model_key)).transpose()?.flatten() {
@@ -112,7 +123,7 @@ fn run(cli: &RunArgs) -> anyhow::Result<()> {
         match resumed.kv.and_then(|(tokens, env)| runner.resume(tokens, &env).map_err(|e| e.to_string())) {
             Ok(s) => {
                 eprintln!("[resumed {} messages, {} cached tokens]", messages.len(), s.tokens().len());
-                seq = s;
+                seq = under(s);
             }
             Err(why) => {
                 eprintln!("[resumed {} messages; the saved KV was refused ({why}): recomputing]", messages.len())

@@ -249,3 +249,40 @@ fn bench_measures_a_hybrid_and_an_encoder() {
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r["sentences_s"].as_f64().is_some_and(|x| x > 0.0)), "{rows:?}");
 }
+
+/// `--lora` runs generate and bench under an adapter: generate's greedy tokens are the
+/// ones the runner gives under the adapter (tl-families' parity tests compare those with
+/// transformers + peft), not the base's; PATH@1 is PATH; a bad adapter is one line and a
+/// failing status.
+#[test]
+fn generate_and_bench_take_a_lora_adapter() {
+    let m = fixture("arch-llama/tests/fixtures/tiny-llama");
+    let lora = fixture("families/tests/fixtures/lora/llama-all");
+    let gen = |extra: &[&str]| {
+        let mut argv = vec!["generate", &m, "--prompt", "Hello", "--temperature", "0", "--max-tokens", "8"];
+        argv.extend_from_slice(extra);
+        stdout_ok(&format!("generate {extra:?}"), &tl(&argv, &[]))
+    };
+    let base = gen(&[]);
+    let adapted = gen(&["--lora", &lora]);
+    assert_ne!(adapted, base, "the adapter changed nothing");
+    let at_one = format!("{lora}@1");
+    assert_eq!(gen(&["--lora", &at_one]), adapted, "PATH@1 != PATH");
+    let gguf = format!("{lora}/adapter.gguf");
+    assert_eq!(gen(&["--lora", &gguf]), adapted, "the GGUF adapter != the PEFT one");
+
+    let qwen2 = fixture("families/tests/fixtures/lora/qwen2-all");
+    let out = tl(&["generate", &m, "--prompt", "Hello", "--max-tokens", "2", "--lora", &qwen2], &[]);
+    assert!(!out.status.success(), "another base's adapter was run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("adapter_config.json") && err.contains("Qwen2ForCausalLM"), "{err}");
+
+    let argv = ["bench", &m, "--prompt-tokens", "8", "--decode-tokens", "4", "--repeats", "1", "--json-only", "--lora", &lora];
+    let out = stdout_ok("bench --lora", &tl(&argv, &[]));
+    for line in out.lines() {
+        let json: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        assert_eq!(json["lora"], lora.as_str(), "{json}");
+        assert!(json["decode_tok_s"].as_f64().is_some_and(|r| r > 0.0), "{json}");
+    }
+}

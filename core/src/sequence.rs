@@ -16,9 +16,18 @@ pub struct Sequence {
     tokens: Vec<u32>,
     // (rows, G) block table: position j of group k in blocks[(j / block_tokens) * G + k]
     blocks: Vec<u32>,
+    /// The LoRA adapter and scale every step of this sequence runs under.
+    adapter: Option<(std::sync::Arc<crate::adapter::Adapter>, f32)>,
 }
 
 impl Sequence {
+    /// The sequence with every later step run under `adapter` at `scale` (its K/V so far,
+    /// if any, must have been computed under the same: a fresh sequence is the usual case).
+    pub fn with_adapter(mut self, adapter: std::sync::Arc<crate::adapter::Adapter>, scale: f32) -> Sequence {
+        self.adapter = Some((adapter, scale));
+        self
+    }
+
     /// Tokens whose K/V are in the cache.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
@@ -109,6 +118,7 @@ impl ModelRunner {
             layout: self.kv_layout().clone(),
             tokens: Vec::new(),
             blocks: Vec::new(),
+            adapter: None,
         }
     }
 
@@ -167,7 +177,9 @@ impl ModelRunner {
             let pool = self.pool();
             let lock = || pool.lock().map_err(|_| RunnerError::Other("KV pool lock poisoned".into()));
             seq.layout.alloc_entries(lock()?.as_mut(), &mut seq.blocks, need)?;
-            last = self.forward(&ForwardBatch::single(piece, start, &seq.blocks))?.data;
+            let adapter = seq.adapter.as_ref().map(|(a, s)| crate::adapter::Applied { adapter: a, scale: *s });
+            let one = crate::batch::ForwardSeq { tokens: piece, start, blocks: &seq.blocks, adapter };
+            last = self.forward(&ForwardBatch { seqs: vec![one] })?.data;
             seq.tokens.extend_from_slice(piece);
             let next = seq.tokens.len();
             seq.layout.release_out_of_window(lock()?.as_mut(), &mut seq.blocks, next, seq.block_tokens)?;
