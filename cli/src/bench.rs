@@ -206,7 +206,9 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
     cfg.kv.state_snapshot_tokens = cfg.kv.block_tokens as usize;
     let t0 = Instant::now();
     let mut r = ModelRunner::load(model, &cfg).with_context(|| format!("{}", model.display()))?;
+    let t_lora = Instant::now();
     let adapter = cli.lora.load(&r)?;
+    let lora_load_ms = adapter.as_ref().map(|_| t_lora.elapsed().as_secs_f64() * 1e3);
     let lora = adapter.as_ref().map(|(a, s)| tl_core::Applied { adapter: a, scale: *s });
     let load_s = t0.elapsed().as_secs_f64();
     let rss_after_load = proc_status_mib("VmRSS");
@@ -301,6 +303,7 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
         let line = json!({
             "tool": "tl",
             "lora": cli.lora.lora,
+            "lora_load_ms": lora_load_ms.map(|ms| round(ms, 1)),
             "model": model.display().to_string(),
             "weights": cli.engine.weights,
             "isa": isa,
