@@ -44,10 +44,11 @@ pub mod gemm;
 pub mod lanes;
 mod model;
 pub mod ops;
+pub mod parts;
 pub mod pooling;
 
 pub use config::{Activation, BertConfig, Head};
-pub use model::Bert;
+pub use model::{Bert, Embeddings, Ffn, Layer};
 pub use pooling::{Mode, Pipeline};
 // From text to outputs (tokenizer.json cut as sentence-transformers cuts): core's, shared
 // by every encoder family.
@@ -75,11 +76,7 @@ impl Architecture for BertArch {
 
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg: &BertConfig = ctx.config.arch_config()?;
-        let plain = cfg.head == Head::None;
-        let pipeline = match &ctx.config.dir {
-            Some(dir) => Pipeline::read(dir, cfg.hidden_size, plain)?,
-            None => plain.then(|| Pipeline { modes: vec![Mode::Mean], normalize: false }),
-        };
+        let pipeline = Pipeline::of_model(ctx.config, cfg.hidden_size, cfg.head == Head::None)?;
         Ok(Box::new(Bert::build(&ctx, cfg, pipeline)?))
     }
 }

@@ -178,7 +178,8 @@ pub struct Scratch {
 /// side, heads of `hd` contiguous within each), into columns `h hd ..` of `out` (rows `d`
 /// apart). Scores `S = Q K^T` (each one FMA chain over the head's dimensions, [`gemm`]),
 /// per row `softmax(S * scale)` ([`softmax_row`]), then `P V` (each output one FMA chain
-/// over the keys in order).
+/// over the keys in order). With `window` `w`, query `i` sees keys `|i - j| <= w` only
+/// (ModernBERT's local layers).
 ///
 /// # Safety
 ///
@@ -191,6 +192,7 @@ pub unsafe fn attention_head(
     heads: usize,
     hd: usize,
     h: usize,
+    window: Option<usize>,
     out: *mut f32,
     sc: &mut Scratch,
 ) {
@@ -223,8 +225,14 @@ pub unsafe fn attention_head(
     sc.s.resize(t * t, 0.0);
     let kt = Panels { p: sc.kt.as_ptr(), k: hd, stride: hd * W, bias: std::ptr::null() };
     gemm(path, qkv.as_ptr().add(h * hd), 3 * d, t, kt, t, sc.s.as_mut_ptr(), t);
-    for row in sc.s.chunks_exact_mut(t) {
-        softmax_row_on(path, row, scale);
+    for (i, row) in sc.s.chunks_exact_mut(t).enumerate() {
+        // A window keeps keys `|i - j| <= w`: the softmax runs over those alone (key `j`
+        // into lane `(j - lo) % 16`) and the others' weights are +0.0, which leave every
+        // FMA chain of `P V` unchanged (`fma(+0, v, acc) = acc`).
+        let (lo, hi) = window.map_or((0, t), |w| (i.saturating_sub(w), i.saturating_add(w).saturating_add(1).min(t)));
+        softmax_row_on(path, &mut row[lo..hi], scale);
+        row[..lo].fill(0.0);
+        row[hi..].fill(0.0);
     }
     let v = Panels { p: sc.v.as_ptr(), k: t, stride: t * W, bias: std::ptr::null() };
     gemm(path, sc.s.as_ptr(), t, t, v, hd, out.add(h * hd), d);
@@ -247,7 +255,15 @@ unsafe impl Sync for Out {}
 /// Bidirectional attention of every input: `qkv` `(N, 3d)` holds the inputs' rows stacked
 /// (input `i` has `lens[i]` rows), `out` `(N, d)`. One task per input and head
 /// ([`attention_head`]), on the rayon pool; a task is computed alone, in one fixed order.
-pub fn attention(path: Path, qkv: &[f32], lens: &[usize], heads: usize, hd: usize, out: &mut [f32]) {
+/// `window`: see [`attention_head`].
+pub fn attention(
+    path: Path,
+    qkv: &[f32],
+    lens: &[usize],
+    (heads, hd): (usize, usize),
+    window: Option<usize>,
+    out: &mut [f32],
+) {
     let d = heads * hd;
     let n: usize = lens.iter().sum();
     assert!(qkv.len() >= n * 3 * d && out.len() >= n * d, "attention: buffers shorter than {n} rows");
@@ -263,6 +279,8 @@ pub fn attention(path: Path, qkv: &[f32], lens: &[usize], heads: usize, hd: usiz
         let (r0, t) = (starts[i], lens[i]);
         // SAFETY: rows r0 .. r0 + t of both buffers exist (asserted: the lengths sum to
         // n); this task alone writes those rows' columns h hd .. (h + 1) hd.
-        unsafe { attention_head(path, &qkv[r0 * 3 * d..(r0 + t) * 3 * d], t, heads, hd, h, o.get().add(r0 * d), sc) };
+        unsafe {
+            attention_head(path, &qkv[r0 * 3 * d..(r0 + t) * 3 * d], t, heads, hd, h, window, o.get().add(r0 * d), sc)
+        };
     });
 }

@@ -113,17 +113,17 @@ fn attention_is_the_same_on_every_path_and_close_to_f64() {
     let n: usize = lens.iter().sum();
     let qkv = values(n * 3 * d, 8);
     let mut want = vec![f32::NAN; n * d];
-    attention(Path::Portable, &qkv, &lens, heads, hd, &mut want);
+    attention(Path::Portable, &qkv, &lens, (heads, hd), None, &mut want);
     for path in Path::all_available() {
         let mut got = vec![f32::NAN; n * d];
-        attention(path, &qkv, &lens, heads, hd, &mut got);
+        attention(path, &qkv, &lens, (heads, hd), None, &mut got);
         assert_eq!(bits(&got), bits(&want), "{path:?}");
     }
     // Each input alone gives its rows' bits.
     let mut at = 0;
     for &t in &lens {
         let mut alone = vec![f32::NAN; t * d];
-        attention(Path::best(), &qkv[at * 3 * d..(at + t) * 3 * d], &[t], heads, hd, &mut alone);
+        attention(Path::best(), &qkv[at * 3 * d..(at + t) * 3 * d], &[t], (heads, hd), None, &mut alone);
         assert_eq!(bits(&alone), bits(&want[at * d..(at + t) * d]));
         // An f64 reference.
         let scale = 1.0 / (hd as f64).sqrt();
