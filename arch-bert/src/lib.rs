@@ -27,6 +27,13 @@
 //! position embeddings, a decoder or cross-attention config, other heads, modules tl does
 //! not run (Dense, ...), a listed Pooling config that is missing or turns nothing on.
 //!
+//! The other encoder families build on this crate rather than copy it: [`parts`] (a
+//! LayerNorm's vectors, a projection in the kernel that suits its weights, the split of a
+//! batch's rows into each input's outputs), [`ops`] (LayerNorm, attention, with a sliding
+//! window for ModernBERT), [`lanes`] (GELU), [`pooling`], the classifier activations, and
+//! [`Bert`] itself, which [`Bert::assemble`] builds from another checkpoint's tensors with
+//! rotary positions and a SwiGLU (nomic-bert).
+//!
 //! Nothing names this crate from core: a binary or test that loads a BERT writes
 //! `use tl_arch_bert as _;` (or links tl-families) so the registrations are linked.
 #![deny(missing_docs)]
