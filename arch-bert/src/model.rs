@@ -13,7 +13,7 @@ use tl_quant::{Linear, Path};
 use crate::config::{Activation, BertConfig, Head};
 use crate::lanes::gelu;
 use crate::ops::{add_layer_norm, attention};
-use crate::parts::{outputs, positions, Dense, Norm};
+use crate::parts::{outputs, positions, Dense, Norm, Scores};
 use crate::pooling::Pipeline;
 
 /// A post-norm layer's feed-forward block.
@@ -248,7 +248,7 @@ impl Encoder for Bert {
     fn encode(&self, inputs: &[EncodeInput<'_>], want_hidden: bool) -> Result<Vec<Encoded>, ModelError> {
         let h = self.hidden(inputs)?;
         let mut head = self.classifier.as_ref().map(|c| move |rows: &[f32]| self.scores(c, rows));
-        let scores = head.as_mut().map(|f| f as &mut dyn FnMut(&[f32]) -> Result<Vec<f32>, ModelError>);
+        let scores = head.as_mut().map(|f| f as Scores<'_>);
         outputs(&h, inputs, self.cfg.hidden_size, want_hidden, self.pipeline.as_ref(), scores)
     }
 }

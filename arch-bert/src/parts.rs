@@ -145,6 +145,9 @@ pub fn positions(lens: &[usize]) -> Vec<usize> {
     lens.iter().flat_map(|&t| 0..t).collect()
 }
 
+/// A classifier over one input's hidden rows (its outputs after the activation).
+pub type Scores<'a> = &'a mut dyn FnMut(&[f32]) -> Result<Vec<f32>, ModelError>;
+
 /// Each input's outputs from the stacked last hidden states `h` `(N, d)`: its rows when
 /// `want_hidden`, its `pipeline` vector, and `scores` of its rows when the model has a
 /// head. Everything after the stack is per input.
@@ -154,14 +157,13 @@ pub fn outputs(
     d: usize,
     want_hidden: bool,
     pipeline: Option<&Pipeline>,
-    mut scores: Option<&mut dyn FnMut(&[f32]) -> Result<Vec<f32>, ModelError>>,
+    mut scores: Option<Scores<'_>>,
 ) -> Result<Vec<Encoded>, ModelError> {
     let mut out = Vec::with_capacity(inputs.len());
     let mut at = 0;
     for input in inputs {
-        let rows = h
-            .get(at * d..(at + input.ids.len()) * d)
-            .ok_or_else(|| ModelError::Other("hidden rows ran out".into()))?;
+        let rows =
+            h.get(at * d..(at + input.ids.len()) * d).ok_or_else(|| ModelError::Other("hidden rows ran out".into()))?;
         at += input.ids.len();
         out.push(Encoded {
             hidden: want_hidden.then(|| rows.to_vec()),

@@ -136,13 +136,11 @@ impl ModernBertConfig {
             None => Head::None,
             Some(a) if a == "ModernBertModel" || a == "ModernBertForMaskedLM" => Head::None,
             Some(a) if a == "ModernBertForSequenceClassification" => classifier(json)?,
-            Some(_) => {
-                return Err(invalid(
-                    "architectures",
-                    &json["architectures"],
-                    "tl runs ModernBertModel, ModernBertForMaskedLM (its encoder) and ModernBertForSequenceClassification",
-                ))
-            }
+            Some(_) => return Err(invalid(
+                "architectures",
+                &json["architectures"],
+                "tl runs ModernBertModel, ModernBertForMaskedLM (its encoder) and ModernBertForSequenceClassification",
+            )),
         };
         let pooling = match field(json, "classifier_pooling") {
             None => Pooling::Cls,

@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 use tl_arch_bert::lanes::gelu;
 use tl_arch_bert::ops::{add_layer_norm, attention};
-use tl_arch_bert::parts::{outputs, positions, Dense, Norm};
+use tl_arch_bert::parts::{outputs, positions, Dense, Norm, Scores};
 use tl_arch_bert::{Activation, Head, Mode, Pipeline};
 use tl_core::{BuildCtx, EncodeInput, Encoded, Encoder, EncoderInfo, ForwardBatch, ForwardCtx, ForwardOutput};
 use tl_core::{Model, ModelError};
@@ -192,7 +192,7 @@ impl Encoder for ModernBert {
     fn encode(&self, inputs: &[EncodeInput<'_>], want_hidden: bool) -> Result<Vec<Encoded>, ModelError> {
         let h = self.hidden(inputs)?;
         let mut head = self.classifier.as_ref().map(|c| move |rows: &[f32]| self.scores(c, rows));
-        let scores = head.as_mut().map(|f| f as &mut dyn FnMut(&[f32]) -> Result<Vec<f32>, ModelError>);
+        let scores = head.as_mut().map(|f| f as Scores<'_>);
         outputs(&h, inputs, self.cfg.hidden_size, want_hidden, self.pipeline.as_ref(), scores)
     }
 }

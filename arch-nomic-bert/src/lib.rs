@@ -84,7 +84,8 @@ const TRANSFORMERS: Names = Names {
 /// The checkpoint's prefix (`bert.` in nomic-bert-2048's pretraining checkpoint) and layout.
 fn layout(store: &dyn WeightStore) -> (&'static str, &'static Names) {
     let p = if store.info("bert.embeddings.word_embeddings.weight").is_some() { "bert." } else { "" };
-    let names = if store.info(&format!("{p}layers.0.self_attn.q_proj.weight")).is_some() { &TRANSFORMERS } else { &HUB };
+    let names =
+        if store.info(&format!("{p}layers.0.self_attn.q_proj.weight")).is_some() { &TRANSFORMERS } else { &HUB };
     (p, names)
 }
 

@@ -51,7 +51,12 @@ fn hidden_states_equal_the_reference() {
                 Some(t) => texts.text(t.as_str().unwrap()).unwrap(),
                 None => texts.pair(c["pair"][0].as_str().unwrap(), c["pair"][1].as_str().unwrap()).unwrap(),
             };
-            assert_eq!((got.ids, got.type_ids), (u32s(&c["ids"]), u32s(&c["type_ids"])), "{name}: tokens of {}", c["ids"]);
+            assert_eq!(
+                (got.ids, got.type_ids),
+                (u32s(&c["ids"]), u32s(&c["type_ids"])),
+                "{name}: tokens of {}",
+                c["ids"]
+            );
         }
         let hidden = hidden_of(&runner, &cases, true);
         let worst = cases.iter().zip(&hidden).map(|(c, h)| max_abs_diff(h, &f32s(&c["hidden"]))).fold(0.0, f32::max);
