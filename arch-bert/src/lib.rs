@@ -70,11 +70,7 @@ impl Architecture for BertArch {
     }
 
     fn kv_geometry(&self, config: &ModelConfig, _: u32) -> Result<KvGeometry, ConfigError> {
-        Err(ConfigError::Invalid {
-            field: "tl_arch".into(),
-            value: format!("{:?}", config.arch),
-            reason: "BERT is an encoder: it keeps no KV".into(),
-        })
+        Err(parts::no_kv(config, "BERT"))
     }
 
     fn is_encoder(&self, _: &ModelConfig) -> bool {

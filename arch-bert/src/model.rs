@@ -5,15 +5,14 @@
 //! everything else runs per input. So an input's outputs are the same bits in any batch
 //! and on any number of threads (docs/spec/encoders.md).
 
-use tl_core::{BuildCtx, EncodeInput, Encoded, Encoder, EncoderInfo, ForwardBatch, ForwardCtx, ForwardOutput};
-use tl_core::{Model, ModelError, WeightStore};
+use tl_core::{BuildCtx, EncodeInput, EncoderInfo, ModelError, WeightStore};
 use tl_decoder::{f32_bytes, swiglu, Loader, Rope, RopeTables};
 use tl_quant::{Linear, Path};
 
-use crate::config::{Activation, BertConfig, Head};
+use crate::config::{BertConfig, Head};
 use crate::lanes::gelu;
 use crate::ops::{add_layer_norm, attention};
-use crate::parts::{outputs, positions, Dense, Norm, Scores};
+use crate::parts::{positions, Dense, Logits, Norm};
 use crate::pooling::Pipeline;
 
 /// A post-norm layer's feed-forward block.
@@ -64,8 +63,7 @@ pub struct Embeddings {
 /// `BertForSequenceClassification`'s head.
 struct Classifier {
     pooler: Dense,
-    out: Dense,
-    activation: Activation,
+    logits: Logits,
 }
 
 /// A built post-norm BERT-style encoder (BERT itself, and nomic-bert: rotary positions
@@ -125,8 +123,7 @@ impl Bert {
             Head::None => None,
             Head::Classifier { labels, activation } => Some(Classifier {
                 pooler: Dense::load(&w, &format!("{p}pooler.dense"), d, d, true)?,
-                out: Dense::load(&w, "classifier", labels, d, true)?,
-                activation,
+                logits: Logits { out: Dense::load(&w, "classifier", labels, d, true)?, activation },
             }),
         };
         let mut bert = Bert::assemble(cfg, emb, layers, None, pipeline);
@@ -233,32 +230,11 @@ impl Bert {
         let (mut pooled, mut tmp) = (vec![0f32; d], Vec::new());
         c.pooler.run(&h[..d], 1, &mut pooled, &mut tmp, "pooler")?;
         pooled.iter_mut().for_each(|v| *v = v.tanh());
-        let mut out = vec![0f32; c.out.out()];
-        c.out.run(&pooled, 1, &mut out, &mut tmp, "classifier")?;
-        out.iter_mut().for_each(|v| *v = c.activation.apply(*v));
-        Ok(out)
-    }
-}
-
-impl Encoder for Bert {
-    fn info(&self) -> &EncoderInfo {
-        &self.info
+        c.logits.run(&pooled, &mut tmp)
     }
 
-    fn encode(&self, inputs: &[EncodeInput<'_>], want_hidden: bool) -> Result<Vec<Encoded>, ModelError> {
-        let h = self.hidden(inputs)?;
-        let mut head = self.classifier.as_ref().map(|c| move |rows: &[f32]| self.scores(c, rows));
-        let scores = head.as_mut().map(|f| f as Scores<'_>);
-        outputs(&h, inputs, self.cfg.hidden_size, want_hidden, self.pipeline.as_ref(), scores)
-    }
-}
-
-impl Model for Bert {
-    fn hidden_size(&self) -> usize {
-        self.cfg.hidden_size
-    }
-
-    fn weight_bytes(&self) -> Option<usize> {
+    /// Bytes of weights held.
+    fn bytes(&self) -> usize {
         let layers: usize = self
             .layers
             .iter()
@@ -270,17 +246,11 @@ impl Model for Bert {
                 l.qkv.bytes() + l.attn_out.bytes() + ffn + l.attn_norm.bytes() + l.out_norm.bytes()
             })
             .sum();
-        let head = self.classifier.as_ref().map_or(0, |c| c.pooler.bytes() + c.out.bytes());
+        let head = self.classifier.as_ref().map_or(0, |c| c.pooler.bytes() + c.logits.out.bytes());
         let e = &self.emb;
         let positions = e.positions.as_deref().map_or(0, f32_bytes);
-        Some(e.words.packed_bytes() + positions + f32_bytes(&e.types) + e.norm.bytes() + layers + head)
-    }
-
-    fn forward(&self, _: &ForwardBatch, _: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
-        Err(ModelError::BadBatch("an encoder answers encode, not forward steps".into()))
-    }
-
-    fn encoder(&self) -> Option<&dyn Encoder> {
-        Some(self)
+        e.words.packed_bytes() + positions + f32_bytes(&e.types) + e.norm.bytes() + layers + head
     }
 }
+
+crate::encoder_model!(Bert, "BERT");

@@ -4,7 +4,7 @@
 //! rows into each input's outputs. One copy, so every family rounds alike
 //! (docs/spec/encoders.md, "Arithmetic").
 
-use tl_core::{EncodeInput, Encoded, ModelError};
+use tl_core::{ConfigError, EncodeInput, Encoded, ModelConfig, ModelError};
 use tl_decoder::{f32_bytes, Loader, Proj};
 use tl_quant::{Format, Linear, Path};
 
@@ -146,7 +146,88 @@ pub fn positions(lens: &[usize]) -> Vec<usize> {
 }
 
 /// A classifier over one input's hidden rows (its outputs after the activation).
-pub type Scores<'a> = &'a mut dyn FnMut(&[f32]) -> Result<Vec<f32>, ModelError>;
+pub type Scores<'a> = &'a dyn Fn(&[f32]) -> Result<Vec<f32>, ModelError>;
+
+/// A classification head's last step: the `classifier` projection of the pooled,
+/// transformed row, then the cross-encoder's activation.
+pub struct Logits {
+    /// `[labels, d]` with its bias.
+    pub out: Dense,
+    /// Applied to each logit.
+    pub activation: Activation,
+}
+
+impl Logits {
+    /// The scores of one row `x`.
+    pub fn run(&self, x: &[f32], tmp: &mut Vec<f32>) -> Result<Vec<f32>, ModelError> {
+        let mut out = vec![0f32; self.out.out()];
+        self.out.run(x, 1, &mut out, tmp, "classifier")?;
+        out.iter_mut().for_each(|v| *v = self.activation.apply(*v));
+        Ok(out)
+    }
+}
+
+/// The refusal of a KV geometry every encoder architecture gives (an encoder keeps none).
+pub fn no_kv(config: &ModelConfig, family: &str) -> ConfigError {
+    ConfigError::Invalid {
+        field: "tl_arch".into(),
+        value: format!("{:?}", config.arch),
+        reason: format!("{family} is an encoder: it keeps no KV"),
+    }
+}
+
+/// `tl_core::Encoder` and `tl_core::Model` for an encoder family's model type `$t`, alike
+/// in every family: `$t` has the fields `info: EncoderInfo`, `classifier: Option<C>` and
+/// `pipeline: Option<Pipeline>`, and the methods `hidden(&self, inputs) -> Result<Vec<f32>>`
+/// (the stacked last hidden states), `scores(&self, &C, rows) -> Result<Vec<f32>>` and
+/// `bytes(&self) -> usize` (the weights held). `$name` names the family in the refusal of
+/// forward steps.
+#[macro_export]
+macro_rules! encoder_model {
+    ($t:ty, $name:literal) => {
+        impl ::tl_core::Encoder for $t {
+            fn info(&self) -> &::tl_core::EncoderInfo {
+                &self.info
+            }
+
+            fn encode(
+                &self,
+                inputs: &[::tl_core::EncodeInput<'_>],
+                want_hidden: bool,
+            ) -> Result<Vec<::tl_core::Encoded>, ::tl_core::ModelError> {
+                let h = self.hidden(inputs)?;
+                let head = self.classifier.as_ref().map(|c| move |rows: &[f32]| self.scores(c, rows));
+                let scores = head.as_ref().map(|f| f as $crate::parts::Scores<'_>);
+                let d = self.info.hidden_size;
+                $crate::parts::outputs(&h, inputs, d, want_hidden, self.pipeline.as_ref(), scores)
+            }
+        }
+
+        impl ::tl_core::Model for $t {
+            fn hidden_size(&self) -> usize {
+                self.info.hidden_size
+            }
+
+            fn weight_bytes(&self) -> Option<usize> {
+                Some(self.bytes())
+            }
+
+            fn forward(
+                &self,
+                _: &::tl_core::ForwardBatch,
+                _: &mut ::tl_core::ForwardCtx<'_>,
+            ) -> Result<::tl_core::ForwardOutput, ::tl_core::ModelError> {
+                Err(::tl_core::ModelError::BadBatch(
+                    concat!($name, " is an encoder: it answers encode, not forward steps").into(),
+                ))
+            }
+
+            fn encoder(&self) -> Option<&dyn ::tl_core::Encoder> {
+                Some(self)
+            }
+        }
+    };
+}
 
 /// Each input's outputs from the stacked last hidden states `h` `(N, d)`: its rows when
 /// `want_hidden`, its `pipeline` vector, and `scores` of its rows when the model has a
@@ -157,7 +238,7 @@ pub fn outputs(
     d: usize,
     want_hidden: bool,
     pipeline: Option<&Pipeline>,
-    mut scores: Option<Scores<'_>>,
+    scores: Option<Scores<'_>>,
 ) -> Result<Vec<Encoded>, ModelError> {
     let mut out = Vec::with_capacity(inputs.len());
     let mut at = 0;
@@ -168,7 +249,7 @@ pub fn outputs(
         out.push(Encoded {
             hidden: want_hidden.then(|| rows.to_vec()),
             vector: pipeline.map(|p| p.pool(rows, d)),
-            scores: scores.as_mut().map(|f| f(rows)).transpose()?,
+            scores: scores.map(|f| f(rows)).transpose()?,
         });
     }
     Ok(out)

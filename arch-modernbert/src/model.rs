@@ -6,10 +6,9 @@
 use rayon::prelude::*;
 use tl_arch_bert::lanes::gelu;
 use tl_arch_bert::ops::{add_layer_norm, attention};
-use tl_arch_bert::parts::{outputs, positions, Dense, Norm, Scores};
-use tl_arch_bert::{Activation, Head, Mode, Pipeline};
-use tl_core::{BuildCtx, EncodeInput, Encoded, Encoder, EncoderInfo, ForwardBatch, ForwardCtx, ForwardOutput};
-use tl_core::{Model, ModelError};
+use tl_arch_bert::parts::{positions, Dense, Logits, Norm};
+use tl_arch_bert::{Head, Mode, Pipeline};
+use tl_core::{BuildCtx, EncodeInput, EncoderInfo, ModelError};
 use tl_decoder::{add, f32_bytes, inv_freq_default, Loader, Rope, RopeTables};
 use tl_quant::{Linear, Path};
 
@@ -31,8 +30,7 @@ struct Classifier {
     pool: Pipeline,
     dense: Dense,
     norm: Norm,
-    out: Dense,
-    activation: Activation,
+    logits: Logits,
 }
 
 /// A built ModernBERT.
@@ -99,8 +97,7 @@ impl ModernBert {
                 },
                 dense: Dense::load(&w, "head.dense", d, d, cfg.classifier_bias)?,
                 norm: Norm::load(&w, "head.norm", d, nb)?,
-                out: Dense::load(&w, "classifier", labels, d, true)?,
-                activation,
+                logits: Logits { out: Dense::load(&w, "classifier", labels, d, true)?, activation },
             }),
         };
         let hd = cfg.head_dim();
@@ -111,7 +108,7 @@ impl ModernBert {
             type_vocab: 0,
             vector: pipeline.as_ref().map(|p| p.modes.len() * d),
             normalized: pipeline.as_ref().is_some_and(|p| p.normalize),
-            scores: classifier.as_ref().map(|c| c.out.out()),
+            scores: classifier.as_ref().map(|c| c.logits.out.out()),
         };
         Ok(ModernBert {
             cfg: cfg.clone(),
@@ -177,32 +174,11 @@ impl ModernBert {
         c.dense.run(&pooled, 1, &mut x, &mut tmp, "head.dense")?;
         gelu(Path::best(), &mut x);
         norm(&mut x, &c.norm, self.cfg.norm_eps);
-        let mut out = vec![0f32; c.out.out()];
-        c.out.run(&x, 1, &mut out, &mut tmp, "classifier")?;
-        out.iter_mut().for_each(|v| *v = c.activation.apply(*v));
-        Ok(out)
-    }
-}
-
-impl Encoder for ModernBert {
-    fn info(&self) -> &EncoderInfo {
-        &self.info
+        c.logits.run(&x, &mut tmp)
     }
 
-    fn encode(&self, inputs: &[EncodeInput<'_>], want_hidden: bool) -> Result<Vec<Encoded>, ModelError> {
-        let h = self.hidden(inputs)?;
-        let mut head = self.classifier.as_ref().map(|c| move |rows: &[f32]| self.scores(c, rows));
-        let scores = head.as_mut().map(|f| f as Scores<'_>);
-        outputs(&h, inputs, self.cfg.hidden_size, want_hidden, self.pipeline.as_ref(), scores)
-    }
-}
-
-impl Model for ModernBert {
-    fn hidden_size(&self) -> usize {
-        self.cfg.hidden_size
-    }
-
-    fn weight_bytes(&self) -> Option<usize> {
+    /// Bytes of weights held.
+    fn bytes(&self) -> usize {
         let layers: usize = self
             .layers
             .iter()
@@ -215,16 +191,10 @@ impl Model for ModernBert {
                     + l.wo.bytes()
             })
             .sum();
-        let head = self.classifier.as_ref().map_or(0, |c| c.dense.bytes() + c.norm.bytes() + c.out.bytes());
+        let head = self.classifier.as_ref().map_or(0, |c| c.dense.bytes() + c.norm.bytes() + c.logits.out.bytes());
         let ropes = f32_bytes(&self.global.inv_freq) + f32_bytes(&self.local.inv_freq);
-        Some(self.words.packed_bytes() + self.emb_norm.bytes() + layers + self.final_norm.bytes() + head + ropes)
-    }
-
-    fn forward(&self, _: &ForwardBatch, _: &mut ForwardCtx<'_>) -> Result<ForwardOutput, ModelError> {
-        Err(ModelError::BadBatch("ModernBERT is an encoder: it answers encode, not forward steps".into()))
-    }
-
-    fn encoder(&self) -> Option<&dyn Encoder> {
-        Some(self)
+        self.words.packed_bytes() + self.emb_norm.bytes() + layers + self.final_norm.bytes() + head + ropes
     }
 }
+
+tl_arch_bert::encoder_model!(ModernBert, "ModernBERT");

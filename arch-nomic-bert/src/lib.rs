@@ -147,11 +147,7 @@ impl Architecture for NomicBertArch {
     }
 
     fn kv_geometry(&self, config: &ModelConfig, _: u32) -> Result<KvGeometry, ConfigError> {
-        Err(ConfigError::Invalid {
-            field: "tl_arch".into(),
-            value: format!("{:?}", config.arch),
-            reason: "nomic-bert is an encoder: it keeps no KV".into(),
-        })
+        Err(tl_arch_bert::parts::no_kv(config, "nomic-bert"))
     }
 
     fn is_encoder(&self, _: &ModelConfig) -> bool {
