@@ -4,33 +4,18 @@
 //! off; transformers 5's config form read to the same bits as the Hub's; batch and thread
 //! invariance bit for bit; bad configs refused naming the field.
 
-use std::path::{Path, PathBuf};
-
 use serde_json::{json, Value};
 use tl_arch_modernbert::{embed, score};
 use tl_core::{EncodeInput, ModelRunner};
 use tl_kv as _;
-use tl_testkit::encoders::{check_encoder_invariance, f32s, load_encoder, reference_json, u32s};
-use tl_testkit::{bits, load_error, max_abs_diff, with_config};
+use tl_testkit::encoders::{cases, check_encoder_invariance, edited, f32s, load_encoder, u32s};
+use tl_testkit::{bits, load_error, max_abs_diff};
 
 /// arch-bert's tolerance: transformers' float32 (BLAS sums, its own erf, LayerNorm and
 /// RoPE) against tl's fixed-order sums, a few ulps per operation on O(1) values.
 const TOL: f32 = 5e-6;
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
-
-fn cases(dir: &Path) -> Vec<Value> {
-    reference_json(dir)["cases"].as_array().unwrap().clone()
-}
-
-/// A copy of fixture `dir` (weights and tokenizer) with its config.json edited.
-fn edited(dir: &Path, edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
-    let tmp = with_config(dir, edit);
-    std::fs::copy(dir.join("tokenizer.json"), tmp.path().join("tokenizer.json")).unwrap();
-    tmp
-}
+tl_testkit::fixtures!();
 
 fn hidden_of(runner: &ModelRunner, cases: &[Value]) -> Vec<Vec<f32>> {
     let ids: Vec<Vec<u32>> = cases.iter().map(|c| u32s(&c["ids"])).collect();

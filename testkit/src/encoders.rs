@@ -25,6 +25,19 @@ pub fn reference_json(dir: &Path) -> Value {
     serde_json::from_str(&text).expect("reference.json is JSON")
 }
 
+/// The `cases` list of a fixture directory's reference.json.
+pub fn cases(dir: &Path) -> Vec<Value> {
+    reference_json(dir)["cases"].as_array().expect("reference.json has cases").clone()
+}
+
+/// A copy of encoder fixture `dir` (weights and tokenizer.json) with its config.json
+/// edited by `edit`.
+pub fn edited(dir: &Path, edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
+    let tmp = crate::with_config(dir, edit);
+    std::fs::copy(dir.join("tokenizer.json"), tmp.path().join("tokenizer.json")).expect("copy tokenizer.json");
+    tmp
+}
+
 /// An encoder directory loaded with its texts on `threads` threads.
 pub fn load_encoder(dir: &Path, threads: usize) -> (ModelRunner, tl_core::encoder_text::Texts) {
     load(dir, &EngineConfig { threads, ..Default::default() }).expect("the encoder loads")
