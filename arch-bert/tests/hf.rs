@@ -8,7 +8,7 @@ use serde_json::Value;
 use tl_arch_bert::{embed, load, score, TextError, Texts};
 use tl_core::{EncodeInput, EngineConfig, ForwardBatch, ModelRunner, RunnerError};
 use tl_kv as _;
-use tl_testkit::encoders::{check_encoder_invariance, f32s, reference_json, u32s};
+use tl_testkit::encoders::{check_text_invariance, f32s, reference_json, u32s};
 use tl_testkit::max_abs_diff;
 
 /// Hidden states and vectors are O(1); transformers' float32 (BLAS sums, its own erf and
@@ -139,10 +139,7 @@ fn classification_heads_equal_transformers_and_cross_encoder() {
 
 #[test]
 fn batch_and_thread_invariance_bit_for_bit() {
-    let dir = fixture("tiny-bert");
-    let (_, texts) = load(&dir, &engine(1)).unwrap();
-    let ids = texts.text("They said: come and see the people, the water, the first day!").unwrap().ids;
-    check_encoder_invariance(&dir, &ids, 40);
+    check_text_invariance(&fixture("tiny-bert"), "They said: come and see the people, the water, the first day!", 40);
 }
 
 fn bad_batch(e: RunnerError, words: &str) {

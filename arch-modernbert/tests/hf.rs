@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tl_arch_modernbert::{embed, score};
 use tl_core::{EncodeInput, ModelRunner};
 use tl_kv as _;
-use tl_testkit::encoders::{cases, check_encoder_invariance, edited, f32s, load_encoder, u32s};
+use tl_testkit::encoders::{cases, check_text_invariance, edited, f32s, load_encoder, refusal, u32s};
 use tl_testkit::{bits, load_error, max_abs_diff};
 
 /// arch-bert's tolerance: transformers' float32 (BLAS sums, its own erf, LayerNorm and
@@ -117,10 +117,7 @@ fn classifiers_equal_transformers_and_cross_encoder() {
 #[test]
 fn batch_and_thread_invariance_bit_for_bit() {
     for name in ["tiny-modernbert", "tiny-modernbert-cls"] {
-        let dir = fixture(name);
-        let (_, texts) = load_encoder(&dir, 1);
-        let ids = texts.text("They said: come and see the people, the water, the first day!").unwrap().ids;
-        check_encoder_invariance(&dir, &ids, 64);
+        check_text_invariance(&fixture(name), "They said: come and see the people, the water, the first day!", 64);
     }
 }
 
@@ -138,8 +135,7 @@ fn bad_configs_are_refused_naming_the_field() {
         ("norm_bias", json!("yes"), "norm_bias"),
     ];
     for (field, value, named) in cases {
-        let tmp = edited(&dir, |c| c[field] = value.clone());
-        let e = load_error(tmp.path());
+        let e = refusal(&dir, field, &value);
         assert!(e.contains(named), "{field} = {value}: {e}");
     }
     let tmp = edited(&dir, |c| {

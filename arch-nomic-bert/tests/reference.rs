@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tl_arch_nomic_bert::embed;
 use tl_core::{EncodeInput, ModelRunner};
 use tl_kv as _;
-use tl_testkit::encoders::{cases, check_encoder_invariance, edited, f32s, load_encoder, u32s};
+use tl_testkit::encoders::{cases, check_text_invariance, edited, f32s, load_encoder, refusal, u32s};
 use tl_testkit::{bits, load_error, max_abs_diff};
 
 /// arch-bert's tolerance: float32 torch (BLAS sums, its own LayerNorm, silu and RoPE)
@@ -101,10 +101,7 @@ fn transformers_5_config_form_gives_the_same_bits() {
 #[test]
 fn batch_and_thread_invariance_bit_for_bit() {
     for name in ["tiny-nomic-bert", "tiny-nomic-bert-bias"] {
-        let dir = fixture(name);
-        let (_, texts) = load_encoder(&dir, 1);
-        let ids = texts.text("They said: come and see the people, the water, the first day!").unwrap().ids;
-        check_encoder_invariance(&dir, &ids, 64);
+        check_text_invariance(&fixture(name), "They said: come and see the people, the water, the first day!", 64);
     }
 }
 
@@ -125,8 +122,7 @@ fn bad_configs_are_refused_naming_the_field() {
         ("use_rms_norm", json!(true)),
     ];
     for (field, value) in cases {
-        let tmp = edited(&dir, |c| c[field] = value.clone());
-        let e = load_error(tmp.path());
+        let e = refusal(&dir, field, &value);
         assert!(e.contains(field), "{field} = {value}: {e}");
     }
     // A bias the config asks for and the checkpoint lacks is named.

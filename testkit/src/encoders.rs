@@ -78,3 +78,17 @@ pub fn check_encoder_invariance(dir: &Path, ids: &[u32], longest: u32) {
         }
     }
 }
+
+/// [`check_encoder_invariance`] of `text` as the directory's tokenizer gives it.
+pub fn check_text_invariance(dir: &Path, text: &str, longest: u32) {
+    let (_, texts) = load_encoder(dir, 1);
+    let ids = texts.text(text).expect("the text tokenizes").ids;
+    check_encoder_invariance(dir, &ids, longest);
+}
+
+/// The load error of encoder fixture `dir` with config.json's `field` set to `value`
+/// (a panic if it loads).
+pub fn refusal(dir: &Path, field: &str, value: &Value) -> String {
+    let tmp = edited(dir, |c| c[field] = value.clone());
+    crate::load_error(tmp.path())
+}
