@@ -194,8 +194,8 @@ impl ModelConfig {
                 });
             }
         }
-        // GPT-2-style configs (nomic-bert's among them) spell it `n_positions`, which
-        // transformers maps to `max_position_embeddings` the same way.
+        // GPT-2-style configs spell it `n_positions`, which transformers maps to
+        // `max_position_embeddings`.
         let (key, pos) = match json.get("max_position_embeddings").filter(|v| !v.is_null()) {
             Some(v) => ("max_position_embeddings", Some(v)),
             None => ("n_positions", json.get("n_positions").filter(|v| !v.is_null())),

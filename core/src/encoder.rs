@@ -49,8 +49,8 @@ pub struct EncoderInfo {
     /// The longest input it runs, in tokens; longer inputs are refused, never cut.
     pub max_tokens: usize,
     /// How many token types it reads (type ids are checked to be below this); 0: the model
-    /// has no token types and type ids are not read (ModernBERT: a tokenizer's pair types
-    /// are ignored, not refused).
+    /// has no token types and type ids are not read (a tokenizer's pair types are ignored,
+    /// not refused).
     pub type_vocab: usize,
     /// Length of the pooled vector, when the model pools.
     pub vector: Option<usize>,
