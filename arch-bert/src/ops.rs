@@ -166,6 +166,9 @@ simd_entry!(
     fn softmax_row_on => softmax_row(s: &mut [f32], scale: f32)
 );
 
+/// Query rows whose scores are computed together in one attention task.
+const QB: usize = 64;
+
 /// Scratch of one attention task, kept between heads.
 #[derive(Default)]
 pub struct Scratch {
@@ -222,20 +225,34 @@ pub unsafe fn attention_head(
             sc.v[((c / W) * t + j) * W + c % W] = vv;
         }
     }
-    sc.s.resize(t * t, 0.0);
-    let kt = Panels { p: sc.kt.as_ptr(), k: hd, stride: hd * W, bias: std::ptr::null() };
-    gemm(path, qkv.as_ptr().add(h * hd), 3 * d, t, kt, t, sc.s.as_mut_ptr(), t);
-    for (i, row) in sc.s.chunks_exact_mut(t).enumerate() {
-        // A window keeps keys `|i - j| <= w`: the softmax runs over those alone (key `j`
-        // into lane `(j - lo) % 16`) and the others' weights are +0.0, which leave every
-        // FMA chain of `P V` unchanged (`fma(+0, v, acc) = acc`).
-        let (lo, hi) = window.map_or((0, t), |w| (i.saturating_sub(w), i.saturating_add(w).saturating_add(1).min(t)));
-        softmax_row_on(path, &mut row[lo..hi], scale);
-        row[..lo].fill(0.0);
-        row[hi..].fill(0.0);
+    // Queries in blocks of QB rows, so the scores take QB x T floats rather than T x T
+    // (ModernBERT reads 8192 tokens), and a window's block reads only the keys it can see.
+    // Every score, softmax and output chain is the one of the whole matrix: a block only
+    // decides which rows run together.
+    sc.s.resize(QB.min(t) * t, 0.0);
+    for i0 in (0..t).step_by(QB) {
+        let i1 = (i0 + QB).min(t);
+        // The block's keys, from a panel boundary (the K^T panels hold 16 keys each).
+        let (k0, k1) = window.map_or((0, t), |w| (i0.saturating_sub(w) / W * W, (i1 - 1 + w).saturating_add(1).min(t)));
+        let (rows, n) = (i1 - i0, k1 - k0);
+        let s = &mut sc.s[..rows * n];
+        let kt = Panels { p: sc.kt.as_ptr().add(k0 / W * hd * W), k: hd, stride: hd * W, bias: std::ptr::null() };
+        gemm(path, qkv.as_ptr().add(i0 * 3 * d + h * hd), 3 * d, rows, kt, n, s.as_mut_ptr(), n);
+        for (r, row) in s.chunks_exact_mut(n).enumerate() {
+            // A window keeps keys `|i - j| <= w`: the softmax runs over those alone (key `j`
+            // into lane `(j - lo) % 16`) and the others' weights are +0.0, which leave every
+            // FMA chain of `P V` unchanged (`fma(+0, v, acc) = acc`), so starting the chains
+            // at key k0 rather than 0 changes no bit either.
+            let i = i0 + r;
+            let (lo, hi) =
+                window.map_or((0, t), |w| (i.saturating_sub(w), i.saturating_add(w).saturating_add(1).min(t)));
+            softmax_row_on(path, &mut row[lo - k0..hi - k0], scale);
+            row[..lo - k0].fill(0.0);
+            row[hi - k0..].fill(0.0);
+        }
+        let v = Panels { p: sc.v.as_ptr().add(k0 * W), k: n, stride: t * W, bias: std::ptr::null() };
+        gemm(path, s.as_ptr(), n, rows, v, hd, out.add(i0 * d + h * hd), d);
     }
-    let v = Panels { p: sc.v.as_ptr(), k: t, stride: t * W, bias: std::ptr::null() };
-    gemm(path, sc.s.as_ptr(), t, t, v, hd, out.add(h * hd), d);
 }
 
 /// A pointer to the attention output that crosses to rayon's threads.

@@ -107,23 +107,24 @@ fn layer_norm_is_the_same_on_every_path_and_close_to_f64() {
 
 #[test]
 fn attention_is_the_same_on_every_path_and_close_to_f64() {
-    // No window, ModernBERT's local window (keys within 3 of the query), and a window past
-    // every input, which must give the unwindowed bits.
-    for window in [None, Some(3), Some(100)] {
+    // No window, local windows (keys within 3 or 40 of the query), and a window past every
+    // input, which must give the unwindowed bits.
+    for window in [None, Some(3), Some(40), Some(300)] {
         check_attention(window);
     }
-    let (heads, hd, lens) = (3, 20, [1usize, 17, 5, 33]);
-    let qkv = values(56 * 3 * heads * hd, 8);
-    let (mut full, mut wide) = (vec![0f32; 56 * heads * hd], vec![1f32; 56 * heads * hd]);
+    let (heads, hd, lens) = (3, 20, [1usize, 17, 5, 33, 150]);
+    let qkv = values(206 * 3 * heads * hd, 8);
+    let (mut full, mut wide) = (vec![0f32; 206 * heads * hd], vec![1f32; 206 * heads * hd]);
     attention(Path::best(), &qkv, &lens, (heads, hd), None, &mut full);
-    attention(Path::best(), &qkv, &lens, (heads, hd), Some(100), &mut wide);
+    attention(Path::best(), &qkv, &lens, (heads, hd), Some(300), &mut wide);
     assert_eq!(bits(&full), bits(&wide));
 }
 
 fn check_attention(window: Option<usize>) {
     let (heads, hd) = (3, 20);
     let d = heads * hd;
-    let lens = [1usize, 17, 5, 33];
+    // 150: past one block of query rows (64), so the blocks and a window's key range count.
+    let lens = [1usize, 17, 5, 33, 150];
     let n: usize = lens.iter().sum();
     let qkv = values(n * 3 * d, 8);
     let mut want = vec![f32::NAN; n * d];
