@@ -46,6 +46,11 @@ for mm in ["arch-gemma4/tests/fixtures/tiny-gemma4-mm", "arch-qwen3-5/tests/fixt
 BERT = os.path.join(ROOT, "arch-bert/tests/fixtures")
 for b in ["tiny-bert", "tiny-bert-ce"]:
     put("config", b, json.dumps({**json.loads(read(f"{BERT}/{b}/config.json")), "tl_tokenizer": "hf"}))
+# The other encoder families' config readers (arch-modernbert, arch-nomic-bert).
+for crate, b in [("arch-modernbert", "tiny-modernbert"), ("arch-modernbert", "tiny-modernbert-cls"),
+                 ("arch-nomic-bert", "tiny-nomic-bert"), ("arch-nomic-bert", "tiny-nomic-bert-bias")]:
+    cfg = json.loads(read(os.path.join(ROOT, crate, "tests/fixtures", b, "config.json")))
+    put("config", b, json.dumps({**cfg, "tl_tokenizer": "hf"}))
 put("st_modules", "tiny-bert", read(f"{BERT}/tiny-bert/modules.json") + b"\0" + read(f"{BERT}/tiny-bert/1_Pooling/config.json"))
 put("st_modules", "cls-max", read(f"{BERT}/tiny-bert/modules.json") + b"\0" +
     json.dumps({"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True}).encode())

@@ -59,7 +59,9 @@ pub struct BertConfig {
     pub head: Head,
 }
 
-fn activation(json: &Value, labels: usize) -> Result<Activation, ConfigError> {
+/// A cross-encoder's activation as sentence-transformers reads it from config.json, for
+/// a head of `labels` outputs.
+pub fn activation(json: &Value, labels: usize) -> Result<Activation, ConfigError> {
     // sentence-transformers >= 4 writes {"sentence_transformers": {"activation_fn": ...}};
     // older cross-encoders `sbert_ce_default_activation_function`.
     let named = json
@@ -80,26 +82,31 @@ fn activation(json: &Value, labels: usize) -> Result<Activation, ConfigError> {
     }
 }
 
+/// A `...ForSequenceClassification` head: `num_labels` (else `id2label`'s count, else
+/// transformers' 2), `problem_type` checked, and the cross-encoder's activation.
+pub fn classifier(json: &Value) -> Result<Head, ConfigError> {
+    let labels = match size(json, "num_labels", MAX_LABELS)? {
+        Some(n) => n,
+        None => match field(json, "id2label").and_then(Value::as_object) {
+            Some(m) if !m.is_empty() && m.len() <= MAX_LABELS => m.len(),
+            // transformers' default.
+            _ => 2,
+        },
+    };
+    if let Some(p) = field(json, "problem_type").and_then(Value::as_str) {
+        if p != "single_label_classification" && p != "regression" && p != "multi_label_classification" {
+            return Err(invalid("problem_type", &json["problem_type"], "not a transformers problem type"));
+        }
+    }
+    Ok(Head::Classifier { labels, activation: activation(json, labels)? })
+}
+
 fn head(json: &Value) -> Result<Head, ConfigError> {
     let arch = field(json, "architectures").and_then(Value::as_array).and_then(|a| a.first());
     match arch.and_then(Value::as_str) {
         None | Some("BertModel") => Ok(Head::None),
-        Some("BertForSequenceClassification") => {
-            let labels = match size(json, "num_labels", MAX_LABELS)? {
-                Some(n) => n,
-                None => match field(json, "id2label").and_then(Value::as_object) {
-                    Some(m) if !m.is_empty() && m.len() <= MAX_LABELS => m.len(),
-                    // transformers' default.
-                    _ => 2,
-                },
-            };
-            if let Some(p) = field(json, "problem_type").and_then(Value::as_str) {
-                if p != "single_label_classification" && p != "regression" && p != "multi_label_classification" {
-                    return Err(invalid("problem_type", &json["problem_type"], "not a transformers problem type"));
-                }
-            }
-            Ok(Head::Classifier { labels, activation: activation(json, labels)? })
-        }
+        Some("BertForSequenceClassification") => classifier(json),
+
         Some(_) => Err(invalid(
             "architectures",
             &json["architectures"],

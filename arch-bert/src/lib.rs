@@ -27,6 +27,13 @@
 //! position embeddings, a decoder or cross-attention config, other heads, modules tl does
 //! not run (Dense, ...), a listed Pooling config that is missing or turns nothing on.
 //!
+//! The other encoder families build on this crate rather than copy it: [`parts`] (a
+//! LayerNorm's vectors, a projection in the kernel that suits its weights, the split of a
+//! batch's rows into each input's outputs), [`ops`] (LayerNorm, attention, with a sliding
+//! window for ModernBERT), [`lanes`] (GELU), [`pooling`], the classifier activations, and
+//! [`Bert`] itself, which [`Bert::assemble`] builds from another checkpoint's tensors with
+//! rotary positions and a SwiGLU (nomic-bert).
+//!
 //! Nothing names this crate from core: a binary or test that loads a BERT writes
 //! `use tl_arch_bert as _;` (or links tl-families) so the registrations are linked.
 #![deny(missing_docs)]
@@ -44,10 +51,11 @@ pub mod gemm;
 pub mod lanes;
 mod model;
 pub mod ops;
+pub mod parts;
 pub mod pooling;
 
 pub use config::{Activation, BertConfig, Head};
-pub use model::Bert;
+pub use model::{Bert, Embeddings, Ffn, Layer};
 pub use pooling::{Mode, Pipeline};
 // From text to outputs (tokenizer.json cut as sentence-transformers cuts): core's, shared
 // by every encoder family.
@@ -62,11 +70,7 @@ impl Architecture for BertArch {
     }
 
     fn kv_geometry(&self, config: &ModelConfig, _: u32) -> Result<KvGeometry, ConfigError> {
-        Err(ConfigError::Invalid {
-            field: "tl_arch".into(),
-            value: format!("{:?}", config.arch),
-            reason: "BERT is an encoder: it keeps no KV".into(),
-        })
+        Err(parts::no_kv(config, "BERT"))
     }
 
     fn is_encoder(&self, _: &ModelConfig) -> bool {
@@ -75,11 +79,7 @@ impl Architecture for BertArch {
 
     fn build(&self, ctx: BuildCtx<'_>) -> Result<Box<dyn Model>, ModelError> {
         let cfg: &BertConfig = ctx.config.arch_config()?;
-        let plain = cfg.head == Head::None;
-        let pipeline = match &ctx.config.dir {
-            Some(dir) => Pipeline::read(dir, cfg.hidden_size, plain)?,
-            None => plain.then(|| Pipeline { modes: vec![Mode::Mean], normalize: false }),
-        };
+        let pipeline = Pipeline::of_model(ctx.config, cfg.hidden_size, cfg.head == Head::None)?;
         Ok(Box::new(Bert::build(&ctx, cfg, pipeline)?))
     }
 }

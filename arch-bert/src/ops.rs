@@ -166,6 +166,9 @@ simd_entry!(
     fn softmax_row_on => softmax_row(s: &mut [f32], scale: f32)
 );
 
+/// Query rows whose scores are computed together in one attention task.
+const QB: usize = 64;
+
 /// Scratch of one attention task, kept between heads.
 #[derive(Default)]
 pub struct Scratch {
@@ -178,7 +181,8 @@ pub struct Scratch {
 /// side, heads of `hd` contiguous within each), into columns `h hd ..` of `out` (rows `d`
 /// apart). Scores `S = Q K^T` (each one FMA chain over the head's dimensions, [`gemm`]),
 /// per row `softmax(S * scale)` ([`softmax_row`]), then `P V` (each output one FMA chain
-/// over the keys in order).
+/// over the keys in order). With `window` `w`, query `i` sees keys `|i - j| <= w` only
+/// (ModernBERT's local layers).
 ///
 /// # Safety
 ///
@@ -191,6 +195,7 @@ pub unsafe fn attention_head(
     heads: usize,
     hd: usize,
     h: usize,
+    window: Option<usize>,
     out: *mut f32,
     sc: &mut Scratch,
 ) {
@@ -220,14 +225,34 @@ pub unsafe fn attention_head(
             sc.v[((c / W) * t + j) * W + c % W] = vv;
         }
     }
-    sc.s.resize(t * t, 0.0);
-    let kt = Panels { p: sc.kt.as_ptr(), k: hd, stride: hd * W, bias: std::ptr::null() };
-    gemm(path, qkv.as_ptr().add(h * hd), 3 * d, t, kt, t, sc.s.as_mut_ptr(), t);
-    for row in sc.s.chunks_exact_mut(t) {
-        softmax_row_on(path, row, scale);
+    // Queries in blocks of QB rows, so the scores take QB x T floats rather than T x T
+    // (ModernBERT reads 8192 tokens), and a window's block reads only the keys it can see.
+    // Every score, softmax and output chain is the one of the whole matrix: a block only
+    // decides which rows run together.
+    sc.s.resize(QB.min(t) * t, 0.0);
+    for i0 in (0..t).step_by(QB) {
+        let i1 = (i0 + QB).min(t);
+        // The block's keys, from a panel boundary (the K^T panels hold 16 keys each).
+        let (k0, k1) = window.map_or((0, t), |w| (i0.saturating_sub(w) / W * W, (i1 - 1 + w).saturating_add(1).min(t)));
+        let (rows, n) = (i1 - i0, k1 - k0);
+        let s = &mut sc.s[..rows * n];
+        let kt = Panels { p: sc.kt.as_ptr().add(k0 / W * hd * W), k: hd, stride: hd * W, bias: std::ptr::null() };
+        gemm(path, qkv.as_ptr().add(i0 * 3 * d + h * hd), 3 * d, rows, kt, n, s.as_mut_ptr(), n);
+        for (r, row) in s.chunks_exact_mut(n).enumerate() {
+            // A window keeps keys `|i - j| <= w`: the softmax runs over those alone (key `j`
+            // into lane `(j - lo) % 16`) and the others' weights are +0.0, which leave every
+            // FMA chain of `P V` unchanged (`fma(+0, v, acc) = acc`), so starting the chains
+            // at key k0 rather than 0 changes no bit either.
+            let i = i0 + r;
+            let (lo, hi) =
+                window.map_or((0, t), |w| (i.saturating_sub(w), i.saturating_add(w).saturating_add(1).min(t)));
+            softmax_row_on(path, &mut row[lo - k0..hi - k0], scale);
+            row[..lo - k0].fill(0.0);
+            row[hi - k0..].fill(0.0);
+        }
+        let v = Panels { p: sc.v.as_ptr().add(k0 * W), k: n, stride: t * W, bias: std::ptr::null() };
+        gemm(path, s.as_ptr(), n, rows, v, hd, out.add(i0 * d + h * hd), d);
     }
-    let v = Panels { p: sc.v.as_ptr(), k: t, stride: t * W, bias: std::ptr::null() };
-    gemm(path, sc.s.as_ptr(), t, t, v, hd, out.add(h * hd), d);
 }
 
 /// A pointer to the attention output that crosses to rayon's threads.
@@ -247,7 +272,15 @@ unsafe impl Sync for Out {}
 /// Bidirectional attention of every input: `qkv` `(N, 3d)` holds the inputs' rows stacked
 /// (input `i` has `lens[i]` rows), `out` `(N, d)`. One task per input and head
 /// ([`attention_head`]), on the rayon pool; a task is computed alone, in one fixed order.
-pub fn attention(path: Path, qkv: &[f32], lens: &[usize], heads: usize, hd: usize, out: &mut [f32]) {
+/// `window`: see [`attention_head`].
+pub fn attention(
+    path: Path,
+    qkv: &[f32],
+    lens: &[usize],
+    (heads, hd): (usize, usize),
+    window: Option<usize>,
+    out: &mut [f32],
+) {
     let d = heads * hd;
     let n: usize = lens.iter().sum();
     assert!(qkv.len() >= n * 3 * d && out.len() >= n * d, "attention: buffers shorter than {n} rows");
@@ -263,6 +296,8 @@ pub fn attention(path: Path, qkv: &[f32], lens: &[usize], heads: usize, hd: usiz
         let (r0, t) = (starts[i], lens[i]);
         // SAFETY: rows r0 .. r0 + t of both buffers exist (asserted: the lengths sum to
         // n); this task alone writes those rows' columns h hd .. (h + 1) hd.
-        unsafe { attention_head(path, &qkv[r0 * 3 * d..(r0 + t) * 3 * d], t, heads, hd, h, o.get().add(r0 * d), sc) };
+        unsafe {
+            attention_head(path, &qkv[r0 * 3 * d..(r0 + t) * 3 * d], t, heads, hd, h, window, o.get().add(r0 * d), sc)
+        };
     });
 }

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tl_core::ConfigError;
+use tl_core::{ConfigError, ModelConfig};
 
 /// One pooling mode, in the order sentence-transformers concatenates them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +122,15 @@ impl Pipeline {
         }
         let modes = pooling.ok_or_else(|| bad(&path, "no Pooling module".into()))?;
         Ok(Some(Pipeline { modes, normalize }))
+    }
+
+    /// The modules of `config`'s directory ([`Pipeline::read`]); a model read from no
+    /// directory pools by the plain mean when `plain_mean`, else not at all.
+    pub fn of_model(config: &ModelConfig, d: usize, plain_mean: bool) -> Result<Option<Pipeline>, ConfigError> {
+        match &config.dir {
+            Some(dir) => Pipeline::read(dir, d, plain_mean),
+            None => Ok(plain_mean.then(|| Pipeline { modes: vec![Mode::Mean], normalize: false })),
+        }
     }
 
     /// The vector of one input's last hidden states `h` `(T, d)`, `T >= 1`: each mode in

@@ -8,6 +8,8 @@ use serde_json::Value;
 use tl_arch_bert::{embed, load, score, TextError, Texts};
 use tl_core::{EncodeInput, EngineConfig, ForwardBatch, ModelRunner, RunnerError};
 use tl_kv as _;
+use tl_testkit::encoders::{check_text_invariance, f32s, reference_json, u32s};
+use tl_testkit::max_abs_diff;
 
 /// Hidden states and vectors are O(1); transformers' float32 (BLAS sums, its own erf and
 /// LayerNorm) differs from tl's fixed-order sums by a few ulps per operation (8e-7 at
@@ -19,28 +21,11 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn reference(dir: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap()
-}
-
-fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
-fn f32s(v: &Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+    reference_json(dir)
 }
 
 fn engine(threads: usize) -> EngineConfig {
     EngineConfig { threads, ..Default::default() }
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 #[test]
@@ -62,14 +47,14 @@ fn hidden_states_equal_transformers() {
     let out = runner.encode(&inputs, true).unwrap();
     let mut worst = 0f32;
     for (c, o) in cases.iter().zip(&out) {
-        worst = worst.max(max_diff(o.hidden.as_ref().unwrap(), &f32s(&c["hidden"])));
+        worst = worst.max(max_abs_diff(o.hidden.as_ref().unwrap(), &f32s(&c["hidden"])));
     }
     eprintln!("hidden states: max |tl - transformers| = {worst:e}");
     assert!(worst <= TOL, "hidden states differ by {worst:e} > {TOL:e}");
     // The pair's type ids matter: all zeros gives other states.
     let (ids, _) = toks.last().unwrap();
     let zeros = runner.encode(&[EncodeInput::ids(ids)], true).unwrap();
-    assert!(max_diff(zeros[0].hidden.as_ref().unwrap(), &f32s(&cases.last().unwrap()["hidden"])) > 100.0 * TOL);
+    assert!(max_abs_diff(zeros[0].hidden.as_ref().unwrap(), &f32s(&cases.last().unwrap()["hidden"])) > 100.0 * TOL);
 }
 
 /// A copy of tiny-bert whose 1_Pooling turns on `keys`.
@@ -110,7 +95,7 @@ fn every_pooling_mode_equals_sentence_transformers() {
         let got = embed(&runner, &tx, &texts).unwrap();
         for (c, v) in cases.iter().filter(|c| c["text"].is_string()).zip(&got) {
             let want = f32s(&c["vectors"][name]);
-            let d = max_diff(v, &want);
+            let d = max_abs_diff(v, &want);
             assert!(d <= TOL, "{name}: {:?} differs by {d:e}", c["text"]);
             let norm: f64 = v.iter().map(|&x| x as f64 * x as f64).sum();
             assert!((norm - 1.0).abs() < 1e-6, "{name}: normalised");
@@ -124,7 +109,7 @@ fn every_pooling_mode_equals_sentence_transformers() {
             if (i, j) == (2, 3) {
                 continue;
             }
-            assert!(max_diff(&seen[i], &seen[j]) > 100.0 * TOL, "modes {i} and {j} agree");
+            assert!(max_abs_diff(&seen[i], &seen[j]) > 100.0 * TOL, "modes {i} and {j} agree");
         }
     }
 }
@@ -145,45 +130,16 @@ fn classification_heads_equal_transformers_and_cross_encoder() {
                 texts.pair(c["pair"][0].as_str().unwrap(), c["pair"][1].as_str().unwrap()).unwrap().ids,
                 u32s(&c["ids"])
             );
-            let d = max_diff(s, &f32s(&c[want]));
+            let d = max_abs_diff(s, &f32s(&c[want]));
             assert!(d <= TOL, "{name}: {:?}: {s:?} vs {} ({d:e})", c["pair"], c[want]);
         }
         assert_eq!(info.scores, Some(if name == "tiny-bert-cls" { 2 } else { 1 }));
     }
 }
 
-/// 32 inputs of lengths 1..=40 in a scrambled order, `ids` among them at index 17.
-fn crowd(vocab: u32, ids: &[u32]) -> Vec<Vec<u32>> {
-    let mut all: Vec<Vec<u32>> = (0..32u32)
-        .map(|i| {
-            let len = (i * 13 % 40 + 1) as usize;
-            (0..len as u32).map(|j| (i * 31 + j * 7 + 5) % vocab).collect()
-        })
-        .collect();
-    all[17] = ids.to_vec();
-    all
-}
-
 #[test]
 fn batch_and_thread_invariance_bit_for_bit() {
-    let dir = fixture("tiny-bert");
-    let (one, texts) = load(&dir, &engine(1)).unwrap();
-    let (two, _) = load(&dir, &engine(2)).unwrap();
-    let ids = texts.text("They said: come and see the people, the water, the first day!").unwrap().ids;
-    let alone = one.encode(&[EncodeInput::ids(&ids)], true).unwrap().remove(0);
-    let crowd = crowd(one.config().vocab_size as u32, &ids);
-    let inputs: Vec<EncodeInput<'_>> = crowd.iter().map(|i| EncodeInput::ids(i)).collect();
-    for runner in [&one, &two] {
-        let many = runner.encode(&inputs, true).unwrap();
-        let among = &many[17];
-        assert_eq!(bits(among.hidden.as_ref().unwrap()), bits(alone.hidden.as_ref().unwrap()));
-        assert_eq!(bits(among.vector.as_ref().unwrap()), bits(alone.vector.as_ref().unwrap()));
-        // And every other input equals itself alone.
-        for (i, input) in inputs.iter().enumerate().step_by(5) {
-            let solo = one.encode(&[*input], false).unwrap().remove(0);
-            assert_eq!(bits(many[i].vector.as_ref().unwrap()), bits(solo.vector.as_ref().unwrap()), "input {i}");
-        }
-    }
+    check_text_invariance(&fixture("tiny-bert"), "They said: come and see the people, the water, the first day!", 40);
 }
 
 fn bad_batch(e: RunnerError, words: &str) {

@@ -107,31 +107,48 @@ fn layer_norm_is_the_same_on_every_path_and_close_to_f64() {
 
 #[test]
 fn attention_is_the_same_on_every_path_and_close_to_f64() {
+    // No window, local windows (keys within 3 or 40 of the query), and a window past every
+    // input, which must give the unwindowed bits.
+    for window in [None, Some(3), Some(40), Some(300)] {
+        check_attention(window);
+    }
+    let (heads, hd, lens) = (3, 20, [1usize, 17, 5, 33, 150]);
+    let qkv = values(206 * 3 * heads * hd, 8);
+    let (mut full, mut wide) = (vec![0f32; 206 * heads * hd], vec![1f32; 206 * heads * hd]);
+    attention(Path::best(), &qkv, &lens, (heads, hd), None, &mut full);
+    attention(Path::best(), &qkv, &lens, (heads, hd), Some(300), &mut wide);
+    assert_eq!(bits(&full), bits(&wide));
+}
+
+fn check_attention(window: Option<usize>) {
     let (heads, hd) = (3, 20);
     let d = heads * hd;
-    let lens = [1usize, 17, 5, 33];
+    // 150: past one block of query rows (64), so the blocks and a window's key range count.
+    let lens = [1usize, 17, 5, 33, 150];
     let n: usize = lens.iter().sum();
     let qkv = values(n * 3 * d, 8);
     let mut want = vec![f32::NAN; n * d];
-    attention(Path::Portable, &qkv, &lens, heads, hd, &mut want);
+    attention(Path::Portable, &qkv, &lens, (heads, hd), window, &mut want);
     for path in Path::all_available() {
         let mut got = vec![f32::NAN; n * d];
-        attention(path, &qkv, &lens, heads, hd, &mut got);
-        assert_eq!(bits(&got), bits(&want), "{path:?}");
+        attention(path, &qkv, &lens, (heads, hd), window, &mut got);
+        assert_eq!(bits(&got), bits(&want), "{path:?} {window:?}");
     }
     // Each input alone gives its rows' bits.
     let mut at = 0;
     for &t in &lens {
         let mut alone = vec![f32::NAN; t * d];
-        attention(Path::best(), &qkv[at * 3 * d..(at + t) * 3 * d], &[t], heads, hd, &mut alone);
+        attention(Path::best(), &qkv[at * 3 * d..(at + t) * 3 * d], &[t], (heads, hd), window, &mut alone);
         assert_eq!(bits(&alone), bits(&want[at * d..(at + t) * d]));
-        // An f64 reference.
+        // An f64 reference over the keys the window keeps.
         let scale = 1.0 / (hd as f64).sqrt();
         for h in 0..heads {
             for i in 0..t {
                 let q = &qkv[(at + i) * 3 * d + h * hd..][..hd];
-                let s: Vec<f64> = (0..t)
-                    .map(|j| {
+                let keys: Vec<usize> = (0..t).filter(|&j| window.is_none_or(|w| i.abs_diff(j) <= w)).collect();
+                let s: Vec<f64> = keys
+                    .iter()
+                    .map(|&j| {
                         let k = &qkv[(at + j) * 3 * d + d + h * hd..][..hd];
                         q.iter().zip(k).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale
                     })
@@ -140,7 +157,11 @@ fn attention_is_the_same_on_every_path_and_close_to_f64() {
                 let e: Vec<f64> = s.iter().map(|v| (v - max).exp()).collect();
                 let sum: f64 = e.iter().sum();
                 for c in 0..hd {
-                    let o: f64 = (0..t).map(|j| e[j] / sum * qkv[(at + j) * 3 * d + 2 * d + h * hd + c] as f64).sum();
+                    let o: f64 = keys
+                        .iter()
+                        .zip(&e)
+                        .map(|(&j, &ej)| ej / sum * qkv[(at + j) * 3 * d + 2 * d + h * hd + c] as f64)
+                        .sum();
                     let got = want[(at + i) * d + h * hd + c] as f64;
                     assert!((got - o).abs() <= 1e-5, "input at {at}, head {h}, row {i}, col {c}: {got} vs {o}");
                 }

@@ -194,11 +194,17 @@ impl ModelConfig {
                 });
             }
         }
-        let max_position_embeddings = match json.get("max_position_embeddings") {
-            None | Some(Value::Null) => None,
+        // GPT-2-style configs spell it `n_positions`, which transformers maps to
+        // `max_position_embeddings`.
+        let (key, pos) = match json.get("max_position_embeddings").filter(|v| !v.is_null()) {
+            Some(v) => ("max_position_embeddings", Some(v)),
+            None => ("n_positions", json.get("n_positions").filter(|v| !v.is_null())),
+        };
+        let max_position_embeddings = match pos {
+            None => None,
             Some(v) => match v.as_u64() {
                 Some(n) if n > 0 && n <= (1 << 26) => Some(n as usize),
-                _ => return Err(ConfigError::invalid("max_position_embeddings", v, "expected 1..=2^26")),
+                _ => return Err(ConfigError::invalid(key, v, "expected 1..=2^26")),
             },
         };
         if let (Some(dir), TokenizerKind::Hf) = (dir, tokenizer) {

@@ -48,7 +48,9 @@ pub struct EncoderInfo {
     pub hidden_size: usize,
     /// The longest input it runs, in tokens; longer inputs are refused, never cut.
     pub max_tokens: usize,
-    /// How many token types it reads (type ids are below this); 0 or 1: types are ignored.
+    /// How many token types it reads (type ids are checked to be below this); 0: the model
+    /// has no token types and type ids are not read (a tokenizer's pair types are ignored,
+    /// not refused).
     pub type_vocab: usize,
     /// Length of the pooled vector, when the model pools.
     pub vector: Option<usize>,
@@ -74,8 +76,9 @@ pub fn check_input(input: &EncodeInput<'_>, info: &EncoderInfo, vocab: usize) ->
         if types.len() != n {
             return Some(format!("{} type ids for {n} tokens", types.len()));
         }
-        let limit = info.type_vocab.max(1);
-        if let Some(&t) = types.iter().find(|&&t| t as usize >= limit) {
+        // A model of no token types (0) reads none: a tokenizer's pair types are ignored.
+        let limit = info.type_vocab;
+        if let Some(&t) = types.iter().find(|&&t| limit > 0 && t as usize >= limit) {
             return Some(format!("token type {t} >= the model's {limit} types"));
         }
     }

@@ -28,6 +28,8 @@ use tl_arch_gpt_oss as _;
 use tl_arch_llama as _;
 use tl_arch_mistral as _;
 use tl_arch_mixtral as _;
+use tl_arch_modernbert as _;
+use tl_arch_nomic_bert as _;
 use tl_arch_olmoe as _;
 use tl_arch_qwen2 as _;
 use tl_arch_qwen3 as _;

@@ -19,6 +19,8 @@ fn link_registers_every_family_kv_backend_and_sampler() {
             "llama",
             "mistral",
             "mixtral",
+            "modernbert",
+            "nomic_bert",
             "olmoe",
             "qwen2",
             "qwen3",

@@ -16,10 +16,13 @@
 //! - [`check_nested`], [`check_nested_refusals`]: a multimodal checkpoint nesting a text
 //!   model gives the text-only checkpoint's bits, and an unknown nesting is refused.
 //!
+//! - [`encoders`]: an encoder's reference numbers and its batch invariance bit for bit.
+//!
 //! Golden data always comes from the fixture's generator script (transformers), never
 //! from the code under test.
 #![deny(missing_docs)]
 
+pub mod encoders;
 mod gguf;
 mod nested;
 
