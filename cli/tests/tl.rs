@@ -278,7 +278,8 @@ fn generate_and_bench_take_a_lora_adapter() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("adapter_config.json") && err.contains("Qwen2ForCausalLM"), "{err}");
 
-    let argv = ["bench", &m, "--prompt-tokens", "8", "--decode-tokens", "4", "--repeats", "1", "--json-only", "--lora", &lora];
+    let argv =
+        ["bench", &m, "--prompt-tokens", "8", "--decode-tokens", "4", "--repeats", "1", "--json-only", "--lora", &lora];
     let out = stdout_ok("bench --lora", &tl(&argv, &[]));
     for line in out.lines() {
         let json: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
