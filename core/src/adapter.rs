@@ -83,29 +83,6 @@ pub struct Adaptable {
     pub out: usize,
 }
 
-/// Loads adapters for one model: its config (a GGUF adapter's head counts, a nested
-/// checkpoint's names) and the projections it adapts.
-#[derive(Clone)]
-pub struct AdapterLoader {
-    /// The base model's config.
-    pub config: crate::config::ModelConfig,
-    /// What the model adapts ([`crate::Model::adaptable`]).
-    pub targets: Vec<Adaptable>,
-}
-
-impl AdapterLoader {
-    /// Read the adapter at `path` (a PEFT directory or a GGUF adapter file) and bind it
-    /// under `name` ([`Adapter::bind`]).
-    pub fn load(&self, name: &str, path: &Path) -> Result<Adapter, AdapterError> {
-        Adapter::bind(name, crate::adapter_read::read(path, &self.config)?, &self.targets)
-    }
-
-    /// Whether the model takes adapters at all.
-    pub fn any(&self) -> bool {
-        !self.targets.is_empty()
-    }
-}
-
 /// An adapter as read from its file, before it is bound to a model.
 pub struct RawAdapter {
     /// Where it was read from.

@@ -12,12 +12,35 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::Value as GValue;
 use serde_json::Value;
 
-use crate::adapter::{AdapterError, RawAdapter, RawLora};
+use crate::adapter::{Adaptable, Adapter, AdapterError, RawAdapter, RawLora};
 use crate::config::ModelConfig;
 use crate::gguf::{Gguf, TensorMap};
 use crate::registry;
 use crate::safetensors::SafeTensors;
 use crate::weights::WeightStore;
+
+/// Loads adapters for one model: its config (a GGUF adapter's head counts, a nested
+/// checkpoint's names) and the projections it adapts.
+#[derive(Clone)]
+pub struct AdapterLoader {
+    /// The base model's config.
+    pub config: crate::config::ModelConfig,
+    /// What the model adapts ([`crate::Model::adaptable`]).
+    pub targets: Vec<Adaptable>,
+}
+
+impl AdapterLoader {
+    /// Read the adapter at `path` (a PEFT directory or a GGUF adapter file) and bind it
+    /// under `name` ([`Adapter::bind`]).
+    pub fn load(&self, name: &str, path: &Path) -> Result<Adapter, AdapterError> {
+        Adapter::bind(name, read(path, &self.config)?, &self.targets)
+    }
+
+    /// Whether the model takes adapters at all.
+    pub fn any(&self) -> bool {
+        !self.targets.is_empty()
+    }
+}
 
 /// Read the adapter at `path` (a PEFT directory or a `.gguf` file) for the model `base`
 /// (its config gives a GGUF adapter's head counts, which the file does not carry, and a
@@ -176,7 +199,7 @@ fn pair(
     Ok(RawAdapter { path: path.to_path_buf(), modules })
 }
 
-/// The base model's class, as its config.json names it (`LlamaForCausalLM`).
+/// The base model's class, as its config.json's `architectures` names it.
 fn base_class(base: &ModelConfig) -> Option<&str> {
     base.json().get("architectures")?.as_array()?.first()?.as_str()
 }
@@ -230,15 +253,18 @@ fn read_peft(dir: &Path, base: &ModelConfig) -> Result<RawAdapter, AdapterError>
 }
 
 /// Whether a GGUF `general.architecture` names the base's family: its `tl_arch` or
-/// `model_type` with `_` and `-` ignored (`qwen35` is `qwen3_5`), or `llama`, which
-/// llama.cpp's converter writes for Mistral and Mixtral too.
+/// `model_type` with `_` and `-` ignored (a GGUF name drops the underscore), or, for a
+/// base read from a GGUF file, that file's own `general.architecture` (a converter may
+/// write one family's files under another's name).
 fn same_family(arch: &str, base: &ModelConfig) -> bool {
     let norm = |s: &str| s.chars().filter(|c| *c != '_' && *c != '-').collect::<String>().to_ascii_lowercase();
     let model_type = base.json().get("model_type").and_then(Value::as_str).unwrap_or_default();
     let a = norm(arch);
-    a == norm(&base.arch)
-        || a == norm(model_type)
-        || (a == "llama" && matches!(base.arch.as_str(), "mistral" | "mixtral"))
+    if a == norm(&base.arch) || a == norm(model_type) {
+        return true;
+    }
+    let file = base.gguf.as_deref().and_then(|p| Gguf::open(p).ok());
+    file.is_some_and(|f| f.architecture().is_ok_and(|b| norm(b) == a))
 }
 
 fn read_gguf(path: &Path, base: &ModelConfig) -> Result<RawAdapter, AdapterError> {

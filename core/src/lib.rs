@@ -39,7 +39,8 @@ pub mod sequence;
 pub mod tokenizer;
 pub mod weights;
 
-pub use adapter::{Adaptable, Adapter, AdapterError, AdapterLoader, Applied, Lora, RawAdapter};
+pub use adapter::{Adaptable, Adapter, AdapterError, Applied, Lora, RawAdapter};
+pub use adapter_read::AdapterLoader;
 pub use arch::{
     ArchRegistration, Architecture, BuildCtx, DraftHead, Encoder, ForwardCtx, ForwardOutput, Model, ModelError,
     ModelTypeRegistration, NestedRegistration, Recurrent,

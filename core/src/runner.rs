@@ -279,8 +279,8 @@ impl ModelRunner {
 
     /// What loads adapters for this model once the runner has been handed to an engine
     /// (a server loading adapters at run time).
-    pub fn adapter_loader(&self) -> crate::adapter::AdapterLoader {
-        crate::adapter::AdapterLoader { config: self.config.clone(), targets: self.model.adaptable() }
+    pub fn adapter_loader(&self) -> crate::adapter_read::AdapterLoader {
+        crate::adapter_read::AdapterLoader { config: self.config.clone(), targets: self.model.adaptable() }
     }
 
     /// Run one step; one row of logits per sequence (its last token).
