@@ -185,12 +185,8 @@ impl LoraArg {
     /// The adapter loaded for `runner` and its scale, when `--lora` is given.
     pub fn load(&self, runner: &ModelRunner) -> anyhow::Result<Option<(std::sync::Arc<tl_core::Adapter>, f32)>> {
         let Some(arg) = &self.lora else { return Ok(None) };
-        let (path, scale) = match arg.rsplit_once('@') {
-            Some((p, s)) => (p, s.parse::<f32>().map_err(|e| anyhow::anyhow!("--lora {arg}: scale {s:?}: {e}"))?),
-            None => (arg.as_str(), 1.0),
-        };
-        anyhow::ensure!(scale.is_finite(), "--lora {arg}: the scale must be finite");
-        Ok(Some((std::sync::Arc::new(runner.load_adapter("lora", Path::new(path))?), scale)))
+        let (path, scale) = tl_serve::lora::path_and_scale(arg).map_err(|e| anyhow::anyhow!("--lora {e}"))?;
+        Ok(Some((std::sync::Arc::new(runner.load_adapter("lora", &path)?), scale)))
     }
 
     /// A fresh sequence of `runner`, under the adapter when one is given.

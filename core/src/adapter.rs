@@ -114,7 +114,6 @@ pub struct RawLora {
 /// A loaded adapter, bound to one model's projections.
 pub struct Adapter {
     name: String,
-    path: PathBuf,
     digest: u64,
     modules: BTreeMap<String, Lora>,
     bytes: usize,
@@ -224,17 +223,12 @@ impl Adapter {
             bytes += lora.a.packed_bytes() + lora.b.packed_bytes();
             modules.insert(module, lora);
         }
-        Ok(Adapter { name: name.to_string(), path, digest: h.finish(), modules, bytes })
+        Ok(Adapter { name: name.to_string(), digest: h.finish(), modules, bytes })
     }
 
     /// The name it was loaded under.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// The file or directory it was read from.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// A 64-bit digest of its numbers (modules, scales, A and B bits).
@@ -255,10 +249,5 @@ impl Adapter {
     /// Bytes its pairs hold in memory.
     pub fn bytes(&self) -> usize {
         self.bytes
-    }
-
-    /// The largest rank of its modules.
-    pub fn max_rank(&self) -> usize {
-        self.modules.values().map(Lora::rank).max().unwrap_or(0)
     }
 }

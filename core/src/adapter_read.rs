@@ -35,11 +35,6 @@ impl AdapterLoader {
     pub fn load(&self, name: &str, path: &Path) -> Result<Adapter, AdapterError> {
         Adapter::bind(name, read(path, &self.config)?, &self.targets)
     }
-
-    /// Whether the model takes adapters at all.
-    pub fn any(&self) -> bool {
-        !self.targets.is_empty()
-    }
 }
 
 /// Read the adapter at `path` (a PEFT directory or a `.gguf` file) for the model `base`
@@ -168,10 +163,23 @@ struct Half {
     values: Vec<f32>,
 }
 
+/// The halves found so far, per module: `(A, B)`.
+type Found = BTreeMap<String, (Option<Half>, Option<Half>)>;
+
+/// Record `half` as `module`'s A (`is_a`) or B.
+fn put(found: &mut Found, module: String, is_a: bool, half: Half) {
+    let slot = found.entry(module).or_default();
+    if is_a {
+        slot.0 = Some(half);
+    } else {
+        slot.1 = Some(half);
+    }
+}
+
 /// Pair the halves found per module; a half without its other is refused, naming it.
 fn pair(
     path: &Path,
-    found: BTreeMap<String, (Option<Half>, Option<Half>)>,
+    found: Found,
     alpha: impl Fn(&str, usize) -> f64,
     rslora: bool,
 ) -> Result<RawAdapter, AdapterError> {
@@ -217,7 +225,7 @@ fn read_peft(dir: &Path, base: &ModelConfig) -> Result<RawAdapter, AdapterError>
         return Err(AdapterError::Io { path: file, error: std::io::Error::new(std::io::ErrorKind::NotFound, reason) });
     }
     let store = SafeTensors::open(&file)?;
-    let mut found: BTreeMap<String, (Option<Half>, Option<Half>)> = BTreeMap::new();
+    let mut found = Found::new();
     for name in store.names() {
         let bad = |reason: &str| tensor_err(&file, &name, reason);
         let inner = name
@@ -242,12 +250,7 @@ fn read_peft(dir: &Path, base: &ModelConfig) -> Result<RawAdapter, AdapterError>
         let info = store.info(&name).ok_or_else(|| bad("vanished"))?;
         let values = store.f32(&name, &info.shape)?;
         let half = Half { name: name.clone(), shape: info.shape, values };
-        let slot = found.entry(module).or_default();
-        if is_a {
-            slot.0 = Some(half);
-        } else {
-            slot.1 = Some(half);
-        }
+        put(&mut found, module, is_a, half);
     }
     pair(&file, found, |m, _| cfg.alpha(m), cfg.rslora)
 }
@@ -332,17 +335,12 @@ fn read_gguf(path: &Path, base: &ModelConfig) -> Result<RawAdapter, AdapterError
         }
     }
     file.remap(map)?;
-    let mut found: BTreeMap<String, (Option<Half>, Option<Half>)> = BTreeMap::new();
+    let mut found = Found::new();
     for (served, name, module, is_a) in modules {
         let info = file.info(&served).ok_or_else(|| tensor_err(path, &name, "vanished"))?;
         let values = file.f32(&served, &info.shape)?;
         let half = Half { name, shape: info.shape, values };
-        let slot = found.entry(module).or_default();
-        if is_a {
-            slot.0 = Some(half);
-        } else {
-            slot.1 = Some(half);
-        }
+        put(&mut found, module, is_a, half);
     }
     pair(path, found, |_, r| alpha.unwrap_or(r as f64), false)
 }

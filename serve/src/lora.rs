@@ -27,19 +27,29 @@ pub struct LoraSpec {
     pub scale: f32,
 }
 
+/// `PATH` or `PATH@SCALE` (the scale 1 when absent; finite): what `--lora` names in every
+/// command.
+pub fn path_and_scale(s: &str) -> Result<(PathBuf, f32), String> {
+    let (path, scale) = match s.rsplit_once('@') {
+        Some((p, sc)) => (p, sc.parse::<f32>().map_err(|e| format!("{s:?}: scale {sc:?}: {e}"))?),
+        None => (s, 1.0),
+    };
+    if path.is_empty() || !scale.is_finite() {
+        return Err(format!("{s:?}: expected PATH or PATH@SCALE (a finite scale)"));
+    }
+    Ok((PathBuf::from(path), scale))
+}
+
 impl std::str::FromStr for LoraSpec {
     type Err = String;
 
     fn from_str(s: &str) -> Result<LoraSpec, String> {
         let (name, rest) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected NAME=PATH or NAME=PATH@SCALE"))?;
-        let (path, scale) = match rest.rsplit_once('@') {
-            Some((p, sc)) => (p, sc.parse::<f32>().map_err(|e| format!("{s:?}: scale {sc:?}: {e}"))?),
-            None => (rest, 1.0),
-        };
-        if name.is_empty() || path.is_empty() || !scale.is_finite() {
-            return Err(format!("{s:?}: expected NAME=PATH or NAME=PATH@SCALE (a finite scale)"));
+        if name.is_empty() {
+            return Err(format!("{s:?}: expected NAME=PATH or NAME=PATH@SCALE"));
         }
-        Ok(LoraSpec { name: name.to_string(), path: PathBuf::from(path), scale })
+        let (path, scale) = path_and_scale(rest)?;
+        Ok(LoraSpec { name: name.to_string(), path, scale })
     }
 }
 
@@ -186,16 +196,6 @@ impl Loras {
                                 "bytes": k.loaded.as_ref().map_or(0, |a| a.bytes())}})
             })
             .collect()
-    }
-
-    /// Per adapter: name, requests so far, loaded.
-    pub fn counts(&self) -> Vec<(String, u64, bool)> {
-        self.lock().0.iter().map(|k| (k.spec.name.clone(), k.requests, k.loaded.is_some())).collect()
-    }
-
-    /// Whether the model takes adapters.
-    pub fn supported(&self) -> bool {
-        self.loader.any()
     }
 }
 
