@@ -53,3 +53,20 @@ pub fn fingerprint(model: &Path, engine: &EngineConfig) -> Result<String, Engine
     }
     Ok(format!("fp_{:016x}", digest.digest()))
 }
+
+/// The fingerprint of answers given under `adapter`: the base's (`base`, from
+/// [`fingerprint`]) for `None`, else `fp_` and the XXH3-64 of the base's and the adapter's
+/// key (its numbers' digest and the request's scale): an answer under an adapter is
+/// reproduced only by the same model, build, adapter bits and scale.
+pub fn adapted(base: &str, adapter: Option<&crate::AdapterChoice>) -> String {
+    match adapter {
+        None => base.to_string(),
+        Some(a) => {
+            let mut digest = Xxh3::new();
+            digest.update(base.as_bytes());
+            digest.update(b";lora=");
+            digest.update(&a.key().to_le_bytes());
+            format!("fp_{:016x}", digest.digest())
+        }
+    }
+}

@@ -52,7 +52,7 @@ pub use disk_cache::{DiskCacheConfig, DiskCounts};
 pub use embed::{EmbedRequest, EmbedResult, Embedding, Pooling};
 pub use encode::{EncodeRequest, EncodeResult, Encoding};
 pub use error::EngineError;
-pub use fingerprint::fingerprint;
+pub use fingerprint::{adapted as adapted_fingerprint, fingerprint};
 pub use grammar::{token_bytes, Allowed, Grammar, GrammarCompiler, GrammarSpec};
 pub use info::{EngineInfo, EngineOptions};
 pub use lease::{LeaseCounts, LeaseInfo};

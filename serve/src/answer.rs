@@ -31,6 +31,8 @@ pub(crate) struct Choice {
 /// shows.
 pub(crate) struct Ctx {
     pub(crate) st: Arc<AppState>,
+    /// `system_fingerprint` (the adapter's when the request ran under one).
+    pub(crate) fingerprint: String,
     pub(crate) chat: bool,
     pub(crate) id: String,
     pub(crate) created: u64,
@@ -135,7 +137,7 @@ impl Ctx {
     pub(crate) fn envelope(&self, object: &str, choices: Value) -> Value {
         json!({
             "id": self.id, "object": object, "created": self.created, "model": self.st.model_id,
-            "system_fingerprint": self.st.fingerprint, "choices": choices,
+            "system_fingerprint": self.fingerprint, "choices": choices,
         })
     }
 }

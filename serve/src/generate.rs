@@ -26,12 +26,12 @@ pub(crate) async fn generate(
 ) -> Result<Response, ApiError> {
     let n = plan.n as usize;
     let (stream, include_usage, logprobs) = (plan.stream, plan.include_usage, plan.base.logprobs);
-    let Submitted { events: merged, lease } = submit::submit(st, &plan).await?;
+    let Submitted { events: merged, lease, fingerprint } = submit::submit(st, &plan).await?;
     let (tools, think) = (plan.tools, plan.think);
     let created =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(st.created, |d| d.as_secs());
     let id = format!("{}-{:016x}", if chat { "chatcmpl" } else { "cmpl" }, api::random_seed());
-    let ctx = Ctx { st: Arc::clone(st), chat, id, created, logprobs, tools, think };
+    let ctx = Ctx { st: Arc::clone(st), fingerprint, chat, id, created, logprobs, tools, think };
     if stream {
         return Ok(sse(ctx, merged, n, include_usage, deadline));
     }
@@ -75,7 +75,7 @@ pub(crate) async fn generate(
             let lp = ctx.logprobs(&c.tokens, 0);
             if chat {
                 let (message, finish) = match &ctx.tools {
-                    Some(t) => t.answer(&ctx.st.fingerprint, i, &c.text, c.finish),
+                    Some(t) => t.answer(&ctx.fingerprint, i, &c.text, c.finish),
                     None => (
                         json!({"role": "assistant", "content": c.text, "refusal": null}),
                         c.finish.map(FinishReason::as_str),

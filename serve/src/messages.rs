@@ -102,6 +102,8 @@ pub(crate) async fn count_tokens(State(st): St, headers: HeaderMap, body: Body) 
 /// One answer's fixed parts.
 pub(crate) struct Answer {
     st: Arc<AppState>,
+    /// `system_fingerprint` (the adapter's when the request ran under one).
+    fingerprint: String,
     id: String,
     tools: Option<tools::Active>,
     think: Option<bool>,
@@ -120,10 +122,10 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
         None => Vec::new(),
     };
     let plan = render::chat(st, &t.body, bytes)?;
-    let merged = submit::submit(st, &plan).await?.events;
+    let submit::Submitted { events: merged, fingerprint, .. } = submit::submit(st, &plan).await?;
     let id = format!("msg_{:016x}{:08x}", api::random_seed(), api::random_seed() >> 32);
     let prompt_len = plan.base.prompt.len();
-    let a = Answer { st: Arc::clone(st), id, tools: plan.tools, think: plan.think, stops, prompt_len };
+    let a = Answer { st: Arc::clone(st), fingerprint, id, tools: plan.tools, think: plan.think, stops, prompt_len };
     if t.stream {
         return Ok(stream::sse(a, merged, deadline));
     }
@@ -137,7 +139,7 @@ impl Answer {
             "id": self.id, "type": "message", "role": "assistant", "model": self.st.model_id,
             "content": content, "stop_reason": stop.0, "stop_sequence": stop.1, "usage": usage,
             // tl's extension (not Anthropic's): what `verify --replay` checks.
-            "system_fingerprint": self.st.fingerprint,
+            "system_fingerprint": self.fingerprint,
         })
     }
 
@@ -233,7 +235,7 @@ impl Answer {
         }
         let (text, calls) = match &self.tools {
             Some(t) => {
-                let (m, _) = t.answer(&self.st.fingerprint, 0, &c.text, Some(finish));
+                let (m, _) = t.answer(&self.fingerprint, 0, &c.text, Some(finish));
                 (m["content"].as_str().unwrap_or_default().to_string(), m["tool_calls"].as_array().cloned())
             }
             None => (std::mem::take(&mut c.text), None),

@@ -89,9 +89,17 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Re
     let t = translate(&bytes, &history)?;
     http::check_model(st, &t.body.model)?;
     let plan = render::chat(st, &t.body, bytes)?;
-    let merged = submit::submit(st, &plan).await?.events;
+    let submit::Submitted { events: merged, fingerprint, .. } = submit::submit(st, &plan).await?;
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let a = Answer { st: Arc::clone(st), id: new_id("resp"), created, tools: plan.tools, think: plan.think, t };
+    let a = Answer {
+        st: Arc::clone(st),
+        fingerprint,
+        id: new_id("resp"),
+        created,
+        tools: plan.tools,
+        think: plan.think,
+        t,
+    };
     if a.t.stream {
         return Ok(stream::sse(a, merged, deadline));
     }

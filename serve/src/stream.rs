@@ -103,7 +103,7 @@ impl Writer {
             }
         };
         let deltas = match &self.ctx.tools {
-            Some(t) => t.deltas(&self.ctx.st.fingerprint, i, &c.text, finish.is_some(), &mut c.sent),
+            Some(t) => t.deltas(&self.ctx.fingerprint, i, &c.text, finish.is_some(), &mut c.sent),
             None => Vec::new(),
         };
         let mut out: Vec<Bytes> = deltas.into_iter().map(|d| self.delta(i, d, self.unsent(c), None)).collect();

@@ -20,6 +20,9 @@ use crate::state::AppState;
 pub(crate) struct Submitted {
     pub(crate) events: mpsc::UnboundedReceiver<(usize, Event)>,
     pub(crate) lease: Option<pd::Outcome>,
+    /// The answer's `system_fingerprint`: the server's, or under an adapter the server's
+    /// combined with the adapter's key (`tl_engine::adapted_fingerprint`).
+    pub(crate) fingerprint: String,
 }
 
 /// Submit every choice of `plan`, all or nothing.
@@ -34,7 +37,9 @@ pub(crate) async fn submit(st: &Arc<AppState>, plan: &Plan) -> Result<Submitted,
         ));
     }
     let mut reqs = plan.requests();
-    if let Some(adapter) = st.loras.resolve(&plan.lora)? {
+    let adapter = st.loras.resolve(&plan.lora)?;
+    let fingerprint = tl_engine::adapted_fingerprint(&st.fingerprint, adapter.as_ref());
+    if let Some(adapter) = adapter {
         st.metrics.adapter_request(adapter.adapter.name());
         reqs.iter_mut().for_each(|r| r.adapter = Some(adapter.clone()));
     }
@@ -45,7 +50,7 @@ pub(crate) async fn submit(st: &Arc<AppState>, plan: &Plan) -> Result<Submitted,
         }
         None => (st.engine.submit_all(reqs)?, None),
     };
-    Ok(Submitted { events: merge(rxs), lease })
+    Ok(Submitted { events: merge(rxs), lease, fingerprint })
 }
 
 /// Submit every input of `plan`, all or nothing; one receiver per input.

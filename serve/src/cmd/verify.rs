@@ -3,15 +3,16 @@
 //! `verify --model PATH (--prompt TEXT | --messages JSON | --request FILE) [--seed 1]
 //! [--max-tokens 32] [--temperature T --top-p P --top-k K --min-p M --repetition-penalty R
 //! --presence-penalty P --frequency-penalty F --stop S] [--threads N] [--batches 2,4,..]
-//! [--chunks 1,7,64] [--co-seed 0]`: the request alone (the reference), then in batches
-//! with random co-requests, with other prefill chunkings, with 1..N threads, after
-//! prefix-cache hits, under preemption and with speculative decoding. One line per
+//! [--chunks 1,7,64] [--co-seed 0] [--lora NAME=PATH[@SCALE]]...`: the request alone (the
+//! reference), then in batches with random co-requests, with other prefill chunkings, with
+//! 1..N threads, after prefix-cache hits, under preemption, with speculative decoding and,
+//! with `--lora`, in a step with co-requests under other adapters. One line per
 //! condition: `identical`, `DIFFERS at` where it first departs (token index, the two ids,
 //! the logprob difference), or `not exercised (why)` when the condition did not happen (a
 //! prompt no longer than a chunk, nothing preempted, nothing drafted, nothing cached); the
 //! last line counts the three.
 //!
-//! `verify --model PATH --replay FILE`: rerun a saved `{"request", "response"}` pair of
+//! `verify --model PATH --replay FILE [--lora NAME=PATH[@SCALE]]...`: rerun a saved `{"request", "response"}` pair of
 //! `serve` (same `system_fingerprint`) and compare the `choices` bytes (a `/v1/messages`
 //! answer: its content blocks and stop reason).
 //!
@@ -52,6 +53,12 @@ pub struct VerifyArgs {
     /// (`serve --pooling`); default, as serve: what the model's files declare.
     #[arg(long, requires = "replay")]
     pub pooling: Option<tl_engine::Pooling>,
+    /// A LoRA adapter, as serve's `--lora` (repeatable). The target runs under the one the
+    /// request names (`model` or `lora`), else the first; a condition runs it among
+    /// co-requests under the others, its own at half scale and none. With --replay: the
+    /// server's adapters.
+    #[arg(long = "lora", value_name = "NAME=PATH[@SCALE]")]
+    pub loras: Vec<crate::lora::LoraSpec>,
     /// The seed.
     #[arg(long)]
     pub seed: Option<i64>,
@@ -217,7 +224,7 @@ fn replay(cli: &VerifyArgs, model: PathBuf, engine: tl_core::EngineConfig, file:
         spec_step_rows: 0,
         reasoning_format: Default::default(),
         kv_disk: None,
-        loras: Vec::new(),
+        loras: cli.loras.clone(),
         max_loras: 0,
         pooling: cli.pooling,
     };
@@ -245,12 +252,14 @@ fn conditions(cli: &VerifyArgs, model: PathBuf, cfg: tl_core::EngineConfig) -> R
         prefill_chunk: cfg.prefill_chunk,
     };
     let body = body(cli).map_err(VerifyError::Request)?;
-    let mut v = Verifier::new(setup, &body, cli.co_seed)?;
+    let mut v = Verifier::new(setup, &body, cli.co_seed, &cli.loras)?;
     let (plen, seed, max) = (v.request().prompt.len(), v.request().seed as i64, v.request().max_tokens);
+    let under = v.request().adapter.as_ref().map(|a| format!(", adapter {}@{}", a.adapter.name(), a.scale));
     let r = v.reference()?;
     println!(
-        "reference: alone, {n} thread{}: {plen} prompt tokens, seed {seed}, {} of max {max} tokens, finish {}",
+        "reference: alone, {n} thread{}{}: {plen} prompt tokens, seed {seed}, {} of max {max} tokens, finish {}",
         if n == 1 { "" } else { "s" },
+        under.unwrap_or_default(),
         r.tokens.len(),
         r.finish.as_str()
     );
@@ -272,6 +281,9 @@ fn conditions(cli: &VerifyArgs, model: PathBuf, cfg: tl_core::EngineConfig) -> R
     show(v.prefix_hit(true)?);
     show(v.preemption()?);
     show(v.speculation(4)?);
+    if let Some(verdict) = v.among_adapters()? {
+        show(verdict);
+    }
     println!("{}", summary(&verdicts));
     Ok(!verdicts.iter().any(|v| v.outcome.differs()))
 }

@@ -117,7 +117,7 @@ impl Writer {
     fn push(&mut self, text: &str, done: bool) {
         if let Some(t) = &self.a.tools {
             self.text.push_str(text);
-            let deltas = t.deltas(&self.a.st.fingerprint, 0, &self.text, done, &mut self.sent);
+            let deltas = t.deltas(&self.a.fingerprint, 0, &self.text, done, &mut self.sent);
             self.tool_deltas(deltas);
             return;
         }

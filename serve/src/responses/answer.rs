@@ -13,6 +13,8 @@ use crate::tools;
 /// One answer's fixed parts.
 pub(crate) struct Answer {
     pub(super) st: Arc<AppState>,
+    /// `system_fingerprint` (the adapter's when the request ran under one).
+    pub(super) fingerprint: String,
     pub(super) id: String,
     pub(super) created: u64,
     pub(super) tools: Option<tools::Active>,
@@ -50,7 +52,7 @@ impl Answer {
         r.insert("store".into(), json!(self.t.store));
         r.insert("usage".into(), usage.map_or(Value::Null, Self::usage));
         // tl's extension (not OpenAI's): what `verify --replay` checks.
-        r.insert("system_fingerprint".into(), json!(self.st.fingerprint));
+        r.insert("system_fingerprint".into(), json!(self.fingerprint));
         Value::Object(r)
     }
 

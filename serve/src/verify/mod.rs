@@ -12,10 +12,12 @@ use std::sync::Arc;
 use thiserror::Error;
 use tl_core::{EngineConfig, KvConfig, ModelRunner, Tokenizer, Weights};
 use tl_engine::{
-    Engine, EngineError, EngineOptions, Event, FinishReason, Request, Speculation, TokenInfo, UnboundedReceiver,
+    AdapterChoice, Engine, EngineError, EngineOptions, Event, FinishReason, Request, Speculation, TokenInfo,
+    UnboundedReceiver,
 };
 
 use crate::api::{ApiError, Body};
+use crate::lora::{LoraAsk, LoraSpec, Loras};
 
 /// Why verify could not run (not a difference: those are [`Verdict`]s).
 #[derive(Debug, Error)]
@@ -274,6 +276,8 @@ pub struct Verifier {
     ctx: usize,
     rng: Rng,
     reference: Option<Trace>,
+    /// What the co-requests of [`Verifier::among_adapters`] run under, in turn.
+    others: Vec<Option<AdapterChoice>>,
 }
 
 fn blocks(len: usize, b: u32) -> u32 {
@@ -283,14 +287,50 @@ fn blocks(len: usize, b: u32) -> u32 {
 impl Verifier {
     /// Load the model once (for the tokenizer and the target's prompt); `body` is a
     /// serve request body; `co_seed` seeds the co-requests.
-    pub fn new(setup: Setup, body: &serde_json::Value, co_seed: u64) -> Result<Verifier, VerifyError> {
+    ///
+    /// `loras` (serve's `--lora`): the target runs under the adapter the body names (its
+    /// `model` or `lora`, as serve resolves them), else under the first; every other
+    /// condition's co-requests share the target's adapter, and [`Verifier::among_adapters`]
+    /// gives them the others.
+    pub fn new(
+        setup: Setup,
+        body: &serde_json::Value,
+        co_seed: u64,
+        loras: &[LoraSpec],
+    ) -> Result<Verifier, VerifyError> {
         let runner = load(&setup, &Knobs { threads: 1, max_batch_tokens: 1, prefill_chunk: 1, n_blocks: 1 })?;
         let fail = |e: &dyn std::fmt::Display| VerifyError::Model { path: setup.model.clone(), reason: e.to_string() };
         let tok = Arc::new(Tokenizer::load(runner.config()).map_err(|e| fail(&e))?);
-        let target = target(&runner, &tok, body)?;
+        let mut target = target(&runner, &tok, body)?;
+        let others = match loras.first() {
+            None => Vec::new(),
+            Some(first) => {
+                let reg = Loras::new(runner.adapter_loader(), loras, 0).map_err(VerifyError::Request)?;
+                let named =
+                    |model: Option<String>, lora: Option<serde_json::Value>| reg.resolve(&LoraAsk { model, lora });
+                let asked =
+                    named(body.get("model").and_then(|m| m.as_str()).map(String::from), body.get("lora").cloned())?;
+                let mine = match asked {
+                    Some(a) => a,
+                    None => named(Some(first.name.clone()), None)?
+                        .ok_or_else(|| VerifyError::Request(format!("--lora {}: not loaded", first.name)))?,
+                };
+                let mut others = Vec::new();
+                for spec in loras {
+                    let a = named(Some(spec.name.clone()), None)?;
+                    if a.as_ref().is_some_and(|a| a.key() != mine.key()) {
+                        others.push(a);
+                    }
+                }
+                others.push(Some(AdapterChoice { scale: mine.scale * 0.5, ..mine.clone() }));
+                others.push(None);
+                target.adapter = Some(mine);
+                others
+            }
+        };
         let vocab = runner.config().vocab_size;
         let ctx = runner.config().max_position_embeddings.unwrap_or(4096);
-        Ok(Verifier { setup, tok, target, vocab, ctx, rng: Rng::new(co_seed), reference: None })
+        Ok(Verifier { setup, tok, target, vocab, ctx, rng: Rng::new(co_seed), reference: None, others })
     }
 
     /// The target request.
@@ -529,6 +569,31 @@ impl Verifier {
             }
         });
         Ok(self.verdict(name, &t, note, why))
+    }
+
+    /// In a step with other adapters: 4 co-requests, each under another `--lora` adapter,
+    /// the target's at half its scale, or the base model (in turn), submitted with the
+    /// target so their rows share its steps. `None` without `--lora`.
+    pub fn among_adapters(&mut self) -> Result<Option<Verdict>, VerifyError> {
+        if self.others.is_empty() {
+            return Ok(None);
+        }
+        let mut reqs = self.co_requests(4);
+        for (r, a) in reqs.iter_mut().zip(self.others.iter().cycle()) {
+            r.adapter = a.clone();
+        }
+        let what: Vec<String> = reqs
+            .iter()
+            .map(|r| r.adapter.as_ref().map_or("none".into(), |a| format!("{}@{}", a.adapter.name(), a.scale)))
+            .collect();
+        reqs.insert(2, self.target.clone());
+        let mut k = self.knobs();
+        k.n_blocks = self.room(&reqs);
+        let mine = self.target.adapter.as_ref().map_or("none".into(), |a| format!("{}@{}", a.adapter.name(), a.scale));
+        let name =
+            format!("in a step with other adapters (target under {mine}; co-requests under {})", what.join(", "));
+        let (t, _) = self.run(&name, k, reqs, 2)?;
+        Ok(Some(self.verdict(name, &t, String::new(), None)))
     }
 
     /// Under preemption: a pool barely larger than the target needs, six co-requests of

@@ -121,13 +121,22 @@ impl Replay {
         let answer = rt.block_on(async {
             let st =
                 AppState::load(&opts).map_err(|e| VerifyError::Model { path: model.clone(), reason: e.to_string() })?;
-            if st.fingerprint != self.fingerprint {
+            // The request's adapter (its `model` or `lora`, as serve resolves them) is part
+            // of what the answer's fingerprint promises.
+            let ask = crate::lora::LoraAsk {
+                model: self.request.get("model").and_then(Value::as_str).map(String::from),
+                lora: self.request.get("lora").cloned(),
+            };
+            let adapter = st.loras.resolve(&ask).map_err(VerifyError::from)?;
+            let ours = tl_engine::adapted_fingerprint(&st.fingerprint, adapter.as_ref());
+            if ours != self.fingerprint {
                 return Err(VerifyError::Replay {
                     path: path.to_path_buf(),
                     reason: format!(
-                        "saved with system_fingerprint {}, this model and build give {} (another model file, \
-                         --weights mode or tl version): the answer is not promised to be reproducible",
-                        self.fingerprint, st.fingerprint
+                        "saved with system_fingerprint {}, this model and build give {ours} (another model file, \
+                         --weights mode, tl version, or adapter: `--lora` as serve ran): the answer is not \
+                         promised to be reproducible",
+                        self.fingerprint
                     ),
                 });
             }
