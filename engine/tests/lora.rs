@@ -1,15 +1,17 @@
 //! Requests with LoRA adapters through the engine (docs/spec/numbers.md, "Adapters"):
 //! requests under different adapters (and none) run in the same steps and each answer is
 //! the bits it has alone; the prefix cache never serves a block computed under one
-//! adapter (or scale) to another; P/D hand-off is keyed by the adapter; preemption and
-//! speculation keep an adapted answer's bits.
+//! adapter (or scale) to another, in memory or on disk after a restart; P/D hand-off is
+//! keyed by the adapter and an adapted answer decoded from imported KV keeps its bits;
+//! preemption and speculation keep an adapted answer's bits.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tl_arch_llama as _;
 use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
-use tl_engine::{AdapterChoice, Engine, EngineOptions, Request, Speculation};
+use tl_engine::{AdapterChoice, DiskCacheConfig, Engine, EngineOptions, Request, Speculation};
 
 mod support;
 use support::{collect, tiny};
@@ -20,6 +22,11 @@ fn adapter_dir(name: &str) -> PathBuf {
 
 /// An engine over tiny-llama with blocks of 4 positions, and llama-all and llama-rs loaded.
 fn engine(n_blocks: u32, max_seqs: usize) -> (Engine, AdapterChoice, AdapterChoice) {
+    engine_with(n_blocks, max_seqs, None)
+}
+
+/// [`engine`], keeping blocks on disk under `disk` when given.
+fn engine_with(n_blocks: u32, max_seqs: usize, disk: Option<&Path>) -> (Engine, AdapterChoice, AdapterChoice) {
     let cfg = EngineConfig {
         max_batch_tokens: 64,
         max_seqs,
@@ -32,7 +39,10 @@ fn engine(n_blocks: u32, max_seqs: usize) -> (Engine, AdapterChoice, AdapterChoi
     let all = runner.load_adapter("all", &adapter_dir("llama-all")).expect("llama-all");
     let rs = runner.load_adapter("rs", &adapter_dir("llama-rs")).expect("llama-rs");
     let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
-    let e = Engine::start(runner, tok, EngineOptions { max_queue: 64, ..Default::default() }).expect("start");
+    let disk_cache =
+        disk.map(|dir| DiskCacheConfig { dir: dir.to_path_buf(), max_bytes: 1 << 30, fingerprint: "fp_lora".into() });
+    let e =
+        Engine::start(runner, tok, EngineOptions { max_queue: 64, disk_cache, ..Default::default() }).expect("start");
     (e, AdapterChoice::new(Arc::new(all)), AdapterChoice::new(Arc::new(rs)))
 }
 
@@ -149,4 +159,70 @@ fn a_pd_hand_off_is_keyed_by_adapter() {
     let held = e.hold_prefix_for(&prompt, Some(&all)).expect("hold");
     let err = e.submit_preloaded(Request { prompt, ..req(b"x", 1, Some(rs)) }, held).expect_err("refused");
     assert!(err.to_string().contains("adapter"), "{err}");
+}
+
+/// Waits until the engine is idle with `done` true of its stats (published after a step's
+/// events).
+fn settled(e: &Engine, done: impl Fn(&tl_engine::Stats) -> bool) {
+    let t0 = Instant::now();
+    while !(done(&e.stats()) && e.stats().running + e.stats().waiting == 0) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "engine did not settle: {:?}", e.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_disk_cache_is_keyed_by_adapter() {
+    let prompt = b"Blocks written under one adapter, read back after a restart";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cold = {
+        let (e, all, _) = engine_with(256, 2, Some(dir.path()));
+        let (out, cached) = alone(&e, req(prompt, 4, Some(all)));
+        assert_eq!(cached, 0, "a cold cache");
+        settled(&e, |s| s.disk.written > 0);
+        out
+    };
+    // A restarted engine over the same directory: the same prompt under another adapter,
+    // another scale or none reads nothing from disk; under the same adapter it does, and
+    // answers with a cold run's bits.
+    let (e, all, rs) = engine_with(256, 2, Some(dir.path()));
+    for (what, a) in [
+        ("another adapter", Some(rs)),
+        ("another scale", Some(AdapterChoice { scale: 0.5, ..all.clone() })),
+        ("no adapter", None),
+    ] {
+        let (_, cached) = alone(&e, req(prompt, 4, a));
+        assert_eq!(cached, 0, "{what} was served the adapter's blocks from disk");
+    }
+    settled(&e, |_| true);
+    assert_eq!(e.stats().disk.read, 0, "blocks read from disk for another adapter");
+    let (out, cached) = alone(&e, req(prompt, 4, Some(all)));
+    assert!(cached > 0, "the same adapter found nothing on disk");
+    assert_eq!(out, cold, "an answer from disk blocks differs from a cold run's");
+    settled(&e, |s| s.disk.read > 0);
+}
+
+#[test]
+fn an_adapted_answer_decoded_from_imported_kv_keeps_its_bits() {
+    let (one, all, _) = engine(256, 1);
+    let (p, all_p, _) = engine(256, 2);
+    let (d, all_d, _) = engine(256, 2);
+    let prompt: Vec<u32> = b"Prefill here, decode there, under one adapter".iter().map(|&b| u32::from(b)).collect();
+    let full = Request { prompt: prompt.clone(), ..req(b"x", 9, Some(all)) };
+    let (want, _) = alone(&one, full.clone());
+    let (base, _) = alone(&one, Request { adapter: None, ..full.clone() });
+    assert_ne!(want, base, "the adapter changed nothing");
+
+    let held = Request { max_tokens: 1, adapter: Some(all_p), ..full.clone() };
+    let _ = collect(p.submit_held(held, "l".into(), Duration::from_secs(30)).expect("prefill"));
+    let mut pre = d.hold_prefix_for(&prompt, Some(&all_d)).expect("hold");
+    let need = pre.needed(prompt.len());
+    let env = p.take_lease("l", pre.n_blocks(), Some(need)).expect("fetch");
+    d.import_into(&mut pre, &prompt, &env).expect("import");
+    let (got, cached) = {
+        let (out, usage) = collect(d.submit_preloaded(Request { adapter: Some(all_d), ..full }, pre).expect("decode"));
+        (out, usage.cached_tokens)
+    };
+    assert_eq!(cached, prompt.len() - 1, "the decode engine prefilled again");
+    assert_eq!(got, want, "decoding from imported KV changed the adapted answer");
 }
