@@ -226,3 +226,41 @@ fn an_adapted_answer_decoded_from_imported_kv_keeps_its_bits() {
     assert_eq!(cached, prompt.len() - 1, "the decode engine prefilled again");
     assert_eq!(got, want, "decoding from imported KV changed the adapted answer");
 }
+
+#[test]
+fn draft_model_speculation_keeps_adapted_answers() {
+    let (plain, all, rs) = engine(256, 1);
+    let choices = [Some(all.clone()), Some(rs), None, Some(AdapterChoice { scale: 0.5, ..all })];
+    let reqs: Vec<Request> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, a)| Request { max_tokens: 20, ..req(b"one two three one two three one two", i as u64, a.clone()) })
+        .collect();
+    let want: Vec<Answer> = reqs.iter().map(|r| alone(&plain, r.clone()).0).collect();
+    // The draft is the base model (drafts know no adapter): its tokens are accepted only
+    // where the adapted target agrees, and every answer keeps its plain bits, together or
+    // alone. (An adapter is data: the one loaded above serves this engine's runner too.)
+    let cfg = EngineConfig {
+        max_batch_tokens: 64,
+        max_seqs: 4,
+        prefill_chunk: 16,
+        threads: 2,
+        kv: KvConfig { block_tokens: 4, n_blocks: Some(256), ..KvConfig::default() },
+        ..EngineConfig::default()
+    };
+    let runner = ModelRunner::load(&tiny(), &cfg).expect("load");
+    let draft = ModelRunner::load(&tiny(), &cfg).expect("load draft");
+    let tok = Arc::new(Tokenizer::load(runner.config()).expect("tokenizer"));
+    let opts = EngineOptions { max_queue: 64, spec_step_rows: usize::MAX, ..Default::default() };
+    let e = Engine::start_with_draft(runner, Some(draft), tok, opts).expect("start");
+    let spec: Vec<Request> =
+        reqs.iter().map(|r| Request { speculate: Some(Speculation::Draft { k: 3 }), ..r.clone() }).collect();
+    for (i, rx) in e.submit_all(spec.clone()).expect("submit").into_iter().enumerate() {
+        assert_eq!(collect(rx).0, want[i], "request {i} drafted, together");
+    }
+    for (i, r) in spec.into_iter().enumerate() {
+        assert_eq!(alone(&e, r).0, want[i], "request {i} drafted, alone");
+    }
+    let st = e.stats();
+    assert!(st.draft_tokens > st.draft_accepted && st.draft_accepted > 0, "drafts must hit and miss: {st:?}");
+}
