@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use serde_json::json;
+use serde_json::{json, Value};
 use tl_core::{ForwardBatch, ForwardSeq, ModelRunner};
 use tl_families::flags::{fail, parse_or_exit, EngineArgs, ModelArg};
 
@@ -53,10 +53,11 @@ pub struct BenchArgs {
     /// measure each path (all give the same bits): portable, avx2 or avx512.
     #[arg(long, value_parser = ["portable", "avx2", "avx512"])]
     pub path: Option<String>,
-    /// Every sequence runs under this LoRA adapter (the cost of an adapter beside the
-    /// base model's figures).
-    #[command(flatten)]
-    pub lora: crate::LoraArg,
+    /// A LoRA adapter, PATH or PATH@SCALE (the cost of adapters beside the base model's
+    /// figures). Repeatable: sequence s runs under the (s mod n)-th, so `--batch 4` with
+    /// four `--lora` measures a step whose rows use four different adapters.
+    #[arg(long = "lora", value_name = "PATH[@SCALE]")]
+    pub loras: Vec<String>,
     /// The engine flags every model-loading command shares.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -126,16 +127,29 @@ fn proc_status_mib(field: &str) -> Option<f64> {
 }
 
 /// Prefill `prompts` (one step each, in order) into `tables`.
-fn prefill(r: &mut ModelRunner, prompts: &[Vec<u32>], tables: &[Vec<u32>], lora: Lora<'_>) -> anyhow::Result<()> {
-    for (p, t) in prompts.iter().zip(tables) {
-        r.forward(&ForwardBatch { seqs: vec![ForwardSeq { tokens: p, start: 0, blocks: t, adapter: lora }] })?;
+/// `first` is the index of `prompts[0]`'s sequence (for its adapter).
+fn prefill(
+    r: &mut ModelRunner,
+    (prompts, first): (&[Vec<u32>], usize),
+    tables: &[Vec<u32>],
+    lora: Lora<'_>,
+) -> anyhow::Result<()> {
+    for (i, (p, t)) in prompts.iter().zip(tables).enumerate() {
+        let adapter = lora_of(lora, first + i);
+        r.forward(&ForwardBatch { seqs: vec![ForwardSeq { tokens: p, start: 0, blocks: t, adapter }] })?;
     }
     Ok(())
 }
 
 /// `steps` decode steps of every sequence in `tables` together, positions after `start`.
-/// The adapter every sequence of the benchmark runs under.
-type Lora<'a> = Option<tl_core::Applied<'a>>;
+/// The adapters of the benchmark's sequences: sequence s runs under the (s mod n)-th;
+/// none when empty.
+type Lora<'a> = &'a [tl_core::Applied<'a>];
+
+/// Sequence `s`'s adapter.
+fn lora_of<'a>(lora: Lora<'a>, s: usize) -> Option<tl_core::Applied<'a>> {
+    (!lora.is_empty()).then(|| lora[s % lora.len()])
+}
 
 fn decode(
     r: &mut ModelRunner,
@@ -149,7 +163,8 @@ fn decode(
         let seqs = tables
             .iter()
             .zip(&ids)
-            .map(|(t, id)| ForwardSeq { tokens: id, start: start + k, blocks: t, adapter: lora })
+            .enumerate()
+            .map(|(i, (t, id))| ForwardSeq { tokens: id, start: start + k, blocks: t, adapter: lora_of(lora, i) })
             .collect();
         r.forward(&ForwardBatch { seqs })?;
     }
@@ -207,9 +222,11 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut r = ModelRunner::load(model, &cfg).with_context(|| format!("{}", model.display()))?;
     let t_lora = Instant::now();
-    let adapter = cli.lora.load(&r)?;
-    let lora_load_ms = adapter.as_ref().map(|_| t_lora.elapsed().as_secs_f64() * 1e3);
-    let lora = adapter.as_ref().map(|(a, s)| tl_core::Applied { adapter: a, scale: *s });
+    let adapters = cli.loras.iter().map(|l| crate::load_lora(&r, l)).collect::<anyhow::Result<Vec<_>>>()?;
+    let lora_load_ms = (!adapters.is_empty()).then(|| t_lora.elapsed().as_secs_f64() * 1e3);
+    let applied: Vec<tl_core::Applied<'_>> =
+        adapters.iter().map(|(a, s)| tl_core::Applied { adapter: a, scale: *s }).collect();
+    let lora: Lora<'_> = &applied;
     let load_s = t0.elapsed().as_secs_f64();
     let rss_after_load = proc_status_mib("VmRSS");
     let mib = |b: usize| (b as f64 / (1024.0 * 1024.0) * 10.0).round() / 10.0;
@@ -250,12 +267,12 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
         let mut secs = Vec::with_capacity(cli.repeats);
         for _ in 0..cli.repeats {
             let t = Instant::now();
-            prefill(&mut r, &prompts[..1], &tables[..1], lora)?;
+            prefill(&mut r, (&prompts[..1], 0), &tables[..1], lora)?;
             secs.push(t.elapsed().as_secs_f64());
         }
         secs
     } else {
-        timed(cli.repeats, |_| prefill(&mut r, &prompts[..1], &tables[..1], lora))?
+        timed(cli.repeats, |_| prefill(&mut r, (&prompts[..1], 0), &tables[..1], lora))?
     };
     let pre = Measure::new(format!("prefill 1 x {n}"), n, &prefill_s);
     if table {
@@ -278,7 +295,7 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
         let mut filled = 1;
         for &b in &batches {
             let t = Instant::now();
-            prefill(&mut r, &prompts[filled..b], &tables[filled..b], lora)?;
+            prefill(&mut r, (&prompts[filled..b], filled), &tables[filled..b], lora)?;
             let fill_s = (b > filled).then(|| t.elapsed().as_secs_f64() / (b - filled) as f64);
             filled = b;
             let batched =
@@ -302,7 +319,7 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
     for (b, m, fill_s) in &results {
         let line = json!({
             "tool": "tl",
-            "lora": cli.lora.lora,
+            "lora": match cli.loras.as_slice() { [] => Value::Null, [one] => json!(one), many => json!(many) },
             "lora_load_ms": lora_load_ms.map(|ms| round(ms, 1)),
             "model": model.display().to_string(),
             "weights": cli.engine.weights,

@@ -184,9 +184,7 @@ pub struct LoraArg {
 impl LoraArg {
     /// The adapter loaded for `runner` and its scale, when `--lora` is given.
     pub fn load(&self, runner: &ModelRunner) -> anyhow::Result<Option<(std::sync::Arc<tl_core::Adapter>, f32)>> {
-        let Some(arg) = &self.lora else { return Ok(None) };
-        let (path, scale) = tl_serve::lora::path_and_scale(arg).map_err(|e| anyhow::anyhow!("--lora {e}"))?;
-        Ok(Some((std::sync::Arc::new(runner.load_adapter("lora", &path)?), scale)))
+        self.lora.as_deref().map(|arg| load_lora(runner, arg)).transpose()
     }
 
     /// A fresh sequence of `runner`, under the adapter when one is given.
@@ -196,6 +194,12 @@ impl LoraArg {
             None => runner.sequence(),
         })
     }
+}
+
+/// The adapter `--lora PATH[@SCALE]` names, loaded for `runner`, and its scale.
+pub fn load_lora(runner: &ModelRunner, arg: &str) -> anyhow::Result<(std::sync::Arc<tl_core::Adapter>, f32)> {
+    let (path, scale) = tl_serve::lora::path_and_scale(arg).map_err(|e| anyhow::anyhow!("--lora {e}"))?;
+    Ok((std::sync::Arc::new(runner.load_adapter("lora", &path)?), scale))
 }
 
 /// The sampling flags every generating command takes (sampling.md's parameters).

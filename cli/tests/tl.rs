@@ -286,4 +286,36 @@ fn generate_and_bench_take_a_lora_adapter() {
         assert_eq!(json["lora"], lora.as_str(), "{json}");
         assert!(json["decode_tok_s"].as_f64().is_some_and(|r| r > 0.0), "{json}");
     }
+    // Several adapters: the rows of a batch take them in turn.
+    let rs = fixture("families/tests/fixtures/lora/llama-rs");
+    let half = format!("{lora}@0.5");
+    let argv = [
+        "bench",
+        &m,
+        "--prompt-tokens",
+        "8",
+        "--decode-tokens",
+        "4",
+        "--repeats",
+        "1",
+        "--json-only",
+        "--batch",
+        "3",
+        "--lora",
+        &lora,
+        "--lora",
+        &rs,
+        "--lora",
+        &half,
+    ];
+    let out = stdout_ok("bench --lora x3", &tl(&argv, &[]));
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(lines.len(), 2, "batch 1 and batch 3: {out}");
+    for json in &lines {
+        assert_eq!(json["lora"], serde_json::json!([lora, rs, half]), "{json}");
+        assert!(json["decode_tok_s"].as_f64().is_some_and(|r| r > 0.0), "{json}");
+    }
+    let out = tl(&["bench", &m, "--lora", "/nowhere"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && err.contains("/nowhere") && err.trim().lines().count() == 1, "{err}");
 }
