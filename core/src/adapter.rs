@@ -3,10 +3,11 @@
 //!
 //! An adapted projection is `y = W x (+ bias) + s * B (A x)`, unmerged: the base weights
 //! are never touched, so one model serves any number of adapters, and a row without one
-//! runs exactly the unadapted arithmetic. `A` `[r, in]` and `B` `[out, r]` are held in f32
-//! as tl-quant `Linear`s (each output element one FMA chain in a fixed order, whatever the
-//! other rows of the step), so a row's result is the same bits alone or beside rows with
-//! other adapters. Reading the files (PEFT directories, GGUF adapters) is
+//! runs exactly the unadapted arithmetic. `A` `[r, in]` and `B` `[out, r]` are held as
+//! tl-quant `Linear`s, in f16 or bf16 when every value is one (as stored by most PEFT
+//! files), else f32: every format computes on the exact values, each output element one
+//! f32 FMA chain in a fixed order whatever the other rows of the step, so a row's result
+//! is the same bits alone or beside rows with other adapters. Reading the files (PEFT directories, GGUF adapters) is
 //! [`crate::adapter_read`]; this file binds what was read to a model.
 
 use std::collections::BTreeMap;
@@ -153,6 +154,23 @@ impl Applied<'_> {
     }
 }
 
+/// `w` (`[out, inp]`, exact values) as a `Linear` in the narrowest of f16, bf16 and f32
+/// that holds every value exactly: an adapter stored in f16 or bf16 (as PEFT usually
+/// saves them) is held in its 2-byte form, half the bytes a step reads, and gives the same
+/// bits as f32 (every `Linear` format computes on the exact values it holds).
+fn held(w: &[f32], out: usize, inp: usize) -> Result<Linear, tl_quant::QuantError> {
+    let exact = |narrow: fn(f32) -> f32| w.iter().all(|&x| narrow(x).to_bits() == x.to_bits());
+    if exact(|x| half::f16::from_f32(x).to_f32()) {
+        let bytes: Vec<u8> = w.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
+        Linear::from_stored(tl_quant::Format::F16, &bytes, out, inp)
+    } else if exact(|x| half::bf16::from_f32(x).to_f32()) {
+        let bytes: Vec<u8> = w.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect();
+        Linear::from_stored(tl_quant::Format::BF16, &bytes, out, inp)
+    } else {
+        Linear::from_f32(w, out, inp)
+    }
+}
+
 fn tensor_err(path: &Path, tensor: &str, reason: String) -> AdapterError {
     AdapterError::Tensor { path: path.to_path_buf(), tensor: tensor.to_string(), reason }
 }
@@ -208,7 +226,7 @@ impl Adapter {
                 ));
             }
             let linear = |w: &[f32], out, inp, tensor: &str| {
-                Linear::from_f32(w, out, inp).map_err(|e| tensor_err(&path, tensor, e.to_string()))
+                held(w, out, inp).map_err(|e| tensor_err(&path, tensor, e.to_string()))
             };
             let lora = Lora { a: linear(&l.a, r, t.inp, &l.a_name)?, b: linear(&l.b, t.out, r, &l.b_name)?, scale };
             // The digest is of what the arithmetic uses (module, scale, A, B as f32), so

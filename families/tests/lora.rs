@@ -183,3 +183,64 @@ fn a_row_keeps_its_bits_beside_other_adapters() {
         }
     }
 }
+
+/// `dir`'s adapter with every A and B value rounded to `dtype` ("F16" or "BF16") and
+/// written as `stored` ("F16", "BF16" or "F32": the rounded values widened), into `out`.
+fn rounded_copy(dir: &Path, out: &Path, dtype: &str, stored: &str) {
+    let st = std::fs::read(dir.join("adapter_model.safetensors")).expect("read");
+    let file = safetensors::SafeTensors::deserialize(&st).expect("safetensors");
+    let round = |x: f32| match dtype {
+        "F16" => half::f16::from_f32(x).to_f32(),
+        _ => half::bf16::from_f32(x).to_f32(),
+    };
+    let mut tensors = Vec::new();
+    for (name, view) in file.tensors() {
+        assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}: the fixture is F32");
+        let vals = view.data().chunks_exact(4).map(|c| round(f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        let (dt, bytes): (_, Vec<u8>) = match stored {
+            "F16" => (safetensors::Dtype::F16, vals.flat_map(|x| half::f16::from_f32(x).to_le_bytes()).collect()),
+            "BF16" => (safetensors::Dtype::BF16, vals.flat_map(|x| half::bf16::from_f32(x).to_le_bytes()).collect()),
+            _ => (safetensors::Dtype::F32, vals.flat_map(f32::to_le_bytes).collect()),
+        };
+        tensors.push((name, view.shape().to_vec(), dt, bytes));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, shape, dt, b)| {
+            (n.clone(), safetensors::tensor::TensorView::new(*dt, shape.clone(), b).expect("view"))
+        })
+        .collect();
+    std::fs::create_dir_all(out).expect("mkdir");
+    safetensors::serialize_to_file(views, None, &out.join("adapter_model.safetensors")).expect("write");
+    std::fs::copy(dir.join("adapter_config.json"), out.join("adapter_config.json")).expect("config");
+}
+
+/// An adapter stored in F16 (or BF16) is held in its 2-byte form, half the bytes of an
+/// F32 adapter, and gives the bits of the same values stored as F32 (whose matrices are
+/// held narrow too: every value fits). That a narrow `Linear` computes the bits of the
+/// f32 one over the widened values, at these shapes, is quant/tests/kernels.rs's
+/// `native_formats_equal_the_f32_layer_over_their_widened_weights`.
+#[test]
+fn an_f16_or_bf16_adapter_is_held_as_stored_with_the_f32_bits() {
+    let refs = reference("llama-all");
+    let mut r = load_path(&refs.base, 2, Weights::Native);
+    let d = tempfile::tempdir().expect("tempdir");
+    let prompt = &refs.prompts[0].0;
+    for dtype in ["F16", "BF16"] {
+        let (narrow, wide) = (d.path().join(format!("{dtype}-as-{dtype}")), d.path().join(format!("{dtype}-as-F32")));
+        rounded_copy(&fixture("llama-all"), &narrow, dtype, dtype);
+        rounded_copy(&fixture("llama-all"), &wide, dtype, "F32");
+        let a = r.load_adapter("narrow", &narrow).expect("narrow");
+        let b = r.load_adapter("wide", &wide).expect("wide");
+        assert_eq!(a.digest(), b.digest(), "{dtype}: the same values, one digest");
+        // Every f16/bf16 value is also an f32 one: a file in F32 holding such values is
+        // held narrow too, so both are half the bytes of the original F32 adapter.
+        let f32_bytes = r.load_adapter("orig", &fixture("llama-all")).expect("orig").bytes();
+        assert!(a.bytes() * 2 <= f32_bytes + 64 * 1024, "{dtype}: {} bytes held vs F32's {f32_bytes}", a.bytes());
+        assert_eq!(a.bytes(), b.bytes(), "{dtype}");
+        let (x, y) = (run(&mut r, prompt, Some(applied(&a)), &[]), run(&mut r, prompt, Some(applied(&b)), &[3]));
+        assert_eq!(bits(&x), bits(&y), "{dtype}: the file's dtype changed the logits of the same values");
+        let base = run(&mut r, prompt, None, &[]);
+        assert_ne!(bits(&x), bits(&base), "{dtype}: the adapter changed nothing");
+    }
+}
