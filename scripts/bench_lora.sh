@@ -12,7 +12,8 @@
 #   llama-server -t THREADS [--lora ADAPTER1.gguf]: `/completion` of a ~170-token prompt,
 #     n_predict DECODE, ignore_eos, no prompt cache; its predicted_per_second, median of 3.
 # Environment: TL_BIN (a directory with a release `tl`; default target/release), THREADS
-# (2), PROMPT (128), DECODE (64), ROUNDS (2), PORT (8931). Prints one JSON line per
+# (2), PROMPT (128), DECODE (64), ROUNDS (2), PORT (8931), TL_ARGS (more `tl bench` flags,
+# e.g. "--activations q8"). Prints one JSON line per
 # measurement on stdout and a table at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +38,7 @@ tl_bench() { # NAME BATCHES [--lora ...]: one JSON line per batch size, tagged w
     local name="$1" batches="$2"
     shift 2
     "$TL" bench "$MODEL" --prompt-tokens "$PROMPT" --decode-tokens "$DECODE" --batch "$batches" --repeats 3 \
-        --threads "$THREADS" --json-only "$@" |
+        --threads "$THREADS" --json-only ${TL_ARGS:-} "$@" |
         python3 -c 'import json,sys
 for l in sys.stdin:
     j = json.loads(l); j["run"] = sys.argv[1]; print(json.dumps(j))' "$name"

@@ -4,8 +4,8 @@
 //! An adapted projection is `y = W x (+ bias) + s * B (A x)`, unmerged: the base weights
 //! are never touched, so one model serves any number of adapters, and a row without one
 //! runs exactly the unadapted arithmetic. `A` `[r, in]` and `B` `[out, r]` are held as
-//! tl-quant `Linear`s, in f16 or bf16 when every value is one (as stored by most PEFT
-//! files), else f32: every format computes on the exact values, each output element one
+//! tl-quant `Linear`s, in the file's f16 or bf16 when it stores them so (as most PEFT
+//! files do), else f32: every format computes on the exact values, each output element one
 //! f32 FMA chain in a fixed order whatever the other rows of the step, so a row's result
 //! is the same bits alone or beside rows with other adapters. Reading the files (PEFT directories, GGUF adapters) is
 //! [`crate::adapter_read`]; this file binds what was read to a model.
@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use thiserror::Error;
 use tl_quant::Linear;
 
@@ -92,6 +93,10 @@ pub struct RawAdapter {
     pub modules: BTreeMap<String, RawLora>,
 }
 
+/// A matrix's F16 or BF16 bytes as the file stores them (row-major, Hugging Face's row
+/// order).
+pub type Narrow = (tl_quant::Format, Vec<u8>);
+
 /// One module's pair as read (f32, widened exactly from the stored type).
 pub struct RawLora {
     /// `A`'s name in the file.
@@ -100,12 +105,16 @@ pub struct RawLora {
     pub a: Vec<f32>,
     /// `A`'s shape as stored.
     pub a_shape: Vec<usize>,
+    /// `A` as stored, when the file holds it in F16 or BF16.
+    pub a_narrow: Option<Narrow>,
     /// `B`'s name in the file.
     pub b_name: String,
     /// `[out, r]` row-major, rows in Hugging Face's order.
     pub b: Vec<f32>,
     /// `B`'s shape as stored.
     pub b_shape: Vec<usize>,
+    /// `B` as stored, when the file holds it in F16 or BF16.
+    pub b_narrow: Option<Narrow>,
     /// The module's alpha.
     pub alpha: f64,
     /// rsLoRA: `s = alpha / sqrt(r)`.
@@ -154,21 +163,34 @@ impl Applied<'_> {
     }
 }
 
-/// `w` (`[out, inp]`, exact values) as a `Linear` in the narrowest of f16, bf16 and f32
-/// that holds every value exactly: an adapter stored in f16 or bf16 (as PEFT usually
-/// saves them) is held in its 2-byte form, half the bytes a step reads, and gives the same
-/// bits as f32 (every `Linear` format computes on the exact values it holds).
-fn held(w: &[f32], out: usize, inp: usize) -> Result<Linear, tl_quant::QuantError> {
-    let exact = |narrow: fn(f32) -> f32| w.iter().all(|&x| narrow(x).to_bits() == x.to_bits());
-    if exact(|x| half::f16::from_f32(x).to_f32()) {
-        let bytes: Vec<u8> = w.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
-        Linear::from_stored(tl_quant::Format::F16, &bytes, out, inp)
-    } else if exact(|x| half::bf16::from_f32(x).to_f32()) {
-        let bytes: Vec<u8> = w.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect();
-        Linear::from_stored(tl_quant::Format::BF16, &bytes, out, inp)
-    } else {
-        Linear::from_f32(w, out, inp)
+/// `w` (`[out, inp]`, exact values) as a `Linear`: in the file's F16 or BF16 when it
+/// stores the matrix so (as PEFT saves most adapters), half the bytes a step reads and
+/// the same bits (every `Linear` format computes on the exact values it holds); else f32.
+fn held(w: &[f32], narrow: &Option<Narrow>, out: usize, inp: usize) -> Result<Linear, tl_quant::QuantError> {
+    match narrow {
+        Some((format, bytes)) => Linear::from_stored(*format, bytes, out, inp),
+        None => Linear::from_f32(w, out, inp),
     }
+}
+
+/// A 64-bit digest of `a` then `b`'s f32 bit patterns: four interleaved multiply-rotate
+/// lanes over pairs of values (a byte-at-a-time FNV over a 1B model's adapter took tens of
+/// milliseconds of the load), folded with FNV-1a with the lengths. Stable across machines.
+fn values_digest(a: &[f32], b: &[f32]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut lanes = [0x243F_6A88_85A3_08D3u64, 0x1319_8A2E_0370_7344, 0xA409_3822_299F_31D0, 0x082E_FA98_EC4E_6C89];
+    let mut words = a.iter().chain(b).map(|x| u64::from(x.to_bits()));
+    let mut k = 0;
+    while let Some(lo) = words.next() {
+        let w = lo | words.next().map_or(0, |hi| hi << 32);
+        lanes[k & 3] = (lanes[k & 3] ^ w).wrapping_mul(K).rotate_left(29);
+        k += 1;
+    }
+    let mut h = Fnv::new();
+    for v in lanes.iter().chain([&(a.len() as u64), &(b.len() as u64)]) {
+        h.update(&v.to_le_bytes());
+    }
+    h.finish()
 }
 
 fn tensor_err(path: &Path, tensor: &str, reason: String) -> AdapterError {
@@ -189,10 +211,10 @@ impl Adapter {
             });
         }
         let by_name: BTreeMap<&str, &Adaptable> = targets.iter().map(|t| (t.module.as_str(), t)).collect();
-        let mut modules = BTreeMap::new();
-        let mut h = Fnv::new();
-        h.update(b"tl-lora-1");
-        let mut bytes = 0;
+        // Names, shapes and scales first (cheap, in order, so the first bad tensor is the
+        // one named); then each module's values checked, packed and digested in parallel
+        // (a 1B model's rank-16 adapter is ~10M values).
+        let mut checked = Vec::with_capacity(raw.modules.len());
         for (module, l) in raw.modules {
             let Some(t) = by_name.get(module.as_str()) else {
                 let reason = if targets.is_empty() {
@@ -212,11 +234,6 @@ impl Adapter {
                     format!("shape {:?}, expected [{}, {r}] for {module} (its A has rank {r})", l.b_shape, t.out);
                 return Err(tensor_err(&path, &l.b_name, reason));
             }
-            for (tensor, v) in [(&l.a_name, &l.a), (&l.b_name, &l.b)] {
-                if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-                    return Err(tensor_err(&path, tensor, format!("value {i} is {}", v[i])));
-                }
-            }
             let scale = if l.rslora { l.alpha / (r as f64).sqrt() } else { l.alpha / r as f64 } as f32;
             if !scale.is_finite() {
                 return Err(tensor_err(
@@ -225,19 +242,37 @@ impl Adapter {
                     format!("alpha {} over rank {r} is not a finite f32 scale", l.alpha),
                 ));
             }
-            let linear = |w: &[f32], out, inp, tensor: &str| {
-                held(w, out, inp).map_err(|e| tensor_err(&path, tensor, e.to_string()))
-            };
-            let lora = Lora { a: linear(&l.a, r, t.inp, &l.a_name)?, b: linear(&l.b, t.out, r, &l.b_name)?, scale };
-            // The digest is of what the arithmetic uses (module, scale, A, B as f32), so
-            // the same adapter read from PEFT or from GGUF has one digest.
+            checked.push((module, l, r, t.inp, t.out, scale));
+        }
+        let built: Vec<Result<(Lora, u64), AdapterError>> = checked
+            .par_iter()
+            .map(|(_, l, r, inp, out, scale)| {
+                for (tensor, v) in [(&l.a_name, &l.a), (&l.b_name, &l.b)] {
+                    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                        return Err(tensor_err(&path, tensor, format!("value {i} is {}", v[i])));
+                    }
+                }
+                let linear = |w: &[f32], narrow, out, inp, tensor: &str| {
+                    held(w, narrow, out, inp).map_err(|e| tensor_err(&path, tensor, e.to_string()))
+                };
+                let a = linear(&l.a, &l.a_narrow, *r, *inp, &l.a_name)?;
+                let lora = Lora { a, b: linear(&l.b, &l.b_narrow, *out, *r, &l.b_name)?, scale: *scale };
+                Ok((lora, values_digest(&l.a, &l.b)))
+            })
+            .collect();
+        // The digest is of what the arithmetic uses (module, scale, rank, A and B as f32
+        // bits), so the same adapter read from PEFT or from GGUF has one digest.
+        let mut modules = BTreeMap::new();
+        let mut h = Fnv::new();
+        h.update(b"tl-lora-2");
+        let mut bytes = 0;
+        for ((module, _, r, _, _, scale), built) in checked.into_iter().zip(built) {
+            let (lora, values) = built?;
             h.update(module.as_bytes());
             h.update(&[0]);
             h.update(&scale.to_bits().to_le_bytes());
             h.update(&(r as u64).to_le_bytes());
-            for v in l.a.iter().chain(&l.b) {
-                h.update(&v.to_bits().to_le_bytes());
-            }
+            h.update(&values.to_le_bytes());
             bytes += lora.a.packed_bytes() + lora.b.packed_bytes();
             modules.insert(module, lora);
         }

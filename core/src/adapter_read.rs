@@ -12,7 +12,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::Value as GValue;
 use serde_json::Value;
 
-use crate::adapter::{Adaptable, Adapter, AdapterError, RawAdapter, RawLora};
+use crate::adapter::{Adaptable, Adapter, AdapterError, Narrow, RawAdapter, RawLora};
 use crate::config::ModelConfig;
 use crate::gguf::{Gguf, TensorMap};
 use crate::registry;
@@ -161,6 +161,17 @@ struct Half {
     name: String,
     shape: Vec<usize>,
     values: Vec<f32>,
+    /// The stored bytes when the file holds the tensor in F16 or BF16 (kept as stored).
+    narrow: Option<Narrow>,
+}
+
+/// A tensor's F16 or BF16 bytes (rows in Hugging Face's order), when stored so.
+fn narrow(stored: crate::weights::Stored<'_>) -> Option<Narrow> {
+    match stored.dtype {
+        crate::weights::DType::F16 => Some((tl_quant::Format::F16, stored.bytes.into_owned())),
+        crate::weights::DType::BF16 => Some((tl_quant::Format::BF16, stored.bytes.into_owned())),
+        _ => None,
+    }
 }
 
 /// The halves found so far, per module: `(A, B)`.
@@ -198,9 +209,11 @@ fn pair(
             a_name: a.name,
             a: a.values,
             a_shape: a.shape,
+            a_narrow: a.narrow,
             b_name: b.name,
             b: b.values,
             b_shape: b.shape,
+            b_narrow: b.narrow,
         };
         modules.insert(module, lora);
     }
@@ -249,7 +262,8 @@ fn read_peft(dir: &Path, base: &ModelConfig) -> Result<RawAdapter, AdapterError>
         };
         let info = store.info(&name).ok_or_else(|| bad("vanished"))?;
         let values = store.f32(&name, &info.shape)?;
-        let half = Half { name: name.clone(), shape: info.shape, values };
+        let narrow = narrow(store.stored(&name, &info.shape)?);
+        let half = Half { name: name.clone(), shape: info.shape, values, narrow };
         put(&mut found, module, is_a, half);
     }
     pair(&file, found, |m, _| cfg.alpha(m), cfg.rslora)
@@ -339,7 +353,8 @@ fn read_gguf(path: &Path, base: &ModelConfig) -> Result<RawAdapter, AdapterError
     for (served, name, module, is_a) in modules {
         let info = file.info(&served).ok_or_else(|| tensor_err(path, &name, "vanished"))?;
         let values = file.f32(&served, &info.shape)?;
-        let half = Half { name, shape: info.shape, values };
+        let narrow = narrow(file.stored(&served, &info.shape)?);
+        let half = Half { name, shape: info.shape, values, narrow };
         put(&mut found, module, is_a, half);
     }
     pair(path, found, |_, r| alpha.unwrap_or(r as f64), false)

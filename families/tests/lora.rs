@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tl_core::{Adapter, Applied, ForwardBatch, ForwardSeq, ModelRunner, Weights};
+use tl_core::{Activations, Adapter, Applied, ForwardBatch, ForwardSeq, ModelRunner, Weights};
 use tl_families as _;
-use tl_testkit::{alloc, argmax, bits, load_path, max_abs_diff, release, tolerance};
+use tl_testkit::{alloc, argmax, bits, load_path, load_with, max_abs_diff, release, tolerance};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo").to_path_buf()
@@ -126,8 +126,19 @@ fn a_gguf_adapter_gives_the_peft_adapters_bits() {
 /// it has alone, prefilled in one step or in chunks, on 1 or 2 threads, and decoding.
 #[test]
 fn a_row_keeps_its_bits_beside_other_adapters() {
+    rows_keep_their_bits(Activations::Exact);
+}
+
+/// The same with int8 activations (`--activations q8`): the base products take quantized
+/// rows, the adapter's never do (numbers.md), and no row depends on the others.
+#[test]
+fn a_row_keeps_its_bits_beside_other_adapters_with_q8_activations() {
+    rows_keep_their_bits(Activations::Q8);
+}
+
+fn rows_keep_their_bits(activations: Activations) {
     let refs = reference("llama-all");
-    let mut r = load_path(&refs.base, 2, Weights::Native);
+    let mut r = load_with(&refs.base, 2, activations);
     let all = r.load_adapter("all", &fixture("llama-all")).expect("llama-all");
     let rs = r.load_adapter("rs", &fixture("llama-rs")).expect("llama-rs");
     let choices = [Some(applied(&all)), None, Some(applied(&rs)), Some(Applied { adapter: &all, scale: 0.5 })];
@@ -138,7 +149,7 @@ fn a_row_keeps_its_bits_beside_other_adapters() {
     for (i, p) in prompts.iter().enumerate() {
         assert_eq!(bits(&run(&mut r, p, choices[i], &[1, 2, 3])), bits(&alone[i]), "prompt {i} chunked");
     }
-    let mut one = load_path(&refs.base, 1, Weights::Native);
+    let mut one = load_with(&refs.base, 1, activations);
     let all1 = one.load_adapter("all", &fixture("llama-all")).expect("llama-all");
     assert_eq!(bits(&run(&mut one, prompts[0], Some(applied(&all1)), &[])), bits(&alone[0]), "1 thread");
 
@@ -215,17 +226,14 @@ fn rounded_copy(dir: &Path, out: &Path, dtype: &str, stored: &str) {
     std::fs::copy(dir.join("adapter_config.json"), out.join("adapter_config.json")).expect("config");
 }
 
-/// An adapter stored in F16 (or BF16) is held in its 2-byte form, half the bytes of an
-/// F32 adapter, and gives the bits of the same values stored as F32 (whose matrices are
-/// held narrow too: every value fits). That a narrow `Linear` computes the bits of the
-/// f32 one over the widened values, at these shapes, is quant/tests/kernels.rs's
-/// `native_formats_equal_the_f32_layer_over_their_widened_weights`.
+/// An adapter stored in F16 (or BF16) is held as stored, half the bytes of the same
+/// values stored in F32 (held in f32), and gives exactly their bits: the 2-byte and the
+/// f32 products compute on the same values.
 #[test]
 fn an_f16_or_bf16_adapter_is_held_as_stored_with_the_f32_bits() {
     let refs = reference("llama-all");
     let mut r = load_path(&refs.base, 2, Weights::Native);
     let d = tempfile::tempdir().expect("tempdir");
-    let prompt = &refs.prompts[0].0;
     for dtype in ["F16", "BF16"] {
         let (narrow, wide) = (d.path().join(format!("{dtype}-as-{dtype}")), d.path().join(format!("{dtype}-as-F32")));
         rounded_copy(&fixture("llama-all"), &narrow, dtype, dtype);
@@ -233,14 +241,13 @@ fn an_f16_or_bf16_adapter_is_held_as_stored_with_the_f32_bits() {
         let a = r.load_adapter("narrow", &narrow).expect("narrow");
         let b = r.load_adapter("wide", &wide).expect("wide");
         assert_eq!(a.digest(), b.digest(), "{dtype}: the same values, one digest");
-        // Every f16/bf16 value is also an f32 one: a file in F32 holding such values is
-        // held narrow too, so both are half the bytes of the original F32 adapter.
-        let f32_bytes = r.load_adapter("orig", &fixture("llama-all")).expect("orig").bytes();
-        assert!(a.bytes() * 2 <= f32_bytes + 64 * 1024, "{dtype}: {} bytes held vs F32's {f32_bytes}", a.bytes());
-        assert_eq!(a.bytes(), b.bytes(), "{dtype}");
-        let (x, y) = (run(&mut r, prompt, Some(applied(&a)), &[]), run(&mut r, prompt, Some(applied(&b)), &[3]));
-        assert_eq!(bits(&x), bits(&y), "{dtype}: the file's dtype changed the logits of the same values");
-        let base = run(&mut r, prompt, None, &[]);
-        assert_ne!(bits(&x), bits(&base), "{dtype}: the adapter changed nothing");
+        assert!(a.bytes() * 2 <= b.bytes() + 64 * 1024, "{dtype}: {} bytes held vs F32's {}", a.bytes(), b.bytes());
+        for (ids, ..) in &refs.prompts {
+            let x = run(&mut r, ids, Some(applied(&a)), &[]);
+            let y = run(&mut r, ids, Some(applied(&b)), &[3]);
+            assert_eq!(bits(&x), bits(&y), "{dtype}: the 2-byte adapter's logits differ from its values in F32");
+            let base = run(&mut r, ids, None, &[]);
+            assert_ne!(bits(&x), bits(&base), "{dtype}: the adapter changed nothing");
+        }
     }
 }
