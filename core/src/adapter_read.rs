@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::Value as GValue;
+use rayon::prelude::*;
 use serde_json::Value;
 
 use crate::adapter::{Adaptable, Adapter, AdapterError, Narrow, RawAdapter, RawLora};
@@ -238,32 +239,40 @@ fn read_peft(dir: &Path, base: &ModelConfig) -> Result<RawAdapter, AdapterError>
         return Err(AdapterError::Io { path: file, error: std::io::Error::new(std::io::ErrorKind::NotFound, reason) });
     }
     let store = SafeTensors::open(&file)?;
-    let mut found = Found::new();
-    for name in store.names() {
-        let bad = |reason: &str| tensor_err(&file, &name, reason);
-        let inner = name
-            .strip_prefix("base_model.model.")
-            .ok_or_else(|| bad("not a LoRA tensor (expected base_model.model.<module>.lora_A/B.weight)"))?;
-        let (module, is_a) =
-            match (inner.strip_suffix(".lora_A.weight"), inner.strip_suffix(".lora_B.weight")) {
+    // Each tensor read (widened, its stored bytes kept) in parallel: a 1B model's adapter
+    // is hundreds of tensors; the first bad one in name order is the one named.
+    let read: Vec<Result<(String, bool, Half), AdapterError>> = store
+        .names()
+        .into_par_iter()
+        .map(|name| {
+            let bad = |reason: &str| tensor_err(&file, &name, reason);
+            let inner = name
+                .strip_prefix("base_model.model.")
+                .ok_or_else(|| bad("not a LoRA tensor (expected base_model.model.<module>.lora_A/B.weight)"))?;
+            let (module, is_a) = match (inner.strip_suffix(".lora_A.weight"), inner.strip_suffix(".lora_B.weight")) {
                 (Some(m), _) => (m, true),
                 (_, Some(m)) => (m, false),
                 _ => return Err(bad(
                     "not a lora_A or lora_B weight (embedding adapters, DoRA magnitudes and saved modules are not run)",
                 )),
             };
-        // A nested checkpoint's text model is named as its text-only checkpoint.
-        let module = match base.nested {
-            Some(n) => match module.strip_prefix(n.weights) {
-                Some(rest) => format!("{}{rest}", n.text_weights),
+            // A nested checkpoint's text model is named as its text-only checkpoint.
+            let module = match base.nested {
+                Some(n) => match module.strip_prefix(n.weights) {
+                    Some(rest) => format!("{}{rest}", n.text_weights),
+                    None => module.to_string(),
+                },
                 None => module.to_string(),
-            },
-            None => module.to_string(),
-        };
-        let info = store.info(&name).ok_or_else(|| bad("vanished"))?;
-        let values = store.f32(&name, &info.shape)?;
-        let narrow = narrow(store.stored(&name, &info.shape)?);
-        let half = Half { name: name.clone(), shape: info.shape, values, narrow };
+            };
+            let info = store.info(&name).ok_or_else(|| bad("vanished"))?;
+            let values = store.f32(&name, &info.shape)?;
+            let narrow = narrow(store.stored(&name, &info.shape)?);
+            Ok((module, is_a, Half { name: name.clone(), shape: info.shape, values, narrow }))
+        })
+        .collect();
+    let mut found = Found::new();
+    for r in read {
+        let (module, is_a, half) = r?;
         put(&mut found, module, is_a, half);
     }
     pair(&file, found, |m, _| cfg.alpha(m), cfg.rslora)
