@@ -358,12 +358,19 @@ fn read_gguf(path: &Path, base: &ModelConfig) -> Result<RawAdapter, AdapterError
         }
     }
     file.remap(map)?;
+    // Each tensor read in parallel (as PEFT's); the first bad one in order is named.
+    let read: Vec<Result<(String, bool, Half), AdapterError>> = modules
+        .into_par_iter()
+        .map(|(served, name, module, is_a)| {
+            let info = file.info(&served).ok_or_else(|| tensor_err(path, &name, "vanished"))?;
+            let values = file.f32(&served, &info.shape)?;
+            let narrow = narrow(file.stored(&served, &info.shape)?);
+            Ok((module, is_a, Half { name, shape: info.shape, values, narrow }))
+        })
+        .collect();
     let mut found = Found::new();
-    for (served, name, module, is_a) in modules {
-        let info = file.info(&served).ok_or_else(|| tensor_err(path, &name, "vanished"))?;
-        let values = file.f32(&served, &info.shape)?;
-        let narrow = narrow(file.stored(&served, &info.shape)?);
-        let half = Half { name, shape: info.shape, values, narrow };
+    for r in read {
+        let (module, is_a, half) = r?;
         put(&mut found, module, is_a, half);
     }
     pair(path, found, |_, r| alpha.unwrap_or(r as f64), false)
