@@ -38,6 +38,9 @@ pub struct PerplexityArgs {
     /// scores from its context / 2); 0 scores every token after the first.
     #[arg(long, default_value_t = 0)]
     pub score_from: usize,
+    /// Score under a LoRA adapter.
+    #[command(flatten)]
+    pub lora: crate::LoraArg,
     /// The engine flags every model-loading command shares.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -66,6 +69,8 @@ fn run(cli: &PerplexityArgs) -> anyhow::Result<()> {
     let load = Instant::now();
     let model = cli.model.path()?;
     let mut runner = crate::load(&cli.engine, model)?;
+    let adapter = cli.lora.load(&runner)?;
+    let applied = adapter.as_ref().map(|(a, s)| tl_core::Applied { adapter: a, scale: *s });
     let load = load.elapsed();
     let cfg = runner.config().clone();
     if let Some(max) = cfg.max_position_embeddings {
@@ -84,7 +89,7 @@ fn run(cli: &PerplexityArgs) -> anyhow::Result<()> {
     let mut forward = Duration::ZERO;
     for w in &windows {
         let t0 = Instant::now();
-        let logits = runner.score(w)?; // (T, V)
+        let logits = runner.score_with(w, applied)?; // (T, V)
         forward += t0.elapsed();
         fed += w.len();
         // Rows `score_from ..` predict tokens `score_from + 1 ..`; the last position

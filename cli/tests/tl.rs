@@ -250,7 +250,7 @@ fn bench_measures_a_hybrid_and_an_encoder() {
     assert!(rows.iter().all(|r| r["sentences_s"].as_f64().is_some_and(|x| x > 0.0)), "{rows:?}");
 }
 
-/// `--lora` runs generate and bench under an adapter: generate's greedy tokens are the
+/// `--lora` runs generate, bench and perplexity under an adapter: generate's greedy tokens are the
 /// ones the runner gives under the adapter (tl-families' parity tests compare those with
 /// transformers + peft), not the base's; PATH@1 is PATH; a bad adapter is one line and a
 /// failing status.
@@ -315,6 +315,21 @@ fn generate_and_bench_take_a_lora_adapter() {
         assert_eq!(json["lora"], serde_json::json!([lora, rs, half]), "{json}");
         assert!(json["decode_tok_s"].as_f64().is_some_and(|r| r > 0.0), "{json}");
     }
+    // perplexity scores under an adapter: another number than the base's, the same from
+    // its GGUF conversion.
+    let d = tempfile::tempdir().expect("tempdir");
+    let text = d.path().join("t.txt");
+    std::fs::write(&text, "The quick brown fox jumps over the lazy dog. ".repeat(8)).expect("write");
+    let t = text.to_string_lossy();
+    let ppl = |extra: &[&str]| {
+        let mut argv = vec!["perplexity", m.as_str(), "--file", &t, "--window", "64"];
+        argv.extend(extra);
+        let out = stdout_ok("perplexity", &tl(&argv, &[]));
+        out.split_whitespace().nth(1).expect("perplexity N").to_string()
+    };
+    let (base, adapted, from_gguf) = (ppl(&[]), ppl(&["--lora", &lora]), ppl(&["--lora", &gguf]));
+    assert_ne!(base, adapted, "perplexity --lora changed nothing");
+    assert_eq!(adapted, from_gguf, "perplexity: the GGUF adapter != the PEFT one");
     let out = tl(&["bench", &m, "--lora", "/nowhere"], &[]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success() && err.contains("/nowhere") && err.trim().lines().count() == 1, "{err}");

@@ -566,11 +566,18 @@ impl ModelRunner {
     /// Run `tokens` as one sequence in temporary blocks, give the blocks back, and return
     /// the logits of every position `(T, V)` (row `t` predicts token `t + 1`).
     pub fn score(&mut self, tokens: &[u32]) -> Result<Logits, RunnerError> {
+        self.score_with(tokens, None)
+    }
+
+    /// [`ModelRunner::score`] under `adapter` (a LoRA adapter and its scale).
+    pub fn score_with(&mut self, tokens: &[u32], adapter: Option<crate::Applied<'_>>) -> Result<Logits, RunnerError> {
         if tokens.is_empty() {
             return Err(RunnerError::BadBatch("score: no tokens".into()));
         }
         let blocks = self.alloc_table(tokens.len())?;
-        let out = self.step(&ForwardBatch::single(tokens, 0, &blocks), false, true, None);
+        let mut batch = ForwardBatch::single(tokens, 0, &blocks);
+        batch.seqs[0].adapter = adapter;
+        let out = self.step(&batch, false, true, None);
         release_all(self.lock()?.as_mut(), blocks)?;
         Ok(out?.logits)
     }
