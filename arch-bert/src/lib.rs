@@ -48,6 +48,8 @@ use tl_core::{
 
 pub mod config;
 pub mod gemm;
+pub mod gguf;
+mod gguf_vocab;
 pub mod lanes;
 mod model;
 pub mod ops;
@@ -55,6 +57,7 @@ pub mod parts;
 pub mod pooling;
 
 pub use config::{Activation, BertConfig, Head};
+pub use gguf_vocab::wordpiece_tokenizer_json;
 pub use model::{Bert, Embeddings, Ffn, Layer};
 pub use pooling::{Mode, Pipeline};
 // From text to outputs (tokenizer.json cut as sentence-transformers cuts): core's, shared
