@@ -23,6 +23,11 @@
 //! sentence-transformers does with a plain transformers model). Text goes through
 //! core's `encoder_text`: tokenizer.json, cut at sentence_bert_config.json's `max_seq_length`.
 //!
+//! A GGUF file as llama.cpp's converter writes it (`general.architecture = "bert"`) loads
+//! too: [`gguf`] maps its names and metadata, and registers the `"bert"` (WordPiece)
+//! vocabulary that every BERT-family GGUF uses ([`wordpiece_tokenizer_json`]); its pooling
+//! is the file's `pooling_type`, always normalised (docs/spec/model-dir.md, "GGUF encoders").
+//!
 //! Refused at load, naming the field or file: another `hidden_act` than `gelu`, relative
 //! position embeddings, a decoder or cross-attention config, other heads, modules tl does
 //! not run (Dense, ...), a listed Pooling config that is missing or turns nothing on.
