@@ -2,14 +2,15 @@
 # The embeddings benchmark (issue 49): all-MiniLM-L6-v2's sentences per second in tl
 # (`tl embed`, the sentence-transformers directory tl pulls: `tl pull all-minilm:l6-v2`),
 # llama.cpp's llama-embedding (the same weights converted to an F32 GGUF by the
-# llama-cpp-python sdist's convert_hf_to_gguf.py; tl reads BERT from safetensors only) and
+# llama-cpp-python sdist's convert_hf_to_gguf.py; tl reads the directory, or with
+# TL_READS=gguf the very same F32 GGUF) and
 # sentence-transformers (torch), at batch 1 and 32, on the sentences of
 # arch-bert/tests/fixtures/minilm/sentences.json that sentence-transformers does not cut
 # (at most 256 tokens). Never in CI.
 #
 #   scripts/bench_embeddings.sh
 #
-# Knobs: THREADS (2), ROUNDS (3), BATCHES (1,32), TL_BIN (a directory holding `tl`;
+# Knobs: THREADS (2), ROUNDS (3), BATCHES (1,32), TL_READS (dir or gguf), TL_BIN (a directory holding `tl`;
 # default: a release build), TL_CACHE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +59,7 @@ mkdir -p "$OUT"
 STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 [ -n "${TL_COMMIT:-}" ] || TL_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
 export TL_BIN LLAMA_BIN MODEL_DIR GGUF SENTENCES TL_COMMIT
+export TL_READS="${TL_READS:-dir}"
 export ST_PY="$ROOT/scripts/fixtures/.venv/bin/python"
 export TABLE="$OUT/embeddings-$STAMP.md"
 python3 scripts/lib/bench_embeddings.py | tee "$OUT/embeddings-$STAMP.jsonl"

@@ -23,6 +23,11 @@
 //! sentence-transformers does with a plain transformers model). Text goes through
 //! core's `encoder_text`: tokenizer.json, cut at sentence_bert_config.json's `max_seq_length`.
 //!
+//! A GGUF file as llama.cpp's converter writes it (`general.architecture = "bert"`) loads
+//! too: [`gguf`] maps its names and metadata, and registers the `"bert"` (WordPiece)
+//! vocabulary that every BERT-family GGUF uses ([`wordpiece_tokenizer_json`]); its pooling
+//! is the file's `pooling_type`, always normalised (docs/spec/model-dir.md, "GGUF encoders").
+//!
 //! Refused at load, naming the field or file: another `hidden_act` than `gelu`, relative
 //! position embeddings, a decoder or cross-attention config, other heads, modules tl does
 //! not run (Dense, ...), a listed Pooling config that is missing or turns nothing on.
@@ -48,6 +53,8 @@ use tl_core::{
 
 pub mod config;
 pub mod gemm;
+pub mod gguf;
+mod gguf_vocab;
 pub mod lanes;
 mod model;
 pub mod ops;
@@ -55,6 +62,7 @@ pub mod parts;
 pub mod pooling;
 
 pub use config::{Activation, BertConfig, Head};
+pub use gguf_vocab::wordpiece_tokenizer_json;
 pub use model::{Bert, Embeddings, Ffn, Layer};
 pub use pooling::{Mode, Pipeline};
 // From text to outputs (tokenizer.json cut as sentence-transformers cuts): core's, shared

@@ -126,11 +126,29 @@ impl Pipeline {
 
     /// The modules of `config`'s directory ([`Pipeline::read`]); a model read from no
     /// directory pools by the plain mean when `plain_mean`, else not at all.
+    /// A GGUF encoder's pooling is the file's (the translation's
+    /// [`crate::gguf::POOLING_FIELD`], always normalised), never the files beside it.
     pub fn of_model(config: &ModelConfig, d: usize, plain_mean: bool) -> Result<Option<Pipeline>, ConfigError> {
+        if config.gguf.is_some() {
+            return Pipeline::of_gguf(config);
+        }
         match &config.dir {
             Some(dir) => Pipeline::read(dir, d, plain_mean),
             None => Ok(plain_mean.then(|| Pipeline { modes: vec![Mode::Mean], normalize: false })),
         }
+    }
+
+    fn of_gguf(config: &ModelConfig) -> Result<Option<Pipeline>, ConfigError> {
+        let field = crate::gguf::POOLING_FIELD;
+        let v = config.json().get(field).unwrap_or(&Value::Null);
+        let mode = match v.as_str() {
+            Some("none") => return Ok(None),
+            Some("mean") => Mode::Mean,
+            Some("cls") => Mode::Cls,
+            Some("lasttoken") => Mode::LastToken,
+            _ => return Err(ConfigError::invalid(field, v, "expected \"mean\", \"cls\", \"lasttoken\" or \"none\"")),
+        };
+        Ok(Some(Pipeline { modes: vec![mode], normalize: true }))
     }
 
     /// The vector of one input's last hidden states `h` `(T, d)`, `T >= 1`: each mode in

@@ -27,6 +27,9 @@
 //! type ids are not read. Refused at load, naming the field: another activation than
 //! `gelu`, scaled RoPE, other heads, heads of an odd width.
 //!
+//! GGUF files (llama.cpp's converter, `general.architecture = "modern-bert"`) load too
+//! ([`gguf`]: weights and config; their vocabulary is refused for now).
+//!
 //! Nothing names this crate from core: a binary or test that loads a ModernBERT writes
 //! `use tl_arch_modernbert as _;` (or links tl-families) so the registrations are linked.
 #![deny(missing_docs)]
@@ -41,6 +44,7 @@ use tl_core::{
 };
 
 pub mod config;
+mod gguf;
 mod model;
 
 pub use config::{ModernBertConfig, Pooling};

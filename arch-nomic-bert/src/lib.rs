@@ -19,6 +19,9 @@
 //! transformers' (`layers.N.self_attn.q_proj`, `mlp.up_proj`, `post_attention_layernorm`,
 //! ...), and both configs (`n_embd`, ... or `hidden_size`, ...).
 //!
+//! GGUF files of nomic-bert (llama.cpp's converter, `general.architecture = "nomic-bert"`)
+//! are read too ([`gguf`]'s translation to the Hub's names).
+//!
 //! Refused at load, naming the field: another MLP than SwiGLU, pre-norm, causal or
 //! parallel blocks, RMSNorm, absolute positions (`rotary_emb_fraction` 0), interleaved,
 //! xPos or NTK-scaled rotary, the MoE variant, other heads.
@@ -39,6 +42,7 @@ use tl_core::{
 use tl_decoder::{inv_freq_default, Loader, Rope};
 
 pub mod config;
+mod gguf;
 
 pub use config::NomicBertConfig;
 // From text to outputs: core's, shared by every encoder family.

@@ -6,7 +6,8 @@
 //! pooling and normalisation) and the same bits in any `--batch`, since an encoder's
 //! outputs for a text depend on that text alone (docs/spec/encoders.md). A line longer
 //! than the model's `max_seq_length` is refused, naming it, unless `--truncate` cuts it
-//! as sentence-transformers does.
+//! as sentence-transformers does. A GGUF encoder (docs/spec/model-dir.md, "GGUF encoders")
+//! pools as its metadata says, normalised, and cuts at its context length.
 
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
@@ -20,7 +21,8 @@ use tl_families::flags::{EngineArgs, ModelArg};
 #[derive(clap::Parser, Debug, Clone)]
 #[command(name = "embed", version, about)]
 pub struct EmbedArgs {
-    /// The model (MODEL or --model): an encoder directory.
+    /// The model (MODEL or --model): an encoder directory, or a BERT or nomic-bert GGUF
+    /// file as llama.cpp's converter writes it.
     #[command(flatten)]
     pub model: ModelArg,
     /// The lines to embed; `-` or absent: stdin.

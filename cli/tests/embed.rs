@@ -89,3 +89,23 @@ fn embed_refuses_models_that_do_not_pool() {
         assert!(err.contains(needle), "{model}: {err}");
     }
 }
+
+#[test]
+fn embed_reads_a_gguf_encoder_as_its_directory() {
+    // llama.cpp's converter's F32 file of tiny-bert (scripts/fixtures/make_encoder_ggufs.sh):
+    // the same JSON lines, byte for byte, as the directory it was made from.
+    let dir = tempfile::tempdir().expect("tmp");
+    let lines = dir.path().join("lines.txt");
+    std::fs::write(&lines, "the water was hot\nCafé naïve, they said!\nwalking talked\n").expect("write");
+    let l = lines.to_str().expect("utf-8");
+    let run = |model: &str| {
+        let m = fixture(model);
+        let out = tl(&["embed", m.to_str().expect("utf-8"), "--file", l]);
+        assert!(out.status.success(), "{model}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let (want, got) =
+        (run("arch-bert/tests/fixtures/tiny-bert"), run("arch-bert/tests/fixtures/gguf/tiny-bert.F32.gguf"));
+    assert_eq!(String::from_utf8_lossy(&got).lines().count(), 3);
+    assert_eq!(got, want);
+}

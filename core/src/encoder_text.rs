@@ -16,7 +16,7 @@ use crate::config::{ConfigError, ModelConfig};
 use crate::encoder::EncodeInput;
 use crate::engine::EngineConfig;
 use crate::runner::{open_weights, ModelRunner, RunnerError};
-use crate::tokenizer::{HfTokenizer, TokenizerError};
+use crate::tokenizer::{HfTokenizer, Tokenizer, TokenizerError};
 
 /// Why text could not be encoded.
 #[derive(Debug, Error)]
@@ -66,8 +66,17 @@ pub struct Texts {
 impl Texts {
     /// The tokenizer of `config`'s directory, cutting at its `max_seq_length`.
     pub fn load(config: &ModelConfig) -> Result<Texts, TextError> {
-        let dir = config.dir.as_deref().ok_or(ConfigError::Missing { field: "dir", hint: " (a model directory)" })?;
         let max_pos = config.max_position_embeddings.unwrap_or(512);
+        // A GGUF file carries its own vocabulary and no sentence-transformers files: its
+        // tokenizer (never a tokenizer.json that happens to lie beside it), cut at its
+        // context length.
+        if config.gguf.is_some() {
+            return match Tokenizer::load(config)? {
+                Tokenizer::Hf(hf) => Texts::cutting(hf.inner().clone(), max_pos),
+                Tokenizer::Byte => Err(TokenizerError::Unsupported("an encoder needs a vocabulary".into()).into()),
+            };
+        }
+        let dir = config.dir.as_deref().ok_or(ConfigError::Missing { field: "dir", hint: " (a model directory)" })?;
         let st = dir.join("sentence_bert_config.json");
         let max = if st.is_file() {
             let text = std::fs::read_to_string(&st).map_err(|error| ConfigError::Io { path: st.clone(), error })?;
@@ -91,7 +100,11 @@ impl Texts {
             max_pos
         };
         let hf = HfTokenizer::from_file(&dir.join("tokenizer.json"))?;
-        let mut tok = hf.inner().clone();
+        Texts::cutting(hf.inner().clone(), max)
+    }
+
+    /// `tok` without padding, cutting at `max` tokens longest-first.
+    fn cutting(mut tok: tokenizers::Tokenizer, max: usize) -> Result<Texts, TextError> {
         tok.with_padding(None);
         let trunc = TruncationParams {
             max_length: max,

@@ -438,7 +438,18 @@ impl Gguf {
     }
 
     fn entry(&self, name: &str, shape: &[usize]) -> Result<&Entry, WeightError> {
-        check_found(&self.path, name, self.tensors.get(name), |e| &e.shape, shape)
+        check_found(&self.path, name, self.tensors.get(name), |e| &e.shape, shape).map_err(|e| match e {
+            // A renamed tensor's error names what the file calls it too.
+            WeightError::Shape { path, name, expected, actual } => {
+                let stored = self.tensors.get(&name).map(|t| t.gguf_name.as_str()).filter(|g| *g != name);
+                let name = match stored {
+                    Some(g) => format!("{name} (stored as {g})"),
+                    None => name,
+                };
+                WeightError::Shape { path, name, expected, actual }
+            }
+            e => e,
+        })
     }
 
     /// Every stored type widened by `tl_quant::dequantize` (numbers.md's values, the ones

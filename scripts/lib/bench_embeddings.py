@@ -22,6 +22,9 @@ TL = os.environ["TL_BIN"] + "/tl"
 LLAMA = os.environ["LLAMA_BIN"] + "/llama-embedding"
 MODEL = os.environ["MODEL_DIR"]
 GGUF = os.environ["GGUF"]
+# What tl reads: the directory (default) or, with TL_READS=gguf, llama.cpp's own F32 GGUF.
+TL_READS = os.environ.get("TL_READS", "dir")
+TL_MODEL = GGUF if TL_READS == "gguf" else MODEL
 ST_PY = os.environ["ST_PY"]
 SENTENCES = os.environ["SENTENCES"]
 THREADS = int(os.environ.get("THREADS", "2"))
@@ -53,7 +56,7 @@ print(json.dumps({"seconds": time.perf_counter() - t}))
 
 def run_tl(b):
     out = subprocess.run(
-        [TL, "embed", MODEL, "--file", SENTENCES, "--truncate", "--batch", str(b), "--threads", str(THREADS),
+        [TL, "embed", TL_MODEL, "--file", SENTENCES, "--truncate", "--batch", str(b), "--threads", str(THREADS),
          "--stats", "-o", os.devnull],
         capture_output=True, text=True, check=True)
     stats = json.loads(out.stderr.strip().splitlines()[-1])
@@ -109,7 +112,8 @@ with open("/proc/cpuinfo") as f:
             break
 lines = [
     f"all-MiniLM-L6-v2, {n} sentences (uncut by max_seq_length 256), {THREADS} threads, {cpu}; "
-    f"median of {ROUNDS} rounds (scripts/bench_embeddings.sh, tl {os.environ.get('TL_COMMIT', '?')})",
+    f"median of {ROUNDS} rounds (scripts/bench_embeddings.sh, tl {os.environ.get('TL_COMMIT', '?')} reading "
+    f"{'the F32 GGUF' if TL_READS == 'gguf' else 'the safetensors directory'})",
     "",
     "| batch | tl sentences/s | llama.cpp (F32 GGUF) | sentence-transformers (torch) | tl / llama.cpp | tl / s-t |",
     "|---|---|---|---|---|---|",

@@ -1,0 +1,127 @@
+//! ModernBERT GGUF files (`general.architecture = "modern-bert"`, as llama.cpp's
+//! `convert_hf_to_gguf.py` writes `ModernBertModel`): the metadata becomes transformers'
+//! `ModernBertConfig` names, the tensors its names (rows as stored: the converter keeps
+//! `Wqkv` fused and `Wi` as one `ffn_up` of twice the intermediate width).
+//!
+//! Read: `modern-bert.block_count`, `.embedding_length`, `.attention.head_count`,
+//! `.feed_forward_length`, `.context_length`, `.attention.layer_norm_rms_epsilon` (the
+//! converter's name for `norm_eps`; the norms are LayerNorms all the same),
+//! `.rope.freq_base` (the global layers' base) and `.rope.freq_base_swa` (the local
+//! layers'), `.attention.sliding_window` (`local_attention`: keys within half of it on
+//! either side), `.attention.sliding_window_pattern` (`global_attn_every_n_layers`),
+//! `.hidden_activation`; biases where the file has them; the pooling as arch-bert reads
+//! `modern-bert.pooling_type` (docs/spec/model-dir.md, "GGUF encoders"). Refused, naming
+//! the key or tensor: a RoPE scaling type other than none, a classifier head.
+//!
+//! The vocabulary is refused for now: the converter writes ModernBERT's byte-level BPE as
+//! `tokenizer.ggml.model = "gpt2"` with `tokenizer.ggml.pre = "modern-bert"`, whose
+//! rebuilt tokenizer.json (its pre-tokenizer and `[CLS] $A [SEP]` template) has not been
+//! checked against a real ModernBERT's tokenizer.json. The weights load
+//! (`ModelRunner::load`), and token ids run through them.
+
+use serde_json::{json, Map, Value};
+use tl_arch_bert::gguf::{no_classifier, pooling, require, Meta, POOLING_FIELD};
+use tl_core::{Gguf, GgufArch, GgufRegistration, TensorInfo, TensorMap, WeightError};
+
+/// transformers' name of a ModernBERT GGUF tensor.
+fn hf_name(gguf: &str) -> Option<String> {
+    let (base, kind) = gguf.rsplit_once('.')?;
+    if kind != "weight" && kind != "bias" {
+        return None;
+    }
+    let top = match base {
+        "token_embd" => Some("embeddings.tok_embeddings"),
+        "token_embd_norm" => Some("embeddings.norm"),
+        "output_norm" => Some("final_norm"),
+        _ => None,
+    };
+    if let Some(t) = top {
+        return Some(format!("{t}.{kind}"));
+    }
+    let (layer, part) = base.strip_prefix("blk.")?.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let module = match part {
+        "attn_norm" => "attn_norm",
+        "attn_qkv" => "attn.Wqkv",
+        "attn_output" => "attn.Wo",
+        "ffn_norm" => "mlp_norm",
+        "ffn_up" => "mlp.Wi",
+        "ffn_down" => "mlp.Wo",
+        _ => return None,
+    };
+    Some(format!("layers.{layer}.{module}.{kind}"))
+}
+
+/// The ModernBERT translation.
+struct ModernBertGguf;
+
+impl GgufArch for ModernBertGguf {
+    fn config_json(&self, file: &Gguf) -> Result<Value, WeightError> {
+        let m = Meta { file, prefix: "modern-bert" };
+        m.bidirectional()?;
+        no_classifier(file)?;
+        let scaling = "modern-bert.rope.scaling.type";
+        if let Some(s) = file.string(scaling)?.filter(|s| *s != "none") {
+            return Err(file.meta_err(scaling, &format!("{s:?}: tl's ModernBERT runs the default RoPE only")));
+        }
+        let layers = m.required("block_count")?;
+        let mut need: Vec<String> =
+            ["token_embd.weight", "token_embd_norm.weight", "output_norm.weight"].map(String::from).to_vec();
+        for i in 0..layers {
+            // Layer 0 has no attn_norm: the embedding norm just ran.
+            let norm = (i > 0).then_some("attn_norm");
+            for p in norm.into_iter().chain(["attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down"]) {
+                need.push(format!("blk.{i}.{p}.weight"));
+            }
+        }
+        require(file, need)?;
+        let has = |name: &str| file.has_gguf_tensor(name);
+        let mut cfg = Map::new();
+        cfg.insert("tl_arch".into(), json!("modernbert"));
+        cfg.insert("tl_tokenizer".into(), json!("hf"));
+        cfg.insert("model_type".into(), json!("modernbert"));
+        cfg.insert("architectures".into(), json!(["ModernBertModel"]));
+        cfg.insert("num_hidden_layers".into(), json!(layers));
+        cfg.insert("hidden_size".into(), json!(m.required("embedding_length")?));
+        cfg.insert("num_attention_heads".into(), json!(m.required("attention.head_count")?));
+        cfg.insert("intermediate_size".into(), json!(m.required("feed_forward_length")?));
+        cfg.insert("max_position_embeddings".into(), json!(m.required("context_length")?));
+        cfg.insert("vocab_size".into(), json!(m.rows("embeddings.tok_embeddings.weight", "token_embd.weight")?));
+        cfg.insert("local_attention".into(), json!(m.required("attention.sliding_window")?));
+        if let Some(every) = file.uint("modern-bert.attention.sliding_window_pattern")? {
+            cfg.insert("global_attn_every_n_layers".into(), json!(every));
+        }
+        for (key, field) in [("rope.freq_base", "global_rope_theta"), ("rope.freq_base_swa", "local_rope_theta")] {
+            if let Some(theta) = m.float(key)? {
+                cfg.insert(field.into(), json!(theta));
+            }
+        }
+        let eps = match m.float("attention.layer_norm_rms_epsilon")? {
+            Some(e) => Some(e),
+            None => m.float("attention.layer_norm_epsilon")?,
+        };
+        if let Some(eps) = eps {
+            cfg.insert("norm_eps".into(), json!(eps));
+        }
+        if let Some(act) = file.string("modern-bert.hidden_activation")? {
+            cfg.insert("hidden_activation".into(), json!(act));
+        }
+        cfg.insert("norm_bias".into(), json!(has("token_embd_norm.bias")));
+        cfg.insert("attention_bias".into(), json!(has("blk.0.attn_qkv.bias")));
+        cfg.insert("mlp_bias".into(), json!(has("blk.0.ffn_up.bias")));
+        cfg.insert(POOLING_FIELD.into(), pooling(&m)?);
+        Ok(Value::Object(cfg))
+    }
+
+    fn tensor(&self, _file: &Gguf, gguf_name: &str, _info: &TensorInfo) -> Result<TensorMap, WeightError> {
+        Ok(TensorMap { name: hf_name(gguf_name).unwrap_or_else(|| gguf_name.to_string()), rows: None })
+    }
+
+    fn tokenizer_json(&self, _file: &Gguf) -> Option<Result<Value, String>> {
+        Some(Err("metadata tokenizer.ggml.pre: ModernBERT's GGUF vocabulary (\"gpt2\" with \"modern-bert\") is \
+                  not rebuilt by tl yet; run the model's directory, or pass token ids"
+            .into()))
+    }
+}
+
+inventory::submit!(GgufRegistration { architecture: "modern-bert", make: || Box::new(ModernBertGguf) });
