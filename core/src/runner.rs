@@ -570,7 +570,11 @@ impl ModelRunner {
     }
 
     /// [`ModelRunner::score`] under `adapter` (a LoRA adapter and its scale).
-    pub fn score_with(&mut self, tokens: &[u32], adapter: Option<crate::Applied<'_>>) -> Result<Logits, RunnerError> {
+    pub fn score_with(
+        &mut self,
+        tokens: &[u32],
+        adapter: Option<crate::adapter::Applied<'_>>,
+    ) -> Result<Logits, RunnerError> {
         if tokens.is_empty() {
             return Err(RunnerError::BadBatch("score: no tokens".into()));
         }

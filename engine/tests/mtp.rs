@@ -126,3 +126,65 @@ fn mtp_parses_beside_the_other_kinds() {
     assert_eq!("mtp:2".parse::<Speculation>(), Ok(Speculation::Mtp { k: 2 }));
     assert!("mtp:0".parse::<Speculation>().is_err());
 }
+
+/// A PEFT adapter over every projection the model adapts (its `adaptable` list), values
+/// from a fixed formula (the numbers are not compared with anything: only that speculation
+/// keeps them), written into `dir`.
+fn write_adapter(runner: &ModelRunner, dir: &std::path::Path) {
+    let rank = 4usize;
+    let (mut header, mut data) = (serde_json::Map::new(), Vec::new());
+    for (m, t) in runner.adapter_loader().targets.iter().enumerate() {
+        for (half, rows, cols) in [("lora_A", rank, t.inp), ("lora_B", t.out, rank)] {
+            let begin = data.len();
+            for i in 0..rows * cols {
+                let k = ((i * 2_654_435_761 + m * 977 + rows) >> 7) % 61;
+                data.extend_from_slice(&((k as f32 - 30.0) / 256.0).to_le_bytes());
+            }
+            let name = format!("base_model.model.{}.{half}.weight", t.module);
+            header.insert(
+                name,
+                serde_json::json!({"dtype": "F32", "shape": [rows, cols], "data_offsets": [begin, data.len()]}),
+            );
+        }
+    }
+    let mut h = serde_json::Value::Object(header).to_string().into_bytes();
+    h.resize(h.len().next_multiple_of(8), b' ');
+    let mut file = (h.len() as u64).to_le_bytes().to_vec();
+    file.extend(h);
+    file.extend(data);
+    std::fs::write(dir.join("adapter_model.safetensors"), file).expect("write");
+    let targets = runner.adapter_loader().targets;
+    let mut modules: Vec<&str> = targets.iter().map(|t| t.module.rsplit('.').next().unwrap_or("")).collect();
+    modules.sort_unstable();
+    modules.dedup();
+    let cfg =
+        serde_json::json!({"peft_type": "LORA", "r": rank, "lora_alpha": 8, "bias": "none", "target_modules": modules});
+    std::fs::write(dir.join("adapter_config.json"), cfg.to_string()).expect("config");
+}
+
+/// Under a LoRA adapter (the head drafts unadapted; the adapted target verifies), beside
+/// plain rows and rows under no adapter: every answer is its plain decoding's, bit for bit.
+#[test]
+fn mtp_speculation_keeps_adapted_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runner = ModelRunner::load(&model(), &config(512)).expect("load");
+    assert!(!runner.adapter_loader().targets.is_empty(), "the hybrid model adapts nothing");
+    write_adapter(&runner, dir.path());
+    let adapter = Arc::new(runner.load_adapter("a", dir.path()).expect("the adapter"));
+    let choice = tl_engine::AdapterChoice::new(adapter);
+    let reqs: Vec<Request> = prompts(false)
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| Request { adapter: (i % 3 != 2).then(|| choice.clone()), ..r })
+        .collect();
+    let want: Vec<_> = reqs.iter().map(plain).collect();
+    let base = plain(&Request { adapter: None, ..reqs[0].clone() });
+    assert_ne!(want[0], base, "the adapter changed nothing");
+    let e = engine(true, 512, None).expect("start");
+    let got = run_all(&e, &with_mtp(&reqs));
+    for (i, (g, _)) in got.iter().enumerate() {
+        assert_eq!(g, &want[i], "request {i}: MTP speculation under an adapter changed the answer");
+    }
+    let st = e.stats();
+    assert!(st.draft_tokens > st.draft_accepted && st.draft_accepted > 0, "drafts must hit and miss: {st:?}");
+}
