@@ -67,8 +67,16 @@ fn retries_carry_a_killed_replicas_requests_with_equal_answers() {
         (0..24).map(|i| completion(&format!("Job {i} says"), 40, Some(2000 + i))).collect();
     let want: Vec<serde_json::Value> = jobs.iter().map(|b| answer(&rs[0].post(b))).collect();
     let refs: Vec<&Replica> = rs.iter().collect();
-    let router =
-        vllm_router(&[workers(&refs), args(&["--policy", "round_robin", "--retry-initial-backoff-ms", "20"])].concat());
+    // Round robin over three workers sends a retry back to the killed one a third of the
+    // time until its circuit opens; with the router's default retry count a job was lost
+    // to that once (CI, 2026-12-06): 12 tries leave ~(1/3)^11 per job.
+    let router = vllm_router(
+        &[
+            workers(&refs),
+            args(&["--policy", "round_robin", "--retry-initial-backoff-ms", "20", "--retry-max-retries", "12"]),
+        ]
+        .concat(),
+    );
     drop(refs);
     assert_kill_mid_load_loses_nothing(&mut rs, 2, router.addr, &jobs, &want);
 }
