@@ -4,7 +4,8 @@
 //! sentence-transformers alone), `dimensions` cut and renormalised, a text the same bits
 //! alone and among others; the tiny cross-encoder answers `/v1/rerank` and `/v1/score` with
 //! `CrossEncoder.predict`'s scores; over-long text refused unless `truncate`; generation,
-//! embeddings of a cross-encoder and bad ids refused in OpenAI's error shape.
+//! embeddings of a cross-encoder and bad ids refused in OpenAI's error shape; the tiny
+//! BERT's GGUF (llama.cpp's converter) serves its directory's vectors.
 
 mod common;
 
@@ -192,4 +193,22 @@ fn a_decoder_scores_by_the_cosine_of_its_embeddings() {
         assert!((d["score"].as_f64().expect("score") - want).abs() <= 1e-6, "{d} vs {want}");
     }
     s.assert_pool_clean();
+}
+
+/// The tiny BERT as llama.cpp's converter writes it (arch-bert/tests/fixtures/gguf, F32)
+/// served: `/v1/embeddings` gives its directory's vectors, the same bytes (mean pooling
+/// and Normalize in both), and generation is refused as for any encoder.
+#[test]
+fn a_gguf_encoder_serves_its_directorys_vectors() {
+    let texts = ["a short one", "Pack my box with five dozen liquor jugs", "ünïcödé text, 漢字"];
+    let dir = server("tiny-bert");
+    let gguf = Server::start(options(crate_fixture("arch-bert", "gguf/tiny-bert.F32.gguf"), 8, 16, 8, 64));
+    let body = json!({"input": texts, "truncate": true});
+    let data = |s: &Server| s.post("/v1/embeddings", &body).json()["data"].to_string();
+    let (a, b) = (data(&dir), data(&gguf));
+    assert!(a.contains("embedding"), "{a}");
+    assert_eq!(a, b, "the GGUF's vectors differ from its directory's");
+    let r = gguf.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 2}));
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("is an encoder"), "{}", String::from_utf8_lossy(&r.body));
 }
