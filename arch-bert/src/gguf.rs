@@ -108,38 +108,62 @@ pub fn require(file: &Gguf, names: impl IntoIterator<Item = String>) -> Result<(
     Ok(())
 }
 
-/// The transformers `BertModel` name of a BERT GGUF tensor.
-fn hf_name(gguf: &str) -> Option<String> {
-    let (base, kind) = gguf.rsplit_once('.')?;
-    let kind = match kind {
-        "weight" | "bias" => kind,
-        _ => return None,
-    };
-    let top = match base {
-        "token_embd" => Some("embeddings.word_embeddings"),
-        "position_embd" => Some("embeddings.position_embeddings"),
-        "token_types" => Some("embeddings.token_type_embeddings"),
-        "token_embd_norm" => Some("embeddings.LayerNorm"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(format!("{t}.{kind}"));
-    }
-    let (layer, part) = base.strip_prefix("blk.")?.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let module = match part {
-        "attn_q" => "attention.self.query",
-        "attn_k" => "attention.self.key",
-        "attn_v" => "attention.self.value",
-        "attn_output" => "attention.output.dense",
-        "attn_output_norm" => "attention.output.LayerNorm",
-        "ffn_up" => "intermediate.dense",
-        "ffn_down" => "output.dense",
-        "layer_output_norm" => "output.LayerNorm",
-        _ => return None,
-    };
-    Some(format!("encoder.layer.{layer}.{module}.{kind}"))
+/// A family's GGUF tensor names as Hugging Face's: `top` maps the whole-model tensors'
+/// stems (`token_embd`), `layer` a block's (`blk.N.attn_qkv`) under `layers.N.`; the
+/// `.weight` / `.bias` suffix is kept. Shared by the encoder families' translations.
+pub struct Names {
+    /// Whole-model stems and their Hugging Face module names.
+    pub top: &'static [(&'static str, &'static str)],
+    /// The Hugging Face prefix of block N's modules (`encoder.layer`: `encoder.layer.N.`).
+    pub layers: &'static str,
+    /// Block stems and their Hugging Face module names under the block.
+    pub layer: &'static [(&'static str, &'static str)],
 }
+
+impl Names {
+    /// The Hugging Face name of `gguf`, or `None` for a name the tables do not hold.
+    pub fn hf(&self, gguf: &str) -> Option<String> {
+        let (base, kind) = gguf.rsplit_once('.')?;
+        if kind != "weight" && kind != "bias" {
+            return None;
+        }
+        let find = |table: &[(&str, &'static str)], key: &str| table.iter().find(|(g, _)| *g == key).map(|(_, h)| *h);
+        if let Some(t) = find(self.top, base) {
+            return Some(format!("{t}.{kind}"));
+        }
+        let (layer, part) = base.strip_prefix("blk.")?.split_once('.')?;
+        let layer: usize = layer.parse().ok()?;
+        let module = find(self.layer, part)?;
+        Some(format!("{}.{layer}.{module}.{kind}", self.layers))
+    }
+
+    /// [`GgufArch::tensor`]'s answer: the Hugging Face name (a name the tables do not hold
+    /// kept as is, so a check for it names what the file holds), rows as stored.
+    pub fn map(&self, gguf: &str) -> TensorMap {
+        TensorMap { name: self.hf(gguf).unwrap_or_else(|| gguf.to_string()), rows: None }
+    }
+}
+
+/// The transformers `BertModel` names of BERT's GGUF tensors.
+const BERT_NAMES: Names = Names {
+    top: &[
+        ("token_embd", "embeddings.word_embeddings"),
+        ("position_embd", "embeddings.position_embeddings"),
+        ("token_types", "embeddings.token_type_embeddings"),
+        ("token_embd_norm", "embeddings.LayerNorm"),
+    ],
+    layers: "encoder.layer",
+    layer: &[
+        ("attn_q", "attention.self.query"),
+        ("attn_k", "attention.self.key"),
+        ("attn_v", "attention.self.value"),
+        ("attn_output", "attention.output.dense"),
+        ("attn_output_norm", "attention.output.LayerNorm"),
+        ("ffn_up", "intermediate.dense"),
+        ("ffn_down", "output.dense"),
+        ("layer_output_norm", "output.LayerNorm"),
+    ],
+};
 
 /// The BERT translation.
 struct BertGguf;
@@ -184,7 +208,7 @@ impl GgufArch for BertGguf {
     }
 
     fn tensor(&self, _file: &Gguf, gguf_name: &str, _info: &TensorInfo) -> Result<TensorMap, WeightError> {
-        Ok(TensorMap { name: hf_name(gguf_name).unwrap_or_else(|| gguf_name.to_string()), rows: None })
+        Ok(BERT_NAMES.map(gguf_name))
     }
 }
 

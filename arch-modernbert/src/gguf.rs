@@ -20,37 +20,26 @@
 //! (`ModelRunner::load`), and token ids run through them.
 
 use serde_json::{json, Map, Value};
-use tl_arch_bert::gguf::{no_classifier, pooling, require, Meta, POOLING_FIELD};
+use tl_arch_bert::gguf::{no_classifier, pooling, require, Meta, Names, POOLING_FIELD};
 use tl_core::{Gguf, GgufArch, GgufRegistration, TensorInfo, TensorMap, WeightError};
 
-/// transformers' name of a ModernBERT GGUF tensor.
-fn hf_name(gguf: &str) -> Option<String> {
-    let (base, kind) = gguf.rsplit_once('.')?;
-    if kind != "weight" && kind != "bias" {
-        return None;
-    }
-    let top = match base {
-        "token_embd" => Some("embeddings.tok_embeddings"),
-        "token_embd_norm" => Some("embeddings.norm"),
-        "output_norm" => Some("final_norm"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(format!("{t}.{kind}"));
-    }
-    let (layer, part) = base.strip_prefix("blk.")?.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let module = match part {
-        "attn_norm" => "attn_norm",
-        "attn_qkv" => "attn.Wqkv",
-        "attn_output" => "attn.Wo",
-        "ffn_norm" => "mlp_norm",
-        "ffn_up" => "mlp.Wi",
-        "ffn_down" => "mlp.Wo",
-        _ => return None,
-    };
-    Some(format!("layers.{layer}.{module}.{kind}"))
-}
+/// transformers' names of ModernBERT's GGUF tensors.
+const NAMES: Names = Names {
+    top: &[
+        ("token_embd", "embeddings.tok_embeddings"),
+        ("token_embd_norm", "embeddings.norm"),
+        ("output_norm", "final_norm"),
+    ],
+    layers: "layers",
+    layer: &[
+        ("attn_norm", "attn_norm"),
+        ("attn_qkv", "attn.Wqkv"),
+        ("attn_output", "attn.Wo"),
+        ("ffn_norm", "mlp_norm"),
+        ("ffn_up", "mlp.Wi"),
+        ("ffn_down", "mlp.Wo"),
+    ],
+};
 
 /// The ModernBERT translation.
 struct ModernBertGguf;
@@ -114,7 +103,7 @@ impl GgufArch for ModernBertGguf {
     }
 
     fn tensor(&self, _file: &Gguf, gguf_name: &str, _info: &TensorInfo) -> Result<TensorMap, WeightError> {
-        Ok(TensorMap { name: hf_name(gguf_name).unwrap_or_else(|| gguf_name.to_string()), rows: None })
+        Ok(NAMES.map(gguf_name))
     }
 
     fn tokenizer_json(&self, _file: &Gguf) -> Option<Result<Value, String>> {

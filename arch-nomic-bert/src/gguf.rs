@@ -13,38 +13,27 @@
 //! encoders"). The MoE variant (`nomic-bert-moe`) is not registered.
 
 use serde_json::{json, Map, Value};
-use tl_arch_bert::gguf::{no_classifier, pooling, require, Meta, POOLING_FIELD};
+use tl_arch_bert::gguf::{no_classifier, pooling, require, Meta, Names, POOLING_FIELD};
 use tl_core::{Gguf, GgufArch, GgufRegistration, TensorInfo, TensorMap, WeightError};
 
-/// The Hub name of a nomic-bert GGUF tensor.
-fn hf_name(gguf: &str) -> Option<String> {
-    let (base, kind) = gguf.rsplit_once('.')?;
-    if kind != "weight" && kind != "bias" {
-        return None;
-    }
-    let top = match base {
-        "token_embd" => Some("embeddings.word_embeddings"),
-        "token_types" => Some("embeddings.token_type_embeddings"),
-        "token_embd_norm" => Some("emb_ln"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(format!("{t}.{kind}"));
-    }
-    let (layer, part) = base.strip_prefix("blk.")?.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let module = match part {
-        "attn_qkv" => "attn.Wqkv",
-        "attn_output" => "attn.out_proj",
-        "attn_output_norm" => "norm1",
-        "ffn_up" => "mlp.fc11",
-        "ffn_gate" => "mlp.fc12",
-        "ffn_down" => "mlp.fc2",
-        "layer_output_norm" => "norm2",
-        _ => return None,
-    };
-    Some(format!("encoder.layers.{layer}.{module}.{kind}"))
-}
+/// The Hub names of nomic-bert's GGUF tensors.
+const NAMES: Names = Names {
+    top: &[
+        ("token_embd", "embeddings.word_embeddings"),
+        ("token_types", "embeddings.token_type_embeddings"),
+        ("token_embd_norm", "emb_ln"),
+    ],
+    layers: "encoder.layers",
+    layer: &[
+        ("attn_qkv", "attn.Wqkv"),
+        ("attn_output", "attn.out_proj"),
+        ("attn_output_norm", "norm1"),
+        ("ffn_up", "mlp.fc11"),
+        ("ffn_gate", "mlp.fc12"),
+        ("ffn_down", "mlp.fc2"),
+        ("layer_output_norm", "norm2"),
+    ],
+};
 
 /// The nomic-bert translation.
 struct NomicBertGguf;
@@ -101,7 +90,7 @@ impl GgufArch for NomicBertGguf {
     }
 
     fn tensor(&self, _file: &Gguf, gguf_name: &str, _info: &TensorInfo) -> Result<TensorMap, WeightError> {
-        Ok(TensorMap { name: hf_name(gguf_name).unwrap_or_else(|| gguf_name.to_string()), rows: None })
+        Ok(NAMES.map(gguf_name))
     }
 }
 
