@@ -14,11 +14,6 @@ use tl_core::{EncodeInput, EngineConfig, ModelRunner};
 use tl_kv as _;
 use tl_testkit::{gguf_error, gguf_with_u32_meta};
 
-/// The F16 file's vectors against the directory's (normalised, so components are < 1):
-/// f16 weights carry 11 significant bits (measured: 9.0e-5 and 0.99999997).
-const F16_COMPONENT_TOL: f32 = 5e-4;
-const F16_MIN_COSINE: f64 = 0.99999;
-
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
@@ -111,17 +106,7 @@ fn tiny_bert_f16_gguf_is_within_tolerance_of_the_directory() {
     let (gguf, _) = load(&fixture("gguf/tiny-bert.F16.gguf"), &engine()).unwrap();
     let (all, _) = reference_texts();
     let toks: Vec<Tokens> = all.iter().map(|t| texts.text(t).unwrap()).collect();
-    let (mut worst, mut worst_cos) = (0f32, 1f64);
-    for (i, (d, g)) in vectors(&dir, &toks).iter().zip(vectors(&gguf, &toks)).enumerate() {
-        let diff = d.iter().zip(&g).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-        // Both are unit vectors: the cosine is the dot product.
-        let cos: f64 = d.iter().zip(&g).map(|(&a, &b)| a as f64 * b as f64).sum();
-        assert!(diff <= F16_COMPONENT_TOL && cos >= F16_MIN_COSINE, "input {i}: max |diff| {diff:e}, cosine {cos}");
-        assert_ne!(bits(d), bits(&g), "input {i}: f16 weights gave the f32 bits");
-        worst = worst.max(diff);
-        worst_cos = worst_cos.min(cos);
-    }
-    eprintln!("tiny-bert F16 GGUF: max |diff| {worst:e}, min cosine {worst_cos}");
+    tl_testkit::encoders::check_f16_vectors(&vectors(&dir, &toks), &vectors(&gguf, &toks), "tiny-bert F16 GGUF");
 }
 
 #[test]

@@ -12,11 +12,6 @@ use tl_kv as _;
 use tl_testkit::encoders::{cases, load_encoder};
 use tl_testkit::{bits, gguf_error};
 
-/// The F16 file against the directory (unit vectors): f16 weights carry 11 significant
-/// bits (measured: 1.6e-4 and 0.99999993).
-const F16_COMPONENT_TOL: f32 = 5e-4;
-const F16_MIN_COSINE: f64 = 0.99999;
-
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
@@ -64,16 +59,7 @@ fn tiny_nomic_bert_f16_gguf_is_within_tolerance_of_the_directory() {
     let (dir, texts_) = load_encoder(&fixture("tiny-nomic-bert"), 2);
     let (gguf, _) = load_encoder(&fixture("gguf/tiny-nomic-bert.F16.gguf"), 2);
     let toks: Vec<_> = texts(&texts_).iter().map(|t| texts_.text(t).unwrap()).collect();
-    let (mut worst, mut worst_cos) = (0f32, 1f64);
-    for (i, (d, g)) in vectors(&dir, &toks).iter().zip(vectors(&gguf, &toks)).enumerate() {
-        let diff = d.iter().zip(&g).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-        let cos: f64 = d.iter().zip(&g).map(|(&a, &b)| a as f64 * b as f64).sum();
-        assert!(diff <= F16_COMPONENT_TOL && cos >= F16_MIN_COSINE, "input {i}: max |diff| {diff:e}, cosine {cos}");
-        assert_ne!(bits(d), bits(&g), "input {i}: f16 weights gave the f32 bits");
-        worst = worst.max(diff);
-        worst_cos = worst_cos.min(cos);
-    }
-    eprintln!("tiny-nomic-bert F16 GGUF: max |diff| {worst:e}, min cosine {worst_cos}");
+    tl_testkit::encoders::check_f16_vectors(&vectors(&dir, &toks), &vectors(&gguf, &toks), "tiny-nomic-bert F16 GGUF");
 }
 
 #[test]
