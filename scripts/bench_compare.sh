@@ -18,7 +18,9 @@
 # (scripts/build_llama_cpp.sh: PyPI sdist, cmake installed if missing), derives the other
 # formats from GGUF (cached beside it), then benchmarks. Environment:
 #   SIZE      135m (default): the rows below, on GGUF and formats derived from it.
-#             1b: a Llama-3.2-1B-shaped random Llama (hidden 2048, intermediate 8192, 16
+#             1b: the real Qwen2.5-Coder-Instruct 0.5B and 1.5B Q4_K_M files
+#             (CONFIGS coder-0.5b, coder-1.5b; scripts/fetch_qwen_coder.sh) and a
+#             Llama-3.2-1B-shaped random Llama (hidden 2048, intermediate 8192, 16
 #             layers, 32/8 heads, SmolLM2's tokenizer from GGUF), built once under
 #             ${TL_CACHE}/llama-1b-shape/ (about 9 GB with every format; never in CI):
 #             scripts/fixtures/make_llama_1b_shape.py (fixtures venv) writes the Hugging
@@ -99,7 +101,7 @@ case "$SIZE" in
     GEN="${GEN:-64}"
     REPEATS="${REPEATS:-3}"
     ROUNDS="${ROUNDS:-3}"
-    CONFIGS="${CONFIGS:-q4_k_m,q5_k_m,q6_k,q8_0,q4_0,bf16}"
+    CONFIGS="${CONFIGS:-coder-1.5b,coder-0.5b,q4_k_m,q5_k_m,q6_k,q8_0,q4_0,bf16}"
     ;;
 *)
     echo "bench_compare: error: SIZE=$SIZE: expected 135m or 1b" >&2
@@ -208,7 +210,14 @@ if size == "1b":
     costs = json.load(open(env["FILES_1B"]))
     ROWS = {n: (f"1B shape, {n.upper()} file", c["path"], "native", c["path"], n.upper())
             for n, c in costs.items()}
+    for n in ("coder-0.5b", "coder-1.5b"):
+        if n in ROWS:  # the real files: labelled as people know them
+            ROWS[n] = (f"Qwen2.5-Coder-{n[6:].upper()}-Instruct Q4_K_M (real)", *ROWS[n][1:])
 names = [c.strip() for c in env["CONFIGS"].split(",") if c.strip()]
+
+def lab(n):
+    """A row's name in the tables: the format, or the real file's model."""
+    return f"Qwen2.5-Coder-{n[6:].upper()} Q4_K_M (real)" if n.startswith("coder-") else n.upper()
 bad = [c for c in names if c not in ROWS]
 if bad:
     sys.exit(f"bench_compare: error: unknown config(s) {bad}; known: {', '.join(ROWS)}")
@@ -399,7 +408,7 @@ def table_1b():
             ld_all = [r["load"] for r in tr + lr if r.get("load") is not None]
             err = next((r["error"] for r in tr if r.get("error")), None)
             out.append(
-                f"| {n.upper()} | {t} | {f(tp)} | {f(lp)} | {paired(tr, lr, 'prefill')} | {f(td)} | {f(ld)} | "
+                f"| {lab(n)} | {t} | {f(tp)} | {f(lp)} | {paired(tr, lr, 'prefill')} | {f(td)} | {f(ld)} | "
                 f"{paired(tr, lr, 'decode')} | {pct(frac(td, roof_tok))} / {pct(frac(ld, roof_tok))} | "
                 f"{pct(frac(tp, peak_tok))} / {pct(frac(lp, peak_tok))} | "
                 f"{f(med(tr, 'rss'), 0)} / {f(med(lr, 'rss'), 0)} | {f(med(tr, 'weights_mib'), 0)} | "
@@ -407,7 +416,7 @@ def table_1b():
                 f"{min(ld_all, default=0):.1f} .. {max(ld_all, default=0):.1f} |"
                 + (f" tl failed: {err}" if err else ""))
     out += ["", "tensor bytes by type: " + "; ".join(
-        f"{n.upper()}: " + ", ".join(f"{k} {v / mib:.0f}" for k, v in sorted(costs[n]["types"].items(),
+        f"{lab(n)}: " + ", ".join(f"{k} {v / mib:.0f}" for k, v in sorted(costs[n]["types"].items(),
                                                                           key=lambda kv: -kv[1]))
         for n in names) + " (MiB)"]
     return out
@@ -441,7 +450,7 @@ def table_q8():
         for n in names:
             r = results[(n, t)]
             q, e, lr = r["tl_q8"], r["tl"], r["llama"]
-            out.append(f"| {n.upper()} | {t} | {f(med(q, 'prefill'))} | {f(med(lr, 'prefill'))} | "
+            out.append(f"| {lab(n)} | {t} | {f(med(q, 'prefill'))} | {f(med(lr, 'prefill'))} | "
                        f"{paired(q, lr, 'prefill')} | {paired(e, lr, 'prefill')} | {f(med(q, 'decode'))} | "
                        f"{f(med(lr, 'decode'))} | {paired(q, lr, 'decode')} | {paired(e, lr, 'decode')} |")
     return out

