@@ -60,7 +60,7 @@ pub use kv::{
     SharedPool, StateGeometry,
 };
 pub use layout::{keep_to_last_state, release_all, KvGroup, KvLayout, NO_BLOCK};
-pub use runner::{open_weights, ModelRunner, RunnerError};
+pub use runner::{activations_matter, open_weights, ModelRunner, RunnerError};
 pub use safetensors::SafeTensors;
 pub use sampler::{Rng, SampleError, Sampler, SamplerRegistration, SamplingParams};
 pub use sequence::Sequence;

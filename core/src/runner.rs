@@ -9,14 +9,14 @@ use crate::arch::{Architecture, BuildCtx, ForwardCtx, ForwardOutput, Model, Mode
 use crate::batch::{ForwardBatch, Logits};
 use crate::config::{ConfigError, ModelConfig};
 use crate::encoder::{check_input, EncodeInput, Encoded, EncoderInfo};
-use crate::engine::{EngineConfig, PrefixCache};
+use crate::engine::{EngineConfig, PrefixCache, Weights};
 use crate::gguf::gguf_source;
 use crate::kv::{KvBackend, KvElem, KvError, KvGeometry, KvSlabs, KvSpec, SharedPool, StateGeometry};
 use crate::layout::{release_all, KvLayout, NO_BLOCK};
 use crate::load;
 use crate::registry::{self, RegistryError};
 use crate::safetensors::SafeTensors;
-use crate::weights::{WeightError, WeightStore};
+use crate::weights::{DType, WeightError, WeightStore};
 
 mod head;
 
@@ -84,6 +84,24 @@ pub fn open_weights(dir: &Path) -> Result<Box<dyn WeightStore>, RunnerError> {
         return Ok(Box::new(load::gguf_weights(&gguf)?.0));
     }
     Err(RunnerError::NoWeights(dir.to_path_buf()))
+}
+
+/// Whether the int8-activation mode can change this model's numbers under `weights`:
+/// some tensor is held in a format with an integer kernel (numbers.md "q8 activations").
+/// Where none is (f32/f16/bf16 weights, `--weights f32`), every layer runs the exact path
+/// in either mode, bit for bit. Conservative: any such tensor counts, projection or not.
+pub fn activations_matter(model: &Path, weights: &Weights) -> Result<bool, RunnerError> {
+    let store = match weights {
+        Weights::F32 => return Ok(false),
+        Weights::Int4 { .. } => return Ok(true),
+        Weights::Native => open_weights(model)?,
+    };
+    let int8 = |dtype: DType| match dtype {
+        DType::U8 => true, // tl's packed int4
+        DType::Other(name) => tl_quant::Format::from_ggml_name(&name).is_some_and(tl_quant::Format::has_int8_kernel),
+        DType::F32 | DType::F16 | DType::BF16 => false,
+    };
+    Ok(store.names().iter().any(|n| store.info(n).is_some_and(|i| int8(i.dtype))))
 }
 
 /// Pages in the pool: `n_blocks` blocks of every layer (G pages each) when given, else

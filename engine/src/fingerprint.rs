@@ -47,8 +47,13 @@ pub fn fingerprint(model: &Path, engine: &EngineConfig) -> Result<String, Engine
         digest.update(&h.digest().to_le_bytes());
     }
     digest.update(format!("weights={};tl-engine={}", engine.weights, env!("CARGO_PKG_VERSION")).as_bytes());
-    // Only the opt-in mode adds to the digest: exact runs keep the fingerprints they had.
-    if engine.activations != tl_core::Activations::Exact {
+    // Only the q8 mode adds to the digest, and only where it changes a number (a tensor
+    // in a format with an integer kernel): exact runs keep the fingerprints they had, and
+    // an f32/f16/bf16 model answers the same bits, under the same fingerprint, in both.
+    // Weights that cannot be opened count as changed (the safe side: an unequal fingerprint
+    // never promises an equal answer).
+    let matters = || tl_core::activations_matter(model, &engine.weights).unwrap_or(true);
+    if engine.activations != tl_core::Activations::Exact && matters() {
         digest.update(format!(";activations={}", engine.activations).as_bytes());
     }
     Ok(format!("fp_{:016x}", digest.digest()))

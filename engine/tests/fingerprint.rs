@@ -49,3 +49,25 @@ fn the_fingerprint_follows_the_model_bytes_and_the_weight_mode() {
     let none = fingerprint(&d.path().join("missing"), &cfg).expect("no files: fingerprint of the settings");
     assert!(none.starts_with("fp_"));
 }
+
+/// q8 activations change the fingerprint exactly where they can change a number: a model
+/// with a tensor in a format with an integer kernel (a Q8_0 GGUF, int4 at load), not an
+/// f32 one (every layer runs the exact path in both modes) nor one widened by `--weights f32`.
+#[test]
+fn q8_activations_change_the_fingerprint_only_where_they_change_numbers() {
+    let at = |model: &Path, weights: &str, activations: &str| {
+        let cfg = EngineConfig {
+            weights: weights.parse().expect("weights"),
+            activations: activations.parse().expect("activations"),
+            ..EngineConfig::default()
+        };
+        fingerprint(model, &cfg).expect("fingerprint")
+    };
+    let f32_model = support::tiny();
+    assert_eq!(at(&f32_model, "native", "q8"), at(&f32_model, "native", "exact"), "an f32 model");
+    assert_ne!(at(&f32_model, "int4", "q8"), at(&f32_model, "int4", "exact"), "int4 at load");
+    let q8_0 = support::crate_fixture("arch-qwen3-5", "tiny-qwen3_5").join("model.Q8_0.gguf");
+    assert!(q8_0.is_file(), "{}", q8_0.display());
+    assert_ne!(at(&q8_0, "native", "q8"), at(&q8_0, "native", "exact"), "a Q8_0 file");
+    assert_eq!(at(&q8_0, "f32", "q8"), at(&q8_0, "f32", "exact"), "a Q8_0 file widened to f32");
+}

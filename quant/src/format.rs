@@ -94,6 +94,14 @@ impl Format {
         Some(BlockShape { weights: f.k, bytes: f.bytes, f16_scales: f.f16, e8m0_scale: f.scale == Scale::E8M0 })
     }
 
+    /// Whether `--activations q8` changes a layer held in this format: it has an integer
+    /// kernel ([`Facts::int8`]; tl's int4 runs as Q4_0's panels). Layers in the others
+    /// compute exactly as in the exact mode.
+    pub fn has_int8_kernel(self) -> bool {
+        let blk = if let Format::Int4 { .. } = self { Some(Blk::Q4_0) } else { Blk::of(self) };
+        blk.is_some_and(|b| b.facts().int8)
+    }
+
     /// The format of a GGUF tensor type, by llama.cpp's name ("Q4_K", "BF16", ...), when
     /// tl-quant reads it.
     pub fn from_ggml_name(name: &str) -> Option<Format> {
