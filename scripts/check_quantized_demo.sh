@@ -15,7 +15,8 @@
 # SmolLM2's rows of 576 are not a multiple of 256, so those tensors fall back to the
 # formats llama-quantize picks for them (Q5_0, Q8_0, ...): the file prints its type mix.
 #
-# For each file: tl's `chat --temperature 0` and scripts/fixtures/smollm2/hf_gguf_chat.py
+# For each file: tl's `chat --temperature 0 --activations exact` (transformers' numbers)
+# and scripts/fixtures/smollm2/hf_gguf_chat.py
 # (transformers, float32, greedy, the file's chat template) answer the question, at most
 # MAX_TOKENS (default 64) tokens, stopping at EOS. Prints both texts and PASS when they are
 # the same string, FAIL otherwise; exits 1 when any file fails.
@@ -63,7 +64,7 @@ print(", ".join(f"{k} x{v}" for k, v in c.most_common()))' "$file")"
     # chat prints "> " before reading each line, then the answer and a newline; the
     # second "> " (end of input) follows. Keep the text between.
     if tl_out="$(printf '%s\n' "$QUESTION" | "$CHAT" --model "$file" --temperature 0 \
-        --max-tokens "$MAX_TOKENS" 2>"$file.chat.err")"; then
+        --activations exact --max-tokens "$MAX_TOKENS" 2>"$file.chat.err")"; then
         tl_text="$(printf '%s' "$tl_out" | "$PY" -c '
 import sys
 s = sys.stdin.read()

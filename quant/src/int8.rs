@@ -35,7 +35,8 @@ use crate::Path;
 /// How a layer treats its input rows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activations {
-    /// f32 rows, one FMA chain per output over the exact weights (the default).
+    /// f32 rows, one FMA chain per output over the exact weights (the library's default;
+    /// the `tl` command line's is [`Activations::Q8`]).
     #[default]
     Exact,
     /// Rows quantized to int8 in blocks of 32, integer dot products (this module), for
