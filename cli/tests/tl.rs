@@ -74,10 +74,8 @@ fn every_subcommand_reads_the_engine_flags_the_same_way() {
     let serve =
         engine_of(&["serve", &m, "--threads", "3", "--max-seqs", "5", "--max-batch-tokens", "99"]).expect("serve");
     assert_eq!((serve.threads, serve.max_seqs, serve.max_batch_tokens), (3, 5, 99));
-    // And no flags at all: the same defaults everywhere (verify reads 0 threads as one per core):
-    // the library's, but q8 activations (README, "Which numbers"; the library's default
-    // is the exact reference).
-    let defaults = engine_part(&EngineConfig { activations: "q8".parse().expect("q8"), ..EngineConfig::default() });
+    // And no flags at all: the same defaults everywhere (verify reads 0 threads as one per core).
+    let defaults = engine_part(&EngineConfig::default());
     for argv in [vec!["run", &m], vec!["generate", &m], vec!["serve", &m], vec!["bench", &m], vec!["info", &m]] {
         assert_eq!(engine_part(&engine_of(&argv).expect("defaults")), defaults, "{argv:?}");
     }
@@ -117,15 +115,13 @@ fn the_engine_flags_fall_back_to_the_environment_and_a_flag_wins() {
     let m = qwen3();
     let env = [("TL_THREADS", "2"), ("TL_WEIGHTS", "f32"), ("TL_KV", "q8-slab"), ("TL_BLOCK_TOKENS", "8")];
     let out = stdout_ok("info with TL_*", &tl(&["info", &m], &env));
-    assert_eq!(engine_line(&out), "engine: threads 2, weights f32, activations q8, kv q8-slab (8 tokens a block)");
-    let out = stdout_ok("info with a flag", &tl(&["info", &m, "--threads", "1", "--kv", "f16-slab"], &env));
-    assert_eq!(engine_line(&out), "engine: threads 1, weights f32, activations q8, kv f16-slab (8 tokens a block)");
-    let out = stdout_ok("info, exact", &tl(&["info", &m, "--activations", "exact"], &env));
     assert_eq!(engine_line(&out), "engine: threads 2, weights f32, activations exact, kv q8-slab (8 tokens a block)");
+    let out = stdout_ok("info with a flag", &tl(&["info", &m, "--threads", "1", "--kv", "f16-slab"], &env));
+    assert_eq!(engine_line(&out), "engine: threads 1, weights f32, activations exact, kv f16-slab (8 tokens a block)");
     let plain = stdout_ok("info", &tl(&["info", &m], &[]));
     assert_eq!(
         engine_line(&plain),
-        "engine: threads 0, weights native, activations q8, kv f16-slab (16 tokens a block)"
+        "engine: threads 0, weights native, activations exact, kv f16-slab (16 tokens a block)"
     );
     for want in [
         "architecture: qwen3",

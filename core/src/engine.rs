@@ -125,11 +125,9 @@ pub struct EngineConfig {
     pub threads: usize,
     /// How the weights are held after load (f32, as stored, or int4 projections).
     pub weights: Weights,
-    /// How the projections treat their input rows: exact f32 (this struct's default, every
-    /// bit of the contract: Hugging Face's numbers, `--weights f32`'s bits) or the int8 mode
-    /// (docs/spec/numbers.md "q8 activations"; still batch-, chunk- and thread-invariant),
-    /// which the `tl` command line runs unless told `--activations exact` (README, "Which
-    /// numbers").
+    /// How the projections treat their input rows: exact f32 (the default, every bit of
+    /// the contract) or the opt-in int8 mode (`--activations q8`, docs/spec/numbers.md
+    /// "q8 activations"; still batch-, chunk- and thread-invariant).
     pub activations: tl_quant::Activations,
 }
 

@@ -21,12 +21,10 @@ pub struct EngineArgs {
     /// group 32) or "int4:G".
     #[arg(long, env = "TL_WEIGHTS", default_value = "native")]
     pub weights: String,
-    /// How projections treat their input rows: "q8" (the default: rows quantized to int8
-    /// in blocks of 32 for the Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K/int4 weights, as llama.cpp
-    /// does for these files; f32/f16/bf16 weights stay exact; the same bits in any batch,
-    /// on any CPU; docs/spec/numbers.md) or "exact" (f32 rows: Hugging Face's numbers, and
-    /// every bit as `--weights f32`). README, "Which numbers": why q8 is the default.
-    #[arg(long, env = "TL_ACTIVATIONS", default_value = "q8")]
+    /// How projections treat their input rows: "exact" (f32, the default) or "q8" (rows
+    /// quantized to int8 in blocks of 32 for the Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K/int4 weights:
+    /// faster, not the exact numbers, still the same bits in any batch; docs/spec/numbers.md).
+    #[arg(long, env = "TL_ACTIVATIONS", default_value = "exact")]
     pub activations: String,
     /// The registered KV backend: "f16-slab" (the default) or "q8-slab" (8-bit values
     /// with an f16 scale per position and KV head, about half the memory).

@@ -35,8 +35,7 @@ use crate::Path;
 /// How a layer treats its input rows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activations {
-    /// f32 rows, one FMA chain per output over the exact weights (the library's default;
-    /// the `tl` command line's is [`Activations::Q8`]).
+    /// f32 rows, one FMA chain per output over the exact weights (the default).
     #[default]
     Exact,
     /// Rows quantized to int8 in blocks of 32, integer dot products (this module), for
