@@ -310,6 +310,15 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
         results.push((1, None, None));
     }
     let peak = proc_status_mib("VmHWM");
+    if table && cfg.activations == tl_core::Activations::Exact && tl_core::activations_matter(model, &cfg.weights)? {
+        // What the user compares first is tok/s beside llama.cpp, which quantizes its
+        // activations on these files: say which mode this was and where the other is.
+        println!(
+            "note: exact activations (Hugging Face's numbers); --activations q8 runs this file's \
+             quantized layers on int8 dot products as llama.cpp does: faster on most CPUs, not \
+             the same numbers (README, \"Which numbers\")"
+        );
+    }
 
     let round = |x: f64, d: i32| {
         let p = 10f64.powi(d);
@@ -323,6 +332,7 @@ fn run(cli: &BenchArgs) -> anyhow::Result<()> {
             "lora_load_ms": lora_load_ms.map(|ms| round(ms, 1)),
             "model": model.display().to_string(),
             "weights": cli.engine.weights,
+            "activations": cfg.activations.to_string(),
             "isa": isa,
             "threads": threads,
             "batch": b,

@@ -250,6 +250,24 @@ fn bench_measures_a_hybrid_and_an_encoder() {
     assert!(rows.iter().all(|r| r["sentences_s"].as_f64().is_some_and(|x| x > 0.0)), "{rows:?}");
 }
 
+/// bench says which activation mode it measured: the JSON names it, and the table points
+/// to `--activations q8` where that mode would change this file's numbers (a quantized
+/// file run exact), nowhere else (an f32 model, or q8 already).
+#[test]
+fn bench_names_the_activation_mode_and_points_to_q8_where_it_applies() {
+    let q8_0 = format!("{}/model.Q8_0.gguf", fixture("arch-qwen3-5/tests/fixtures/tiny-qwen3_5"));
+    let f32_model = fixture("arch-llama/tests/fixtures/tiny-llama");
+    let args = ["--batch", "1", "--decode-tokens", "2", "--prompt-tokens", "8", "--repeats", "1"];
+    let note = "--activations q8 runs this file's quantized layers";
+    for (model, mode, noted) in [(&q8_0, "exact", true), (&q8_0, "q8", false), (&f32_model, "exact", false)] {
+        let out = stdout_ok("bench", &tl(&[&["bench", model, "--activations", mode], &args[..]].concat(), &[]));
+        assert_eq!(out.contains(note), noted, "{model} {mode}: {out}");
+        let json = out.lines().rev().find(|l| l.starts_with('{')).expect("a JSON line");
+        let v: serde_json::Value = serde_json::from_str(json).expect("json");
+        assert_eq!(v["activations"], mode, "{json}");
+    }
+}
+
 /// `--lora` runs generate, bench and perplexity under an adapter: generate's greedy tokens are the
 /// ones the runner gives under the adapter (tl-families' parity tests compare those with
 /// transformers + peft), not the base's; PATH@1 is PATH; a bad adapter is one line and a
