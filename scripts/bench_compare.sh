@@ -210,9 +210,6 @@ if size == "1b":
     costs = json.load(open(env["FILES_1B"]))
     ROWS = {n: (f"1B shape, {n.upper()} file", c["path"], "native", c["path"], n.upper())
             for n, c in costs.items()}
-    for n in ("coder-0.5b", "coder-1.5b"):
-        if n in ROWS:  # the real files: labelled as people know them
-            ROWS[n] = (f"Qwen2.5-Coder-{n[6:].upper()}-Instruct Q4_K_M (real)", *ROWS[n][1:])
 names = [c.strip() for c in env["CONFIGS"].split(",") if c.strip()]
 
 def lab(n):
