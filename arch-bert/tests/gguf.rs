@@ -12,7 +12,7 @@ use serde_json::Value;
 use tl_arch_bert::{embed, load, Texts, Tokens};
 use tl_core::{EncodeInput, EngineConfig, ModelRunner};
 use tl_kv as _;
-use tl_testkit::{gguf_error, gguf_with_u32_meta};
+use tl_testkit::{gguf_error, gguf_respelled, gguf_with_u32_meta};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
@@ -116,17 +116,6 @@ fn a_gguf_cross_encoder_is_refused_naming_its_classifier() {
     assert!(err.contains("pooler"), "{err}");
 }
 
-/// `bytes` with the GGUF string `from` (a key or tensor name, found with its length
-/// prefix, so not as a prefix of a longer name) respelled `to`, of the same length.
-fn respell(mut bytes: Vec<u8>, from: &str, to: &str) -> Vec<u8> {
-    assert_eq!(from.len(), to.len());
-    let mut k = (from.len() as u64).to_le_bytes().to_vec();
-    k.extend_from_slice(from.as_bytes());
-    let at = bytes.windows(k.len()).position(|w| w == k).expect(from) + 8;
-    bytes[at..at + to.len()].copy_from_slice(to.as_bytes());
-    bytes
-}
-
 fn tiny() -> Vec<u8> {
     std::fs::read(fixture("gguf/tiny-bert.F32.gguf")).unwrap()
 }
@@ -142,7 +131,7 @@ fn dims_at(bytes: &[u8], tensor: &str) -> usize {
 
 #[test]
 fn a_missing_tensor_is_named() {
-    let err = gguf_error(&respell(tiny(), "blk.1.attn_q.weight", "blk.1.attn_Q.weight"));
+    let err = gguf_error(&gguf_respelled(tiny(), "blk.1.attn_q.weight", "blk.1.attn_Q.weight"));
     assert!(err.contains("bad.gguf") && err.contains("\"blk.1.attn_q.weight\""), "{err}");
 }
 
@@ -169,7 +158,7 @@ fn a_missing_vocabulary_key_is_named() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.gguf");
-        std::fs::write(&path, respell(tiny(), key, respelled)).unwrap();
+        std::fs::write(&path, gguf_respelled(tiny(), key, respelled)).unwrap();
         let err = match load(&path, &engine()) {
             Ok(_) => panic!("{key}: loaded"),
             Err(e) => e.to_string(),

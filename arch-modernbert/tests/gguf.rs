@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use tl_core::{EncodeInput, EngineConfig, ModelRunner};
 use tl_kv as _;
 use tl_testkit::encoders::{cases, u32s};
-use tl_testkit::{bits, gguf_error};
+use tl_testkit::{bits, gguf_error, gguf_respelled};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
@@ -47,12 +47,7 @@ fn its_vocabulary_is_refused_naming_the_key() {
 
 #[test]
 fn a_missing_tensor_is_named() {
-    let mut bytes = std::fs::read(fixture("gguf/tiny-modernbert.F32.gguf")).unwrap();
-    let name = b"blk.2.attn_norm.weight";
-    let mut k = (name.len() as u64).to_le_bytes().to_vec();
-    k.extend_from_slice(name);
-    let at = bytes.windows(k.len()).position(|w| w == k).unwrap() + 8;
-    bytes[at..at + name.len()].copy_from_slice(b"blk.2.attn_NORM.weight");
-    let err = gguf_error(&bytes);
+    let bytes = std::fs::read(fixture("gguf/tiny-modernbert.F32.gguf")).unwrap();
+    let err = gguf_error(&gguf_respelled(bytes, "blk.2.attn_norm.weight", "blk.2.attn_NORM.weight"));
     assert!(err.contains("bad.gguf") && err.contains("\"blk.2.attn_norm.weight\""), "{err}");
 }

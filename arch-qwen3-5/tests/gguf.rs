@@ -89,24 +89,6 @@ fn with_our_ssm_a(name: &str, dir: &Path) -> PathBuf {
     path
 }
 
-/// `bytes` with the `u32` value of metadata key `key` set to `v`.
-fn with_u32_meta(mut bytes: Vec<u8>, key: &str, v: u32) -> Vec<u8> {
-    let mut k = (key.len() as u64).to_le_bytes().to_vec();
-    k.extend_from_slice(key.as_bytes());
-    let at = bytes.windows(k.len()).position(|w| w == k).expect("metadata key") + k.len();
-    assert_eq!(bytes[at..at + 4], 4u32.to_le_bytes(), "{key} is a u32 (GGUF type 4)");
-    bytes[at + 4..at + 8].copy_from_slice(&v.to_le_bytes());
-    bytes
-}
-
-/// The error loading `bytes` as a GGUF file.
-fn gguf_error(bytes: &[u8]) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("bad.gguf");
-    std::fs::write(&path, bytes).expect("write");
-    load_error(&path)
-}
-
 #[test]
 fn the_metadata_gives_the_checkpoints_config() {
     // `ssm.*` to the linear_* fields (value head size = inner_size / time_step_rank),
@@ -291,8 +273,8 @@ fn a_state_tensor_of_the_wrong_shape_is_refused_naming_it() {
     assert!(err.contains("blk.1.ssm_a"), "{err}");
     // Metadata that no longer describes the tensors: 3 key heads do not divide 4 value
     // heads; 2 value heads (of 32) leave the conv width but not the per-head tensors'.
-    let err = gguf_error(&with_u32_meta(src.clone(), "qwen35.ssm.group_count", 3));
+    let err = gguf_error(&gguf_with_u32_meta(src.clone(), "qwen35.ssm.group_count", 3));
     assert!(err.contains("group_count") && err.contains("not a multiple of 3 key heads"), "{err}");
-    let err = gguf_error(&with_u32_meta(src, "qwen35.ssm.time_step_rank", 2));
+    let err = gguf_error(&gguf_with_u32_meta(src, "qwen35.ssm.time_step_rank", 2));
     assert!(err.contains("blk.") && err.contains("has shape") && err.contains("expected [2"), "{err}");
 }

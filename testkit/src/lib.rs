@@ -34,7 +34,7 @@ use tl_core::{Activations, EngineConfig, ForwardBatch, ForwardSeq, KvConfig, Mod
 // Name the KV plugin crate so its registrations ("f16-slab", "q8-slab") are linked.
 use tl_kv as _;
 
-pub use gguf::{gguf_error, gguf_with_u32_meta};
+pub use gguf::{gguf_error, gguf_respelled, gguf_with_u32_meta};
 pub use nested::{check_nested, check_nested_refusals};
 
 /// `fixture(name)`, `load(name, threads, weights)` and `reference(name)` over the calling
