@@ -1,6 +1,6 @@
 //! BERT GGUF files (`general.architecture = "bert"`, as llama.cpp's `convert_hf_to_gguf.py`
 //! writes a `BertModel`), and what every encoder family's GGUF translation shares
-//! ([`Meta`], [`pooling`], [`require`]).
+//! ([`Meta`], [`config_head`], [`pooling`], [`require`], [`Names`]).
 //!
 //! The file's metadata becomes a BERT config.json: `bert.block_count`,
 //! `.embedding_length`, `.attention.head_count`, `.feed_forward_length`,
@@ -30,7 +30,16 @@ pub struct Meta<'a> {
     pub prefix: &'a str,
 }
 
-impl Meta<'_> {
+impl<'a> Meta<'a> {
+    /// `file`'s keys under `prefix`, after what every encoder GGUF is checked for: attention
+    /// both ways and no classifier head.
+    pub fn encoder(file: &'a Gguf, prefix: &'a str) -> Result<Self, WeightError> {
+        let m = Meta { file, prefix };
+        m.bidirectional()?;
+        no_classifier(file)?;
+        Ok(m)
+    }
+
     /// `{prefix}.{key}`, required.
     pub fn required(&self, key: &str) -> Result<u64, WeightError> {
         self.file.required(&format!("{}.{key}", self.prefix))
@@ -42,7 +51,7 @@ impl Meta<'_> {
     }
 
     /// Refuse a file whose `{prefix}.attention.causal` is true: an encoder attends both ways.
-    pub fn bidirectional(&self) -> Result<(), WeightError> {
+    fn bidirectional(&self) -> Result<(), WeightError> {
         let key = format!("{}.attention.causal", self.prefix);
         match self.file.value(&key) {
             None => Ok(()),
@@ -82,8 +91,20 @@ pub fn pooling(m: &Meta<'_>) -> Result<Value, WeightError> {
     Ok(json!(mode))
 }
 
+/// config.json's first fields for an encoder family's GGUF: the family (`tl_arch`), its
+/// vocabulary rebuilt as a Hugging Face tokenizer, `model_type` and the one class of
+/// `architectures`.
+pub fn config_head(tl_arch: &str, model_type: &str, class: &str) -> Map<String, Value> {
+    let mut cfg = Map::new();
+    cfg.insert("tl_arch".into(), json!(tl_arch));
+    cfg.insert("tl_tokenizer".into(), json!("hf"));
+    cfg.insert("model_type".into(), json!(model_type));
+    cfg.insert("architectures".into(), json!([class]));
+    cfg
+}
+
 /// Refuse a file with a classifier head (`cls.weight`, `cls.output.weight`), naming it.
-pub fn no_classifier(file: &Gguf) -> Result<(), WeightError> {
+fn no_classifier(file: &Gguf) -> Result<(), WeightError> {
     for name in ["cls.weight", "cls.output.weight"] {
         if file.has_gguf_tensor(name) {
             return Err(WeightError::Tensor {
@@ -170,9 +191,7 @@ struct BertGguf;
 
 impl GgufArch for BertGguf {
     fn config_json(&self, file: &Gguf) -> Result<Value, WeightError> {
-        let m = Meta { file, prefix: "bert" };
-        m.bidirectional()?;
-        no_classifier(file)?;
+        let m = Meta::encoder(file, "bert")?;
         let layers = m.required("block_count")?;
         let mut need = vec!["token_embd.weight", "position_embd.weight", "token_types.weight"]
             .into_iter()
@@ -186,11 +205,7 @@ impl GgufArch for BertGguf {
             }
         }
         require(file, need)?;
-        let mut cfg = Map::new();
-        cfg.insert("tl_arch".into(), json!("bert"));
-        cfg.insert("tl_tokenizer".into(), json!("hf"));
-        cfg.insert("model_type".into(), json!("bert"));
-        cfg.insert("architectures".into(), json!(["BertModel"]));
+        let mut cfg = config_head("bert", "bert", "BertModel");
         cfg.insert("hidden_act".into(), json!("gelu"));
         cfg.insert("num_hidden_layers".into(), json!(layers));
         cfg.insert("hidden_size".into(), json!(m.required("embedding_length")?));

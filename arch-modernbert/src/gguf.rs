@@ -19,8 +19,8 @@
 //! checked against a real ModernBERT's tokenizer.json. The weights load
 //! (`ModelRunner::load`), and token ids run through them.
 
-use serde_json::{json, Map, Value};
-use tl_arch_bert::gguf::{no_classifier, pooling, require, Meta, Names, POOLING_FIELD};
+use serde_json::{json, Value};
+use tl_arch_bert::gguf::{config_head, pooling, require, Meta, Names, POOLING_FIELD};
 use tl_core::{Gguf, GgufArch, GgufRegistration, TensorInfo, TensorMap, WeightError};
 
 /// transformers' names of ModernBERT's GGUF tensors.
@@ -46,9 +46,7 @@ struct ModernBertGguf;
 
 impl GgufArch for ModernBertGguf {
     fn config_json(&self, file: &Gguf) -> Result<Value, WeightError> {
-        let m = Meta { file, prefix: "modern-bert" };
-        m.bidirectional()?;
-        no_classifier(file)?;
+        let m = Meta::encoder(file, "modern-bert")?;
         let scaling = "modern-bert.rope.scaling.type";
         if let Some(s) = file.string(scaling)?.filter(|s| *s != "none") {
             return Err(file.meta_err(scaling, &format!("{s:?}: tl's ModernBERT runs the default RoPE only")));
@@ -65,11 +63,7 @@ impl GgufArch for ModernBertGguf {
         }
         require(file, need)?;
         let has = |name: &str| file.has_gguf_tensor(name);
-        let mut cfg = Map::new();
-        cfg.insert("tl_arch".into(), json!("modernbert"));
-        cfg.insert("tl_tokenizer".into(), json!("hf"));
-        cfg.insert("model_type".into(), json!("modernbert"));
-        cfg.insert("architectures".into(), json!(["ModernBertModel"]));
+        let mut cfg = config_head("modernbert", "modernbert", "ModernBertModel");
         cfg.insert("num_hidden_layers".into(), json!(layers));
         cfg.insert("hidden_size".into(), json!(m.required("embedding_length")?));
         cfg.insert("num_attention_heads".into(), json!(m.required("attention.head_count")?));

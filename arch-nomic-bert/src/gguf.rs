@@ -12,8 +12,8 @@
 //! arch-bert's reading of `nomic-bert.pooling_type` (docs/spec/model-dir.md, "GGUF
 //! encoders"). The MoE variant (`nomic-bert-moe`) is not registered.
 
-use serde_json::{json, Map, Value};
-use tl_arch_bert::gguf::{no_classifier, pooling, require, Meta, Names, POOLING_FIELD};
+use serde_json::{json, Value};
+use tl_arch_bert::gguf::{config_head, pooling, require, Meta, Names, POOLING_FIELD};
 use tl_core::{Gguf, GgufArch, GgufRegistration, TensorInfo, TensorMap, WeightError};
 
 /// The Hub names of nomic-bert's GGUF tensors.
@@ -40,9 +40,7 @@ struct NomicBertGguf;
 
 impl GgufArch for NomicBertGguf {
     fn config_json(&self, file: &Gguf) -> Result<Value, WeightError> {
-        let m = Meta { file, prefix: "nomic-bert" };
-        m.bidirectional()?;
-        no_classifier(file)?;
+        let m = Meta::encoder(file, "nomic-bert")?;
         let layers = m.required("block_count")?;
         let mut need: Vec<String> =
             ["token_embd.weight", "token_embd_norm.weight", "token_embd_norm.bias"].map(String::from).to_vec();
@@ -62,11 +60,7 @@ impl GgufArch for NomicBertGguf {
         } else {
             0
         };
-        let mut cfg = Map::new();
-        cfg.insert("tl_arch".into(), json!("nomic_bert"));
-        cfg.insert("tl_tokenizer".into(), json!("hf"));
-        cfg.insert("model_type".into(), json!("nomic_bert"));
-        cfg.insert("architectures".into(), json!(["NomicBertModel"]));
+        let mut cfg = config_head("nomic_bert", "nomic_bert", "NomicBertModel");
         cfg.insert("activation_function".into(), json!("swiglu"));
         cfg.insert("n_layer".into(), json!(layers));
         cfg.insert("n_embd".into(), json!(m.required("embedding_length")?));
