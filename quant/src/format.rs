@@ -247,8 +247,8 @@ const FACTS: [Facts; Blk::ALL.len()] = {
         row("Q4_0", F::Q4_0, 32, 32, 18, &[0], V::Centered(8), S::None, 4, 0, true),
         row("Q4_1", F::Q4_1, 32, 32, 20, &[0, 2], V::Min, S::None, 4, 0, true),
         row("Q8_0", F::Q8_0, 32, 32, 34, &[0], V::Centered(128), S::None, 8, 0, true),
-        row("Q5_0", F::Q5_0, 32, 32, 22, &[0], V::Centered(16), S::None, 5, 1, false),
-        row("Q5_1", F::Q5_1, 32, 32, 24, &[0, 2], V::Min, S::None, 5, 1, false),
+        row("Q5_0", F::Q5_0, 32, 32, 22, &[0], V::Centered(16), S::None, 5, 1, true),
+        row("Q5_1", F::Q5_1, 32, 32, 24, &[0, 2], V::Min, S::None, 5, 1, true),
         row("IQ4_NL", F::IQ4_NL, 32, 32, 18, &[0], V::Table(&IQ4NL), S::None, 4, 0, false),
         row("Q2_K", F::Q2_K, 256, 16, 84, &[80, 82], V::SubMin, S::Nibbles, 2, 0, false),
         row("Q3_K", F::Q3_K, 256, 16, 110, &[108], V::Centered(4), S::I8, 3, 1, false),
@@ -347,7 +347,7 @@ pub(crate) use per_type;
 /// the column's: the assertion below keeps the two equal.
 macro_rules! per_int_type {
     ($f:expr, $b:ident => $body:expr) => {
-        $crate::format::per_int_type!(@ $f, $b, $body, Q4_0 Q4_1 Q8_0 Q4K Q5K Q6K)
+        $crate::format::per_int_type!(@ $f, $b, $body, Q4_0 Q4_1 Q8_0 Q5_0 Q5_1 Q4K Q5K Q6K)
     };
     (@ $f:expr, $b:ident, $body:expr, $($t:ident)*) => {{
         use $crate::format::Blk;
@@ -364,7 +364,7 @@ pub(crate) use per_int_type;
 
 // `per_int_type!`'s list and the `int8` column name the same types.
 const _: () = {
-    let listed = [Blk::Q4_0, Blk::Q4_1, Blk::Q8_0, Blk::Q4K, Blk::Q5K, Blk::Q6K];
+    let listed = [Blk::Q4_0, Blk::Q4_1, Blk::Q8_0, Blk::Q5_0, Blk::Q5_1, Blk::Q4K, Blk::Q5K, Blk::Q6K];
     let (mut i, mut n) = (0, 0);
     while i < listed.len() {
         assert!(listed[i].facts().int8);

@@ -4,12 +4,14 @@
 //! ([`crate::Linear::with_activations`]); the exact f32 path stays the default.
 //!
 //! Kinds with an integer kernel (the `int8` column of format.rs's facts): Q8_0 and Q4_0 /
-//! Q4_1 / int4 (their own panels, [`crate::pack`]) and Q4_K, Q5_K, Q6_K (the generic
-//! panels, [`crate::blocks`]).
+//! Q4_1 / int4 (their own panels, [`crate::pack`]) and Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (the
+//! generic panels, [`crate::blocks`]).
 //! Per output `y[i][n]`, activation blocks `b` ascending, from +0.0:
-//! - Q8_0 (`w = q d`), Q4_0 (`w = (c - 8) d`): `y = fma(d * dx, I, y)` with `I` the exact
-//!   integer `Σ q qx` (Q4_0: `Σ c qx - 8 Σ qx`), as f32 (exact: `|I| < 2^24`);
-//! - Q4_1 (`w = c d + m`): `y = fma(d * dx, Σ c qx, y)` then `y = fma(m * dx, Σ qx, y)`;
+//! - Q8_0 (`w = q d`), Q4_0 (`w = (c - 8) d`), Q5_0 (`w = (c - 16) d`): `y = fma(d * dx,
+//!   I, y)` with `I` the exact integer `Σ q qx` (Q4_0: `Σ c qx - 8 Σ qx`, Q5_0: `Σ c qx -
+//!   16 Σ qx`), as f32 (exact: `|I| < 2^24`);
+//! - Q4_1, Q5_1 (`w = c d + m`): `y = fma(d * dx, Σ c qx, y)` then `y = fma(m * dx, Σ qx,
+//!   y)`;
 //! - Q4_K and Q5_K, per sub-block of 32: `y = fma((d sc) dx, Σ c qx, y)` then
 //!   `y = fma((-dmin mn) dx, Σ qx, y)`;
 //! - Q6_K (`w = d sc (u - 32)`, sub-blocks of 16): `y = fma(d * dx, T, y)` with `T = sc_a

@@ -27,7 +27,7 @@ pub(crate) struct QRows {
 pub(crate) enum Order {
     /// As the row holds them (Q8_0).
     Natural,
-    /// The 4-bit panels' (Q4_0, Q4_1, Q4_K, Q5_K): each 8 values as `0 2 4 6 1 3 5 7`,
+    /// The 4-bit panels' (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K): each 8 values as `0 2 4 6 1 3 5 7`,
     /// the order the low nibbles, then the high ones, come out of a 32-bit lane.
     Nibbles,
     /// Q6_K's whole 6-bit words (three per 16 codes, five codes each plus two bits of the
@@ -41,7 +41,7 @@ pub(crate) const SIX: [usize; 16] = [0, 1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13, 4, 
 
 impl Order {
     /// The order of a kind with an integer kernel, by its bits per code: Q8_0's bytes, the
-    /// 4-bit (Q5_K: 4 + 1) words' nibbles, Q6_K's whole 6-bit words.
+    /// 4-bit (Q5_0, Q5_1, Q5_K: 4 + 1) words' nibbles, Q6_K's whole 6-bit words.
     fn of(kind: Kind) -> Order {
         match kind.blk().map(|b| b.facts().bits) {
             Some(4 | 5) => Order::Nibbles,

@@ -15,7 +15,7 @@
 use rayon::prelude::*;
 
 use crate::blocks::{self, Layout};
-use crate::format::{per_int_type, Blk};
+use crate::format::{per_int_type, Blk, Scales, Value};
 use crate::int8_job::{block_bytes, Cols, IntJob};
 use crate::pack::{Kind, QK};
 use crate::simd::{dots_per_settle, Isa, Portable, NR};
@@ -180,7 +180,7 @@ unsafe fn q8<I: Isa, const R: usize, const NP: usize>(
 /// `dot[r][p] += Σ c x` over 32 codes: the 4-bit (`hi`: 5-bit) codes of 4 low words from
 /// each panel's `q` (8 a lane each) against 32 codes of each row (`x`, rows `inp` apart)
 /// in QRows' nibble order (bytes 0..4 of a lane hold codes 8c + 0, 2, 4, 6, the low
-/// nibbles, then 8c + 1, 3, 5, 7, the high ones). With `hi` (Q5_K), the fifth bits come
+/// nibbles, then 8c + 1, 3, 5, 7, the high ones). With `hi` (Q5_0, Q5_1, Q5_K), the fifth bits come
 /// from one high word per panel: low word `c`'s are that word rotated right by `c`, weight
 /// `j`'s at bit `4 (j + 1)` (blocks.rs), so bit 4 of byte `i` holds even weight `2 i`'s
 /// and, rotated 4 more, odd weight `2 i + 1`'s.
@@ -320,36 +320,41 @@ unsafe fn rows<I: Isa, const R: usize, const NP: usize, const B: usize>(
                 nibbles::<I, R, NP>(blk.map(|b| b.add(NR * 2 * (1 + min as usize))), None, x0, j.inp, &mut dot)
             }
             // Q4_K, Q5_K: sub-block `sub`'s 32 codes are low words 4 sub .. 4 sub + 4
-            // (and, Q5_K, high word `sub`).
+            // (and, Q5_K, high word `sub`); Q5_0, Q5_1: the block's 4 low words and its
+            // high word (sub 0).
             _ => {
                 let hi = (lay.hb > 0).then(|| blk.map(|b| b.add(lay.hi + sub * NR * 4)));
                 nibbles::<I, R, NP>(blk.map(|b| b.add(lay.lo + sub * 4 * NR * 4)), hi, x0, j.inp, &mut dot)
             }
         }
-        // What multiplies each row's scale: d (Q8_0, Q4_0, Q4_1), d * sc (Q4_K, Q5_K),
-        // and the offset's factor: m (Q4_1), -dmin * mn (Q4_K, Q5_K; the panel keeps
-        // -dmin).
+        // What multiplies each row's scale: d (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), d * sc (Q4_K,
+        // Q5_K), and the offset's factor: m (Q4_1, Q5_1), -dmin * mn (Q4_K, Q5_K; the panel
+        // keeps -dmin).
+        let facts = f.facts();
+        let sub_scales = facts.scales == Scales::Pairs;
         let mut a = [I::zero(); NP];
         let mut off = [I::zero(); NP];
         for p in 0..NP {
             let d = I::ld_f16(blk[p] as *const u16);
-            let dm = blk[p].add(NR * 2) as *const u16; // Q4_1, Q4_K, Q5_K
-            (a[p], off[p]) = match kind {
-                Kind::Blk(_) => (
+            let dm = blk[p].add(NR * 2) as *const u16; // Q4_1, Q5_1, Q4_K, Q5_K
+            (a[p], off[p]) = match facts.value {
+                Value::SubMin if sub_scales => (
                     I::mul(d, I::cvt(I::ld_u8(blk[p].add(lay.sc + sub * NR)))),
                     I::mul(I::ld_f16(dm), I::cvt(I::ld_u8(blk[p].add(lay.sc + (per + sub) * NR)))),
                 ),
-                Kind::Q4 { min: true } => (d, I::ld_f16(dm)),
+                Value::Min => (d, I::ld_f16(dm)),
                 _ => (d, I::zero()),
             };
         }
-        let has_off = matches!(kind, Kind::Blk(_) | Kind::Q4 { min: true });
+        let has_off = f.has_dm();
         for r in 0..R {
             let (dx, sx) = (j.rows.d[(r0 + r) * nb + ab], j.rows.s[(r0 + r) * nb + ab]);
             let (dxv, sxv) = (I::splat(dx), I::splat(sx as f32));
-            let corr = match kind {
-                Kind::Q8 => I::I8_BIAS * sx,
-                Kind::Q4 { min: false } => 8 * sx,
+            // The centre of a centred code (Q4_0's 8, Q5_0's 16) comes off as `c Σ x`;
+            // Q8_0's signed codes are read with a bias instead.
+            let corr = match (kind, facts.value) {
+                (Kind::Q8, _) => I::I8_BIAS * sx,
+                (_, Value::Centered(c)) => c as i32 * sx,
                 _ => 0,
             };
             for p in 0..NP {

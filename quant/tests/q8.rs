@@ -33,6 +33,8 @@ fn format(name: &str) -> Format {
         "Q4_K" => Format::Q4_K,
         "Q5_K" => Format::Q5_K,
         "Q6_K" => Format::Q6_K,
+        "Q5_0" => Format::Q5_0,
+        "Q5_1" => Format::Q5_1,
         other => panic!("{other}"),
     }
 }
@@ -75,14 +77,19 @@ fn q8_layers_equal_the_reference_on_every_path() {
     }
 }
 
-/// Random stored blocks of `format` (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) with finite f16
-/// scales.
+/// The formats with an integer kernel.
+const INT8: [Format; 8] =
+    [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q5_0, Format::Q5_1, Format::Q4_K, Format::Q5_K, Format::Q6_K];
+
+/// Random stored blocks of `format` (one of [`INT8`]) with finite f16 scales.
 fn random(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u8> {
     // Bytes per block, where its f16 scales start and how many, weights per block.
     let (size, at, scales, k) = match format {
         Format::Q8_0 => (34, 0, 1, 32),
         Format::Q4_0 => (18, 0, 1, 32),
         Format::Q4_1 => (20, 0, 2, 32),
+        Format::Q5_0 => (22, 0, 1, 32),
+        Format::Q5_1 => (24, 0, 2, 32),
         Format::Q4_K => (144, 0, 2, 256), // d, dmin first
         Format::Q5_K => (176, 0, 2, 256),
         _ => (210, 208, 1, 256), // Q6_K: d last
@@ -100,7 +107,7 @@ fn random(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u8> {
 fn q8_rows_do_not_depend_on_the_batch_nor_the_threads_and_stay_near_the_exact_path() {
     let mut rng = Lcg(5);
     let (out, inp, m) = (70, 256, 19);
-    for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q4_K, Format::Q5_K, Format::Q6_K] {
+    for format in INT8 {
         let bytes = random(format, out, inp, &mut rng);
         let q8 = Linear::from_stored(format, &bytes, out, inp).unwrap().with_activations(Activations::Q8);
         let x: Vec<f32> = (0..m * inp).map(|_| rng.f()).collect();
@@ -136,7 +143,7 @@ fn the_largest_codes_against_the_largest_activations_give_the_portable_sums_on_e
     // all -1 (codes ±127): the kernels' 16-bit partial sums at their bounds (AVX2 adds
     // 4-bit codes' pair sums over 4 words, 5-bit over 2, 6-bit over 2 groups).
     let (out, inp) = (20, 512);
-    for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q4_K, Format::Q5_K, Format::Q6_K] {
+    for format in INT8 {
         for fill in [0xFFu8, 0x80] {
             let mut rng = Lcg(9);
             let mut bytes = random(format, out, inp, &mut rng);
@@ -144,6 +151,8 @@ fn the_largest_codes_against_the_largest_activations_give_the_portable_sums_on_e
                 Format::Q8_0 => (34, 0..2),
                 Format::Q4_0 => (18, 0..2),
                 Format::Q4_1 => (20, 0..4),
+                Format::Q5_0 => (22, 0..2),
+                Format::Q5_1 => (24, 0..4),
                 Format::Q4_K => (144, 0..4),
                 Format::Q5_K => (176, 0..4),
                 _ => (210, 208..210),
