@@ -1,6 +1,7 @@
 //! BERT GGUF files (`general.architecture = "bert"`, as llama.cpp's `convert_hf_to_gguf.py`
 //! writes a `BertModel`), and what every encoder family's GGUF translation shares
-//! ([`Meta`], [`config_head`], [`pooling`], [`require`], [`Names`]).
+//! ([`Meta`], [`config_head`], [`pooling`], [`require`], [`Names`], and for a rebuilt
+//! vocabulary [`special_token`] and [`cls_sep_template`]).
 //!
 //! The file's metadata becomes a BERT config.json: `bert.block_count`,
 //! `.embedding_length`, `.attention.head_count`, `.feed_forward_length`,
@@ -127,6 +128,43 @@ pub fn require(file: &Gguf, names: impl IntoIterator<Item = String>) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The token id under metadata `key` and its piece in `pieces` (the vocabulary as the
+/// directory spells it); `None` when the file has no such key. `Err` names the key.
+pub fn special_token(g: &Gguf, key: &str, pieces: &[impl AsRef<str>]) -> Result<Option<(u64, String)>, String> {
+    let Some(id) = g.uint(key).map_err(|e| e.to_string())? else { return Ok(None) };
+    let piece = pieces
+        .get(id as usize)
+        .ok_or_else(|| format!("metadata {key}: id {id} is past the {} tokens", pieces.len()))?;
+    Ok(Some((id, piece.as_ref().to_string())))
+}
+
+/// BERT's template, as a tokenizer.json `TemplateProcessing`: `[CLS] $A [SEP]` for one
+/// text, `[CLS] $A [SEP] $B:1 [SEP]:1` for a pair, with the file's cls token
+/// (`tokenizer.ggml.bos_token_id`: llama.cpp's converter writes a directory's cls token
+/// there) and sep token (`tokenizer.ggml.seperator_token_id`, else `eos_token_id`), their
+/// pieces from `pieces`. `Err` names the key that is missing or past the tokens.
+pub fn cls_sep_template(g: &Gguf, pieces: &[impl AsRef<str>]) -> Result<Value, String> {
+    let need = |key: &str| -> Result<(u64, String), String> {
+        special_token(g, key, pieces)?.ok_or_else(|| format!("metadata {key}: missing"))
+    };
+    let (cls_id, cls) = need("tokenizer.ggml.bos_token_id")?;
+    let (sep_id, sep) = match special_token(g, "tokenizer.ggml.seperator_token_id", pieces)? {
+        Some(s) => s,
+        None => need("tokenizer.ggml.eos_token_id")?,
+    };
+    let seq = |id: &str, ty: u32| json!({"Sequence": {"id": id, "type_id": ty}});
+    let tok = |t: &str, ty: u32| json!({"SpecialToken": {"id": t, "type_id": ty}});
+    Ok(json!({
+        "type": "TemplateProcessing",
+        "single": [tok(&cls, 0), seq("A", 0), tok(&sep, 0)],
+        "pair": [tok(&cls, 0), seq("A", 0), tok(&sep, 0), seq("B", 1), tok(&sep, 1)],
+        "special_tokens": {
+            cls.clone(): {"id": cls, "ids": [cls_id], "tokens": [cls]},
+            sep.clone(): {"id": sep, "ids": [sep_id], "tokens": [sep]},
+        },
+    }))
 }
 
 /// A family's GGUF tensor names as Hugging Face's: `top` maps the whole-model tensors'

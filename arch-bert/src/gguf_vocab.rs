@@ -12,10 +12,13 @@
 //! lowercasing), lowercasing from `tokenizer.ggml.normalizer.lowercase` (absent: true,
 //! what llama.cpp's WordPiece tokenizer does), 100 characters at most per word, and the
 //! `[CLS] $A [SEP]` / `[CLS] $A [SEP] $B:1 [SEP]:1` template with the file's
-//! `bos_token_id` (cls) and `seperator_token_id` (sep, else `eos_token_id`).
+//! `bos_token_id` (cls) and `seperator_token_id` (sep, else `eos_token_id`)
+//! ([`crate::gguf::cls_sep_template`]).
 
 use serde_json::{json, Map, Value};
 use tl_core::Gguf;
+
+use crate::gguf::{cls_sep_template, special_token};
 
 /// llama.cpp's token types: 3 control (special), 4 user-defined.
 const CONTROL: i64 = 3;
@@ -30,15 +33,6 @@ fn original(piece: &str, ty: i64) -> String {
     } else {
         format!("##{piece}")
     }
-}
-
-/// The token id under `key`, and its (original) piece.
-fn special(g: &Gguf, key: &str, pieces: &[String]) -> Result<Option<(u64, String)>, String> {
-    let Some(id) = g.uint(key).map_err(|e| e.to_string())? else { return Ok(None) };
-    let piece = pieces
-        .get(id as usize)
-        .ok_or_else(|| format!("metadata {key}: id {id} is past the {} tokens", pieces.len()))?;
-    Ok(Some((id, piece.clone())))
 }
 
 /// The tokenizer.json of a GGUF file's WordPiece vocabulary (`tokenizer.ggml.model =
@@ -68,23 +62,15 @@ pub fn wordpiece_tokenizer_json(g: &Gguf) -> Result<Value, String> {
             }));
         }
     }
-    let need = |key: &str| -> Result<(u64, String), String> {
-        special(g, key, &pieces)?.ok_or_else(|| format!("metadata {key}: missing"))
-    };
-    let (cls_id, cls) = need("tokenizer.ggml.bos_token_id")?;
-    let (sep_id, sep) = match special(g, "tokenizer.ggml.seperator_token_id", &pieces)? {
-        Some(s) => s,
-        None => need("tokenizer.ggml.eos_token_id")?,
-    };
-    let (_, unk) = need("tokenizer.ggml.unknown_token_id")?;
+    let post_processor = cls_sep_template(g, &pieces)?;
+    let unk_key = "tokenizer.ggml.unknown_token_id";
+    let (_, unk) = special_token(g, unk_key, &pieces)?.ok_or_else(|| format!("metadata {unk_key}: missing"))?;
     let lowercase = match g.value("tokenizer.ggml.normalizer.lowercase") {
         None => true,
         Some(v) => {
             v.to_bool().map_err(|_| "metadata tokenizer.ggml.normalizer.lowercase: expected a bool".to_string())?
         }
     };
-    let seq = |id: &str, ty: u32| json!({"Sequence": {"id": id, "type_id": ty}});
-    let tok = |t: &str, ty: u32| json!({"SpecialToken": {"id": t, "type_id": ty}});
     Ok(json!({
         "version": "1.0",
         "truncation": null,
@@ -95,15 +81,7 @@ pub fn wordpiece_tokenizer_json(g: &Gguf) -> Result<Value, String> {
             "strip_accents": null, "lowercase": lowercase,
         },
         "pre_tokenizer": {"type": "BertPreTokenizer"},
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [tok(&cls, 0), seq("A", 0), tok(&sep, 0)],
-            "pair": [tok(&cls, 0), seq("A", 0), tok(&sep, 0), seq("B", 1), tok(&sep, 1)],
-            "special_tokens": {
-                cls.clone(): {"id": cls, "ids": [cls_id], "tokens": [cls]},
-                sep.clone(): {"id": sep, "ids": [sep_id], "tokens": [sep]},
-            },
-        },
+        "post_processor": post_processor,
         "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
         "model": {
             "type": "WordPiece", "unk_token": unk, "continuing_subword_prefix": "##",

@@ -13,15 +13,28 @@
 //! `modern-bert.pooling_type` (docs/spec/model-dir.md, "GGUF encoders"). Refused, naming
 //! the key or tensor: a RoPE scaling type other than none, a classifier head.
 //!
-//! The vocabulary is refused for now: the converter writes ModernBERT's byte-level BPE as
-//! `tokenizer.ggml.model = "gpt2"` with `tokenizer.ggml.pre = "modern-bert"`, whose
-//! rebuilt tokenizer.json (its pre-tokenizer and `[CLS] $A [SEP]` template) has not been
-//! checked against a real ModernBERT's tokenizer.json. The weights load
-//! (`ModelRunner::load`), and token ids run through them.
+//! The vocabulary: the converter writes ModernBERT's byte-level BPE as
+//! `tokenizer.ggml.model = "gpt2"` (tokens, token types, merges) with
+//! `tokenizer.ggml.pre = "modern-bert"`, the name it gives answerdotai/ModernBERT-base's
+//! tokenizer (OLMo's GPT-NeoX vocabulary with BERT's five specials). tl rebuilds that
+//! tokenizer.json: core's byte-level BPE body
+//! ([`tl_core::tokenizer::gguf_byte_level_bpe_json`]: tokens, merges, control tokens as
+//! special added tokens, user-defined ones (the space runs, `|||EMAIL_ADDRESS|||`, ...)
+//! as plain normalized ones, a ByteLevel decoder); for `"modern-bert"` the normalizer NFC
+//! and the ByteLevel pre-tokenizer (no prefix space, GPT-2's regex, which llama.cpp maps
+//! the name to), registered here, and `[MASK]` stripping the spaces on its left (its
+//! tokenizer.json's `lstrip`, which llama.cpp sets too); and in place of core's BOS
+//! template, BERT's `[CLS] $A [SEP]` / `[CLS] $A [SEP] $B [SEP]` (arch-bert's
+//! [`cls_sep_template`]: cls from `tokenizer.ggml.bos_token_id`, sep from
+//! `.seperator_token_id`, else `.eos_token_id`), whatever the `add_*_token` flags say
+//! (the converter sets them all). A file whose normalizer keys ask for lowercasing or
+//! stripping accents is refused, naming the key (ModernBERT's tokenizer does neither).
+//! Checked on a tiny tokenizer of that structure against Hugging Face `tokenizers`
+//! (arch-modernbert/tests/fixtures/README.md).
 
 use serde_json::{json, Value};
-use tl_arch_bert::gguf::{config_head, pooling, require, Meta, Names, POOLING_FIELD};
-use tl_core::{Gguf, GgufArch, GgufRegistration, TensorInfo, TensorMap, WeightError};
+use tl_arch_bert::gguf::{cls_sep_template, config_head, pooling, require, Meta, Names, POOLING_FIELD};
+use tl_core::{Gguf, GgufArch, GgufPreTokenizer, GgufRegistration, TensorInfo, TensorMap, WeightError};
 
 /// transformers' names of ModernBERT's GGUF tensors.
 const NAMES: Names = Names {
@@ -100,11 +113,54 @@ impl GgufArch for ModernBertGguf {
         Ok(NAMES.map(gguf_name))
     }
 
-    fn tokenizer_json(&self, _file: &Gguf) -> Option<Result<Value, String>> {
-        Some(Err("metadata tokenizer.ggml.pre: ModernBERT's GGUF vocabulary (\"gpt2\" with \"modern-bert\") is \
-                  not rebuilt by tl yet; run the model's directory, or pass token ids"
-            .into()))
+    fn tokenizer_json(&self, file: &Gguf) -> Option<Result<Value, String>> {
+        Some(tokenizer_json(file))
     }
 }
 
+/// The `tokenizer.ggml.pre` of ModernBERT's own vocabulary.
+const PRE: &str = "modern-bert";
+
+/// The tokenizer.json of a ModernBERT GGUF file's vocabulary (the module docs); `Err`
+/// names the metadata key that is missing or wrong.
+fn tokenizer_json(g: &Gguf) -> Result<Value, String> {
+    let e = |e: WeightError| e.to_string();
+    let model = "tokenizer.ggml.model";
+    match g.string(model).map_err(e)? {
+        Some("gpt2") => {}
+        Some(m) => return Err(format!("metadata {model}: {m:?}: tl rebuilds ModernBERT's byte-level BPE (\"gpt2\")")),
+        None => return Err(format!("metadata {model}: missing")),
+    }
+    for key in ["tokenizer.ggml.normalizer.lowercase", "tokenizer.ggml.normalizer.strip_accents"] {
+        if let Some(v) = g.value(key) {
+            match v.to_bool() {
+                Ok(false) => {}
+                Ok(true) => return Err(format!("metadata {key}: true: ModernBERT's tokenizer only applies NFC")),
+                Err(_) => return Err(format!("metadata {key}: expected a bool")),
+            }
+        }
+    }
+    let tokens_key = "tokenizer.ggml.tokens";
+    let tokens = g.strings(tokens_key).map_err(e)?.ok_or(format!("metadata {tokens_key}: missing"))?;
+    // The template's ids first, so a missing one is named rather than core's BOS rule.
+    let template = cls_sep_template(g, &tokens)?;
+    let mut json = tl_core::tokenizer::gguf_byte_level_bpe_json(g)?;
+    json["post_processor"] = template;
+    if g.string("tokenizer.ggml.pre").map_err(e)? == Some(PRE) {
+        let added = json["added_tokens"].as_array_mut().into_iter().flatten();
+        if let Some(mask) = added.into_iter().find(|t| t["content"] == "[MASK]" && t["special"] == true) {
+            mask["lstrip"] = json!(true);
+        }
+    }
+    Ok(json)
+}
+
 inventory::submit!(GgufRegistration { architecture: "modern-bert", make: || Box::new(ModernBertGguf) });
+
+// ModernBERT's tokenizer.json: NFC, then GPT-2's byte-level pre-tokenizer.
+inventory::submit!(GgufPreTokenizer {
+    name: PRE,
+    pre_tokenizer: || json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}),
+    normalizer: Some(|| json!({"type": "NFC"})),
+    ignore_merges: false,
+});

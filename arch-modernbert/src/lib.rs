@@ -28,7 +28,8 @@
 //! `gelu`, scaled RoPE, other heads, heads of an odd width.
 //!
 //! GGUF files (llama.cpp's converter, `general.architecture = "modern-bert"`) load too
-//! ([`gguf`]: weights and config; their vocabulary is refused for now).
+//! ([`gguf`]: weights, config, and the byte-level BPE vocabulary rebuilt as ModernBERT's
+//! tokenizer.json).
 //!
 //! Nothing names this crate from core: a binary or test that loads a ModernBERT writes
 //! `use tl_arch_modernbert as _;` (or links tl-families) so the registrations are linked.

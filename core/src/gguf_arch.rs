@@ -28,6 +28,8 @@ pub trait GgufArch: Send + Sync {
     /// way (the same `tokenizer.ggml.model` can need different conversions in two
     /// families); `None` (the default): by `tokenizer.ggml.model`, as registered
     /// ([`GgufVocab`]). `Err` says what is missing or wrong (the caller adds the file's name).
+    /// A family with a byte-level BPE can start from core's
+    /// ([`crate::tokenizer::gguf_byte_level_bpe_json`]) and change what its vocabulary needs.
     fn tokenizer_json(&self, _file: &Gguf) -> Option<Result<Value, String>> {
         None
     }

@@ -296,34 +296,52 @@ fn pre_tokenizer(pre: &str) -> Option<Value> {
     }
 }
 
-/// A tokenizer.json for the byte-level BPE a GGUF file's `tokenizer.ggml.*` metadata
-/// describes (`tokenizer.ggml.model == "gpt2"`): tokens, merges, token types (control
-/// tokens become special added tokens), BOS handling and the named pre-tokenizer.
+/// `why` in the GGUF file at `path`: prefixed with the path unless it already starts with
+/// it (a [`WeightError`](crate::weights::WeightError) from the file names it).
+fn in_file(path: &str, why: String) -> String {
+    if why.starts_with(path) {
+        why
+    } else {
+        format!("{path}: {why}")
+    }
+}
+
+/// A tokenizer.json for a GGUF file's vocabulary: the family's own conversion when its
+/// GGUF translation has one ([`crate::GgufArch::tokenizer_json`]), else by
+/// `tokenizer.ggml.model`: core's byte-level BPE for `"gpt2"` ([`gguf_byte_level_bpe_json`]),
+/// a registered model's conversion ([`crate::GgufVocab`]) for the others.
 pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
-    let err = |e: crate::weights::WeightError| TokenizerError::Failed(e.to_string());
     let path = crate::weights::WeightStore::path(g).display().to_string();
-    let bad = |key: &str, why: String| TokenizerError::Unsupported(format!("{path}: metadata {key}: {why}"));
+    let named = |why: String| TokenizerError::Unsupported(in_file(&path, why));
     // The family's own conversion first, when its GGUF translation has one.
     if let Some(json) = crate::registry::gguf_arch_of(g).and_then(|a| a.tokenizer_json(g)) {
-        return json.map_err(|why| TokenizerError::Unsupported(format!("{path}: {why}")));
+        return json.map_err(named);
     }
-    match g.string("tokenizer.ggml.model").map_err(err)? {
-        Some("gpt2") => {}
+    match g.string("tokenizer.ggml.model").map_err(|e| TokenizerError::Failed(e.to_string()))? {
+        Some("gpt2") => gguf_byte_level_bpe_json(g).map_err(named),
         // Another vocabulary model, translated by the crate that registered it.
-        Some(m) => {
-            return match crate::registry::gguf_vocab(m) {
-                Ok(r) => (r.tokenizer_json)(g).map_err(|why| TokenizerError::Unsupported(format!("{path}: {why}"))),
-                Err(_) => Err(bad(
-                    "tokenizer.ggml.model",
-                    format!(
-                        "{m:?} is not supported (known: \"gpt2\" (byte-level BPE) and those registered: {:?})",
-                        crate::registry::gguf_vocab_names().unwrap_or_default()
-                    ),
-                )),
-            }
-        }
-        None => return Err(bad("tokenizer.ggml.model", "missing".into())),
+        Some(m) => match crate::registry::gguf_vocab(m) {
+            Ok(r) => (r.tokenizer_json)(g).map_err(named),
+            Err(_) => Err(named(format!(
+                "metadata tokenizer.ggml.model: {m:?} is not supported (known: \"gpt2\" (byte-level BPE) and those registered: {:?})",
+                crate::registry::gguf_vocab_names().unwrap_or_default()
+            ))),
+        },
+        None => Err(named("metadata tokenizer.ggml.model: missing".into())),
     }
+}
+
+/// The tokenizer.json of a byte-level BPE vocabulary in a GGUF file
+/// (`tokenizer.ggml.model = "gpt2"`; the model key is not checked here): tokens, merges,
+/// token types (control tokens become special added tokens, user-defined ones plain added
+/// tokens), the pre-tokenizer (and normalizer) `tokenizer.ggml.pre` names, and the BOS
+/// template when the file asks for one. No family's conversion runs: a family's
+/// [`crate::GgufArch::tokenizer_json`] calls this and changes what its vocabulary needs
+/// (a post-processor, an added token's flags). `Err` names the metadata key (the caller
+/// adds the file's name).
+pub fn gguf_byte_level_bpe_json(g: &Gguf) -> Result<Value, String> {
+    let err = |e: crate::weights::WeightError| e.to_string();
+    let bad = |key: &str, why: String| format!("metadata {key}: {why}");
     let pre_name = g.string("tokenizer.ggml.pre").map_err(err)?.unwrap_or("default");
     // Core's own table first; a registration serves the names core does not know.
     let core_pre = pre_tokenizer(pre_name);
@@ -371,7 +389,7 @@ pub fn gguf_tokenizer_json(g: &Gguf) -> Result<Value, TokenizerError> {
         pairs.push(json!([&m[..cut], &m[cut + 1..]]));
     }
     let post = crate::gguf_vocab::bos_post_processor(g, &tokens, false)
-        .map_err(|why| TokenizerError::Unsupported(format!("{path}: metadata {why}")))?
+        .map_err(|why| format!("metadata {why}"))?
         .unwrap_or_else(
             || json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true}),
         );
