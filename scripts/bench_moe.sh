@@ -19,7 +19,8 @@
 #   RSS: tl's peak resident set during its run, beside the file size plus the KV pool.
 #
 # Knobs: CONFIGS (q4_k_m,q8_0), THREADS (2), PROMPT (128), GEN (64), BATCH (8), ROUNDS (2),
-# REPEATS (2), TL_BIN (a directory with bench and convert already built), TL_CACHE.
+# REPEATS (2), ACTIVATIONS (exact; a comma list such as exact,q8: tl once per mode after each
+# llama.cpp run), TL_BIN (a directory with bench and convert already built), TL_CACHE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"

@@ -1,7 +1,9 @@
 """The rows of scripts/bench_moe.sh and scripts/bench_qwen35.sh (they set the environment):
 tl beside llama.cpp on their files, each round llama.cpp then tl on the same file; medians
 over rounds and the median of each round's tl/llama.cpp ratio; raw JSON lines to $RAW, the
-markdown table to $TABLE. $TITLE names the model; with $DEPTH, decode at that depth too."""
+markdown table to $TABLE. $TITLE names the model; with $DEPTH, decode at that depth too;
+$ACTIVATIONS (a comma list, default exact) runs tl once per `--activations` mode after each
+llama.cpp run, a table row per file and mode."""
 import json
 import os
 import platform
@@ -16,6 +18,7 @@ threads, prompt, gen, batch = env["THREADS"], env["PROMPT"], env["GEN"], int(env
 title = env.get("TITLE", "MoE benchmark model (scripts/bench_moe.sh)")
 depth = env.get("DEPTH")
 files = json.load(open(env["FILES"]))
+acts = [a.strip() for a in env.get("ACTIVATIONS", "exact").split(",") if a.strip()]
 log = RawLog(env["RAW"], "bench_moe")
 record, run = log.record, log.run
 
@@ -42,10 +45,11 @@ def llama(name, path):
     return out
 
 
-def tl(name, path):
+def tl(name, path, act):
     out = {}
+    mode = ["--activations", act]
     cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", prompt,
-           "--decode-tokens", gen, "--repeats", env["REPEATS"], "--json-only", "--batch", "1"]
+           "--decode-tokens", gen, "--repeats", env["REPEATS"], "--json-only", "--batch", "1"] + mode
     for j in run(cmd):
         record({**j, "config": name, "commit": env["TL_COMMIT"]})
         out.update(prefill=j["prefill_tok_s"], decode=j["decode_tok_s"], rss=j["peak_rss_mib"],
@@ -53,12 +57,12 @@ def tl(name, path):
                    kv=j["kv_pool_mib"] + (j.get("state_pool_mib") or 0), load=j["load_s"])
     if depth:
         cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", depth,
-               "--decode-tokens", gen, "--repeats", "1", "--json-only", "--batch", "1", "--no-prefill-warmup"]
+               "--decode-tokens", gen, "--repeats", "1", "--json-only", "--batch", "1", "--no-prefill-warmup"] + mode
         for j in run(cmd):
             record({**j, "config": name, "commit": env["TL_COMMIT"], "kind": "deep"})
             out["deep"] = j["decode_tok_s"]
     cmd = [f"{env['TL_BIN']}/bench", "--model", path, "--threads", threads, "--prompt-tokens", "32",
-           "--decode-tokens", gen, "--repeats", env["REPEATS"], "--json-only", "--batch", str(batch)]
+           "--decode-tokens", gen, "--repeats", env["REPEATS"], "--json-only", "--batch", str(batch)] + mode
     for j in run(cmd):
         record({**j, "config": name, "commit": env["TL_COMMIT"], "kind": "batched"})
         if j["batch"] == batch:
@@ -66,12 +70,13 @@ def tl(name, path):
     return out
 
 
-res = {n: {"tl": [], "llama": []} for n in files}
+res = {n: {"llama": [], **{a: [] for a in acts}} for n in files}
 for rnd in range(1, int(env["ROUNDS"]) + 1):
     for n, path in files.items():
         print(f"bench_moe: round {rnd}, {n}", file=sys.stderr)
         res[n]["llama"].append(llama(n, path))
-        res[n]["tl"].append(tl(n, path))
+        for a in acts:
+            res[n][a].append(tl(n, path, a))
 
 
 def med(runs, k):
@@ -97,11 +102,11 @@ lines = [f"{title}, {threads} threads, {prompt}-token prompt, {gen} decoded; "
          "| file | prefill tl | prefill llama.cpp | ratio | decode tl | decode llama.cpp | ratio " + deep_head
          + f"| batched ({batch}) tl | batched llama.cpp | ratio | tl RSS after load, peak / (file + KV + state) |",
          "|---|" + "---:|" * (3 * len(kinds) + 1)]
-for n in files:
-    t, l = res[n]["tl"], res[n]["llama"]
+for n, a in ((n, a) for n in files for a in acts):
+    t, l = res[n][a], res[n]["llama"]
     rss, loaded = med(t, "rss"), med(t, "loaded")
     budget = (med(t, "file") or 0) + (med(t, "kv") or 0)
-    row = [n.upper()]
+    row = [n.upper() + (f" (tl {a})" if acts != ["exact"] else "")]
     for k in kinds:
         row += [f(med(t, k)), f(med(l, k)), f(ratio(t, l, k), 2)]
     share = (lambda x: f(x / budget if x and budget else None, 2))
