@@ -1,6 +1,7 @@
 //! The int8-activation mode on the K-quant files people download: a tiny Llama mixed as
 //! llama-quantize's Q4_K_M mixes it (Q4_K, attn_v / ffn_down / head Q6_K, a Q5_0
-//! fallback that stays exact in the mode) and one all Q5_K. In `--activations q8`:
+//! fallback, as in a file whose rows do not fit 256-value blocks), one all Q5_K and one
+//! all Q5_1 (every one of them with an integer kernel). In `--activations q8`:
 //! - chunks, batches, batched decode and thread counts give the same bits (testkit's
 //!   split checks), the mode is really on (other bits than the exact path) and near it;
 //! - a corrupted block (a NaN scale) or a truncated file gets the exact path's error,
@@ -15,6 +16,9 @@ use tl_arch_llama as _;
 use common::*;
 use k_model::{tempdir, write_model, write_model_with, Lcg, PROMPTS};
 use tl_core::{Activations, EngineConfig, ModelRunner, Weights};
+
+/// A tensor's type by its part and layer.
+type Pick = dyn Fn(&str, usize) -> &'static str;
 
 fn q4_k_m(part: &str, layer: usize) -> &'static str {
     match (part, layer) {
@@ -41,7 +45,10 @@ fn refs() -> Vec<RefPrompt> {
 
 #[test]
 fn q8_mode_on_k_quant_files_keeps_every_invariance_and_stays_near_the_exact_path() {
-    for (tag, pick) in [("q4km", &q4_k_m as &dyn Fn(&str, usize) -> &'static str), ("q5k", &|_: &str, _| "Q5_K")] {
+    let all = |t: &'static str| move |_: &str, _: usize| t;
+    let (q5k, q5_1) = (all("Q5_K"), all("Q5_1"));
+    let picks: [(&str, &Pick); 3] = [("q4km", &q4_k_m), ("q5k", &q5k), ("q5_1", &q5_1)];
+    for (tag, pick) in picks {
         let dir = tempdir(&format!("q8-{tag}"));
         write_model(&dir, pick, &mut Lcg(31));
         let q8 = check_invariance_with(&dir, &refs(), &[vec![2, 1], vec![1, 1, 1]], Activations::Q8);
