@@ -185,9 +185,8 @@ impl Linear {
 
     /// The layer with its input rows treated as `act` says: [`Activations::Q8`] quantizes
     /// each row to int8 in blocks of 32 and uses integer dot products where the stored
-    /// format has an integer kernel (Q8_0, Q4_0, Q4_1, int4, Q4_K, Q5_K, Q6_K; numbers.md
-    /// "q8 activations"),
-    /// and changes nothing for the others.
+    /// format has an integer kernel (Q8_0, Q4_0, Q4_1, int4, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K;
+    /// numbers.md "q8 activations"), and changes nothing for the others.
     pub fn with_activations(mut self, act: Activations) -> Linear {
         self.act = act;
         self
