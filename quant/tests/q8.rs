@@ -81,23 +81,14 @@ fn q8_layers_equal_the_reference_on_every_path() {
 const INT8: [Format; 8] =
     [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q5_0, Format::Q5_1, Format::Q4_K, Format::Q5_K, Format::Q6_K];
 
-/// Random stored blocks of `format` (one of [`INT8`]) with finite f16 scales.
+/// Random stored blocks of `format` (one of [`INT8`]) with finite f16 scales (where they
+/// sit: the format's own block shape).
 fn random(format: Format, out: usize, inp: usize, rng: &mut Lcg) -> Vec<u8> {
-    // Bytes per block, where its f16 scales start and how many, weights per block.
-    let (size, at, scales, k) = match format {
-        Format::Q8_0 => (34, 0, 1, 32),
-        Format::Q4_0 => (18, 0, 1, 32),
-        Format::Q4_1 => (20, 0, 2, 32),
-        Format::Q5_0 => (22, 0, 1, 32),
-        Format::Q5_1 => (24, 0, 2, 32),
-        Format::Q4_K => (144, 0, 2, 256), // d, dmin first
-        Format::Q5_K => (176, 0, 2, 256),
-        _ => (210, 208, 1, 256), // Q6_K: d last
-    };
-    let mut b: Vec<u8> = (0..out * inp / k * size).map(|_| rng.next() as u8).collect();
-    for blk in b.chunks_exact_mut(size) {
-        for s in 0..scales {
-            blk[at + 2 * s..at + 2 * s + 2].copy_from_slice(&f32_to_f16(rng.f() * 0.05).to_le_bytes());
+    let shape = format.block_shape().expect("a block type");
+    let mut b: Vec<u8> = (0..out * inp / shape.weights * shape.bytes).map(|_| rng.next() as u8).collect();
+    for blk in b.chunks_exact_mut(shape.bytes) {
+        for &at in shape.f16_scales {
+            blk[at..at + 2].copy_from_slice(&f32_to_f16(rng.f() * 0.05).to_le_bytes());
         }
     }
     b
@@ -147,19 +138,11 @@ fn the_largest_codes_against_the_largest_activations_give_the_portable_sums_on_e
         for fill in [0xFFu8, 0x80] {
             let mut rng = Lcg(9);
             let mut bytes = random(format, out, inp, &mut rng);
-            let (size, at) = match format {
-                Format::Q8_0 => (34, 0..2),
-                Format::Q4_0 => (18, 0..2),
-                Format::Q4_1 => (20, 0..4),
-                Format::Q5_0 => (22, 0..2),
-                Format::Q5_1 => (24, 0..4),
-                Format::Q4_K => (144, 0..4),
-                Format::Q5_K => (176, 0..4),
-                _ => (210, 208..210),
-            };
-            for blk in bytes.chunks_exact_mut(size) {
+            let shape = format.block_shape().expect("a block type");
+            let scale = |i: usize| shape.f16_scales.iter().any(|&at| (at..at + 2).contains(&i));
+            for blk in bytes.chunks_exact_mut(shape.bytes) {
                 for (i, b) in blk.iter_mut().enumerate() {
-                    if !at.contains(&i) {
+                    if !scale(i) {
                         *b = fill;
                     }
                 }
