@@ -10,6 +10,14 @@
 #
 #   scripts/bench_speculate.sh            # SmolLM2 Q4_1 (n-gram), F32 twin (draft = Q4_1)
 #   MODES="off ngram" REPEATS=5 LEVELS="1" scripts/bench_speculate.sh
+#   # a real pair: the 1.5B target (mode f32 = no speculation) and the 0.5B as its draft
+#   TARGET_F32=~/.cache/tl/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+#   DRAFT=~/.cache/tl/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf MODES="f32 draft" \
+#   TL_ARGS="--activations q8" scripts/bench_speculate.sh
+#
+# DRAFT: the draft model (default the Q4_1 file); DRAFT_K: tokens drafted per step (4);
+# TL_ARGS: more flags for tl's serve (the activation mode); WORKLOADS: spec_client.py's
+# workloads (default all: code, quotes, list, free).
 #
 # Needs release builds (cargo; TL_BIN: a directory with serve already built, used as it is)
 # and llama.cpp's server (scripts/build_llama_cpp.sh --serve).
@@ -29,6 +37,11 @@ levels="${LEVELS:-1 4}"
 modes="${MODES:-off ngram f32 draft}"
 servers="${SERVERS:-tl llama}"
 max_tokens="${MAX_TOKENS:-128}"
+draft_model="${DRAFT:-$q41}"
+draft_k="${DRAFT_K:-4}"
+read -r -a tl_args <<<"${TL_ARGS:-}"
+workloads=()
+[[ -n "${WORKLOADS:-}" ]] && workloads=(--workloads "$WORKLOADS")
 client="scripts/lib/spec_client.py"
 
 # The F32 twin of the Q4_1 file (every weight widened exactly), the draft-model target.
@@ -59,8 +72,8 @@ run_client() { # server mode model-name addr
     local who="$1" mode="$2" name="$3" addr="$4"
     for c in $levels; do
         echo "# $who $mode c=$c load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-        python3 "$client" "$addr" "$name" --concurrency "$c" --repeats "$repeats" --max-tokens "$max_tokens" |
-            sed "s/^{/{\"server\": \"$who\", \"mode\": \"$mode\", /"
+        python3 "$client" "$addr" "$name" --concurrency "$c" --repeats "$repeats" --max-tokens "$max_tokens" \
+            "${workloads[@]}" | sed "s/^{/{\"server\": \"$who\", \"mode\": \"$mode\", /"
     done
 }
 
@@ -78,13 +91,14 @@ for server in $servers; do
         if [[ "$server" == tl ]]; then
             spec="$mode"
             [[ "$mode" == f32 ]] && spec=off
-            [[ "$mode" == draft ]] && spec="draft:$q41:4"
+            [[ "$mode" == draft ]] && spec="draft:$draft_model:$draft_k"
             [[ "$mode" == ngram ]] && spec="ngram:${NGRAM_K:-4}"
-            "$serve" --model "$model" --port "$port" --threads "$threads" --speculate "$spec" >"$log" 2>&1 &
+            "$serve" --model "$model" --port "$port" --threads "$threads" --speculate "$spec" "${tl_args[@]}" \
+                >"$log" 2>&1 &
         else
             [[ -x "$llama/llama-server" ]] || { echo "# skip llama-server: not built" >&2; continue; }
             extra=()
-            [[ "$mode" == draft ]] && extra=(--model-draft "$q41" --spec-draft-n-max 4 --spec-draft-n-min 1)
+            [[ "$mode" == draft ]] && extra=(--model-draft "$draft_model" --spec-draft-n-max "$draft_k" --spec-draft-n-min 1)
             [[ "$mode" == ngram ]] && extra=(--spec-type ngram-simple --spec-ngram-simple-size-m "${NGRAM_K:-4}")
             "$llama/llama-server" --model "$model" --port "$port" --threads "$threads" -c 4096 -np 4 \
                 "${extra[@]}" >"$log" 2>&1 &
@@ -107,16 +121,17 @@ if [[ "${AB:-1}" == 1 && " $servers " == *" tl "* ]]; then
     for mode in ${AB_MODES:-ngram draft}; do
         model="$q41"; spec="ngram:${NGRAM_K:-4}"; ab=true
         if [[ "$mode" == draft ]]; then
-            model="$f32"; spec="draft:$q41:4"; ab='{"kind": "draft"}'
+            model="$f32"; spec="draft:$draft_model:$draft_k"; ab='{"kind": "draft"}'
         fi
         [[ -f "$model" ]] || continue
         port=$((19000 + RANDOM % 1000))
-        "$serve" --model "$model" --port "$port" --threads "$threads" --speculate "$spec" >"$log" 2>&1 &
+        "$serve" --model "$model" --port "$port" --threads "$threads" --speculate "$spec" "${tl_args[@]}" \
+            >"$log" 2>&1 &
         pid=$!
         addr="$(wait_up "$log")" || { stop; continue; }
         echo "# tl A/B $mode load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
         python3 "$client" "$addr" "$(basename "$model" .gguf)" --repeats "${AB_REPEATS:-5}" \
-            --max-tokens "$max_tokens" --ab "$ab" | sed "s/^{/{\"server\": \"tl\", \"mode\": \"A\/B $mode\", /"
+            --max-tokens "$max_tokens" --ab "$ab" "${workloads[@]}" | sed "s/^{/{\"server\": \"tl\", \"mode\": \"A\/B $mode\", /"
         stop
     done
 fi

@@ -12,7 +12,8 @@
 # reports AMX, which llama.cpp's repacked paths cannot run in this VM; docs/benchmarks.md;
 # with LLAMA_CPP_NO_AMX=1 the AMX-free build, repack on, no extra arguments).
 # SERVERS may also name tl-blocks: the same serve with TL_PREFIX_REUSE=blocks (the prefix
-# cache reuses whole blocks only, as before the partial-block reuse; a before/after in one run).
+# cache reuses whole blocks only, as before the partial-block reuse; a before/after in one run),
+# and tl-q8: the same serve with `--activations q8` (both modes beside llama-server in one run).
 # Every (round, level, server) gets a fresh server, so no run starts with another's cache.
 # ROUNDS=3 repeats the whole set; the last lines are the medians over rounds per server
 # and level. llama-server comes from LLAMA_SERVER or scripts/build_llama_cpp.sh --serve.
@@ -52,9 +53,11 @@ pid=""
 stop() { [[ -n "$pid" ]] && { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; }; pid=""; }
 trap 'stop; rm -f "$out" "$results"' EXIT
 
-start_tl() { # $1: the serve binary
-    "$1" --model "$model" --port 0 --threads "$threads" --max-seqs 64 --max-queue 256 \
-        --max-batch-tokens "${MAX_BATCH_TOKENS:-512}" >"$out" 2>&1 &
+start_tl() { # $1: the serve binary, then extra flags
+    local serve="$1"
+    shift
+    "$serve" --model "$model" --port 0 --threads "$threads" --max-seqs 64 --max-queue 256 \
+        --max-batch-tokens "${MAX_BATCH_TOKENS:-512}" "$@" >"$out" 2>&1 &
     pid=$!
     # A 1B model on a busy machine takes a while to hash (the fingerprint) and load.
     for _ in $(seq 1500); do grep -q listening "$out" && break; sleep 0.2; done
@@ -81,8 +84,9 @@ for round in $(seq "$rounds"); do
             case "$s" in
                 tl) start_tl "$bin/serve" ;;
                 tl-blocks) TL_PREFIX_REUSE=blocks start_tl "$bin/serve" ;;
+                tl-q8) start_tl "$bin/serve" --activations q8 ;;
                 llama-server) start_llama "$c" ;;
-                *) echo "load.sh: unknown server $s (tl, tl-blocks, llama-server)" >&2; exit 1 ;;
+                *) echo "load.sh: unknown server $s (tl, tl-blocks, tl-q8, llama-server)" >&2; exit 1 ;;
             esac
             kind=tl; [[ "$s" == llama-server ]] && kind=llama-server
             "$bin/load" --server "$kind" --label "$s" --addr "$addr" --model "$name" --concurrency "$c" \
