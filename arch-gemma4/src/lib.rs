@@ -20,14 +20,15 @@
 //! `NestedRegistration` below); the vision and audio towers are not read.
 //!
 //! GGUF files (`general.architecture` `gemma4`, llama.cpp's converter) are read by [`gguf`]:
-//! llama.cpp's names back to these, the metadata back to the config.
+//! llama.cpp's names back to these, the metadata back to the config; their vocabulary
+//! (`tokenizer.ggml.model` "gemma4": a byte-fallback BPE with merges) by vocab.rs, rebuilt
+//! as the tokenizer.json transformers' `GemmaTokenizer` uses. A file without a vocabulary
+//! is read as byte-tokenized.
 //!
 //! The MoE block (`enable_moe_block`: experts beside every layer's MLP, their own router
 //! over the residual stream, `per_expert_scale`) runs from safetensors (forward.rs's
-//! `G4Moe`, over tl-decoder's `Moe` and `StackedExperts`).
-//!
-//! Not yet: a MoE GGUF (`expert_count`, refused naming it) and a GGUF file's own vocabulary
-//! (`tokenizer.ggml.model` "gemma4").
+//! `G4Moe`, over tl-decoder's `Moe` and `StackedExperts`) and from GGUF files (the stacked
+//! `ffn_*_exps` served per expert, F32 or Q8_0).
 //!
 //! Nothing names this crate from core: a binary or test that loads a Gemma 4 writes
 //! `use tl_arch_gemma4 as _;` so the registrations are linked.
@@ -37,6 +38,7 @@ mod attn;
 mod config;
 mod forward;
 pub mod gguf;
+mod vocab;
 mod weights;
 
 use std::any::Any;

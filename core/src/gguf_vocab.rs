@@ -36,7 +36,8 @@ const MAX_MERGED_PIECE_BYTES: usize = 256;
 
 /// The `TemplateProcessing` that adds the BOS token, when the file asks for one
 /// (`tokenizer.ggml.add_bos_token`, else `add_bos_default`); `None` when it does not.
-pub(crate) fn bos_post_processor(g: &Gguf, tokens: &[&str], add_bos_default: bool) -> Result<Option<Value>, String> {
+/// `Err` names the key (without the "metadata " the callers put before it).
+pub fn bos_post_processor(g: &Gguf, tokens: &[&str], add_bos_default: bool) -> Result<Option<Value>, String> {
     let add_bos = match g.value("tokenizer.ggml.add_bos_token") {
         Some(v) => v.to_bool().unwrap_or(false),
         None => add_bos_default,
@@ -44,17 +45,26 @@ pub(crate) fn bos_post_processor(g: &Gguf, tokens: &[&str], add_bos_default: boo
     if !add_bos {
         return Ok(None);
     }
+    if g.value("tokenizer.ggml.bos_token_id").is_none() {
+        return Err("tokenizer.ggml.add_bos_token: true, but no bos_token_id".into());
+    }
+    bos_template(g, tokens).map(Some)
+}
+
+/// The `TemplateProcessing` that adds the file's BOS token (`tokenizer.ggml.bos_token_id`),
+/// whatever `tokenizer.ggml.add_bos_token` says: for a family whose runtime always adds
+/// it. `Err` names the key (without the "metadata " the callers put before it).
+pub fn bos_template(g: &Gguf, tokens: &[&str]) -> Result<Value, String> {
     let key = "tokenizer.ggml.bos_token_id";
-    let id =
-        g.uint(key).map_err(|e| e.to_string())?.ok_or("tokenizer.ggml.add_bos_token: true, but no bos_token_id")?;
+    let id = g.uint(key).map_err(|e| e.to_string())?.ok_or(format!("{key}: missing"))?;
     let tok = tokens.get(id as usize).ok_or_else(|| format!("{key}: id {id} is past the {} tokens", tokens.len()))?;
-    Ok(Some(json!({
+    Ok(json!({
         "type": "TemplateProcessing",
         "single": [{"SpecialToken": {"id": tok, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
         "pair": [{"SpecialToken": {"id": tok, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
                  {"SpecialToken": {"id": tok, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
         "special_tokens": {*tok: {"id": tok, "ids": [id], "tokens": [tok]}},
-    })))
+    }))
 }
 
 fn floats(g: &Gguf, key: &str) -> Result<Option<Vec<f32>>, WeightError> {

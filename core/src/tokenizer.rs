@@ -354,6 +354,50 @@ pub fn gguf_byte_level_bpe_json(g: &Gguf) -> Result<Value, String> {
             format!("{pre_name:?} is not supported (known: smollm, starcoder, refact, command-r, codeshell, exaone, minerva-7b, default, gpt2, mpt, olmo, jais, and those registered: {:?})", crate::registry::gguf_pre_tokenizer_names().unwrap_or_default()),
         )
     })?;
+    let GgufBpeParts { tokens, vocab, added, merges } = gguf_bpe_parts(g)?;
+    let post = crate::gguf_vocab::bos_post_processor(g, &tokens, false)
+        .map_err(|why| format!("metadata {why}"))?
+        .unwrap_or_else(
+            || json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true}),
+        );
+    Ok(json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre,
+        "post_processor": post,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {
+            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": ignore_merges,
+            "vocab": vocab, "merges": merges,
+        },
+    }))
+}
+
+/// What every BPE vocabulary in a GGUF file stores, in tokenizer.json form.
+pub struct GgufBpeParts<'a> {
+    /// `tokenizer.ggml.tokens`, by id.
+    pub tokens: Vec<&'a str>,
+    /// The BPE model's `vocab`: each token to its id.
+    pub vocab: Map<String, Value>,
+    /// The `added_tokens`: llama.cpp's control tokens (type 3) as special tokens,
+    /// user-defined ones (type 4) as plain (normalized) added tokens.
+    pub added: Vec<Value>,
+    /// The BPE model's `merges`, in the file's order (its rank), as pairs.
+    pub merges: Vec<Value>,
+}
+
+/// The tokens, token types and merges of a BPE vocabulary in a GGUF file, whatever its
+/// `tokenizer.ggml.model` (the byte-level one here, a family's own in its crate). `Err`
+/// names the metadata key: `tokenizer.ggml.tokens` or `tokenizer.ggml.merges` missing, a
+/// token listed twice, a token type count other than the token count, a merge that is
+/// not a pair.
+pub fn gguf_bpe_parts(g: &Gguf) -> Result<GgufBpeParts<'_>, String> {
+    let err = |e: crate::weights::WeightError| e.to_string();
+    let bad = |key: &str, why: String| format!("metadata {key}: {why}");
     let tokens = g
         .strings("tokenizer.ggml.tokens")
         .map_err(err)?
@@ -362,7 +406,7 @@ pub fn gguf_byte_level_bpe_json(g: &Gguf) -> Result<Value, String> {
     if !types.is_empty() && types.len() != tokens.len() {
         return Err(bad("tokenizer.ggml.token_type", format!("{} entries for {} tokens", types.len(), tokens.len())));
     }
-    let merges = g
+    let stored = g
         .strings("tokenizer.ggml.merges")
         .map_err(err)?
         .ok_or_else(|| bad("tokenizer.ggml.merges", "missing".into()))?;
@@ -381,31 +425,12 @@ pub fn gguf_byte_level_bpe_json(g: &Gguf) -> Result<Value, String> {
             }));
         }
     }
-    let mut pairs = Vec::with_capacity(merges.len());
-    for m in &merges {
+    let mut merges = Vec::with_capacity(stored.len());
+    for m in &stored {
         // llama.cpp splits at the first space after the first character.
         let cut = m.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(i, _)| i);
         let Some(cut) = cut else { return Err(bad("tokenizer.ggml.merges", format!("{m:?} is not a pair"))) };
-        pairs.push(json!([&m[..cut], &m[cut + 1..]]));
+        merges.push(json!([&m[..cut], &m[cut + 1..]]));
     }
-    let post = crate::gguf_vocab::bos_post_processor(g, &tokens, false)
-        .map_err(|why| format!("metadata {why}"))?
-        .unwrap_or_else(
-            || json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true}),
-        );
-    Ok(json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": added,
-        "normalizer": normalizer,
-        "pre_tokenizer": pre,
-        "post_processor": post,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-        "model": {
-            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": ignore_merges,
-            "vocab": vocab, "merges": pairs,
-        },
-    }))
+    Ok(GgufBpeParts { tokens, vocab, added, merges })
 }
