@@ -48,6 +48,22 @@ pub(crate) fn argmax(row: &[f32]) -> Option<u32> {
     best.map(|(i, _)| i as u32)
 }
 
+/// How sure the draft model is of `id`, the row's largest logit: its softmax
+/// probability `1 / sum(exp(l - l[id]))`. Logits more than 16 below the largest add less
+/// than 1.2e-7 each and are skipped, so a confident row costs one compare per entry. In
+/// f32, summed in id order: the same row always gives the same answer.
+pub(crate) fn confidence(row: &[f32], id: u32) -> f32 {
+    let top = row[id as usize];
+    let mut sum = 0.0f32;
+    for &l in row {
+        let d = l - top;
+        if d > -16.0 {
+            sum += d.exp();
+        }
+    }
+    1.0 / sum
+}
+
 /// One sequence's draft request: its tokens (prompt then output), its draft K/V (made
 /// on first use), how many tokens to draft, and where they go.
 pub(crate) struct DraftJob<'a> {
@@ -57,11 +73,20 @@ pub(crate) struct DraftJob<'a> {
     pub(crate) out: &'a mut Vec<u32>,
 }
 
-/// Draft `k` tokens for each job with the draft model: one batched draft forward per
-/// drafted position. The first feeds each sequence's tokens the draft pool does not hold
-/// yet (at least its last); each next one feeds the previous draft token. A sequence
-/// whose draft blocks the pool cannot give drafts nothing (its `out` is left as it was).
-pub(crate) fn draft_with_model(drafter: &mut ModelRunner, jobs: &mut [DraftJob<'_>]) -> Result<(), EngineError> {
+/// Draft up to `k` tokens for each job with the draft model: one batched draft forward
+/// per drafted position. The first feeds each sequence's tokens the draft pool does not
+/// hold yet (at least its last); each next one feeds the previous draft token. A
+/// sequence's draft ends at the first token the draft model gives less than `p_min` of
+/// its probability (that token is not drafted; `p_min` 0 drafts all `k`): on a CPU a
+/// draft-model forward costs a third of the target's step and every verified row costs
+/// too, so an unlikely token is cheaper left to plain decoding (llama.cpp's `--draft-p-min`
+/// rule). A sequence whose draft blocks the pool cannot give drafts nothing (its `out` is
+/// left as it was).
+pub(crate) fn draft_with_model(
+    drafter: &mut ModelRunner,
+    jobs: &mut [DraftJob<'_>],
+    p_min: f32,
+) -> Result<(), EngineError> {
     let (b, groups) = (drafter.block_tokens(), drafter.kv_layout().n_groups());
     let dpool = drafter.pool();
     let mut active: Vec<(usize, usize)> = Vec::new();
@@ -111,7 +136,8 @@ pub(crate) fn draft_with_model(drafter: &mut ModelRunner, jobs: &mut [DraftJob<'
             if let Some(kv) = job.kv.as_mut() {
                 kv.computed = len + j;
             }
-            if let Some(id) = argmax(logits.row(row)) {
+            let row = logits.row(row);
+            if let Some(id) = argmax(row).filter(|&id| p_min <= 0.0 || confidence(row, id) >= p_min) {
                 drafts[a].push(id);
             }
         }

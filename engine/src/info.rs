@@ -30,6 +30,11 @@ pub struct EngineOptions {
     /// Drafts join a step only while it holds fewer rows than this; 0 means
     /// [`crate::speculate::SPEC_STEP_ROWS`]. (`usize::MAX`: always, as tests of drafting under load want.)
     pub spec_step_rows: usize,
+    /// A draft model's draft ends at the first token it gives less than this probability
+    /// (its softmax over the vocabulary); 0 (the default here) drafts every token asked
+    /// for. `serve --spec-p-min` defaults to [`crate::speculate::SPEC_P_MIN`]. Only speed
+    /// changes: whatever is drafted, verification emits the tokens of plain decoding.
+    pub spec_p_min: f32,
     /// Keep full prefix blocks on disk too (disk_cache.rs), so they are found again after
     /// an eviction or a restart. Only for models of one KV layer group (no attention
     /// windows); a windowed model runs without it.
@@ -95,6 +100,11 @@ impl EngineInfo {
                     format!("the MTP head's vocabulary and width are {hv} and {hd}, the model's {tv} and {td}");
                 return Err(EngineError::BadRequest { field: "speculate", reason });
             }
+        }
+        // `!contains` also refuses NaN.
+        if !(0.0..=1.0).contains(&opts.spec_p_min) {
+            let reason = format!("{} is not a probability (0 to 1)", opts.spec_p_min);
+            return Err(EngineError::BadRequest { field: "spec_p_min", reason });
         }
         if let Some(d) = draft {
             let (dv, tv) = (d.config().vocab_size, runner.config().vocab_size);

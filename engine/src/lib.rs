@@ -58,7 +58,9 @@ pub use info::{EngineInfo, EngineOptions};
 pub use lease::{LeaseCounts, LeaseInfo};
 pub use pd::{PdError, Preload};
 pub use request::{AdapterChoice, Event, FinishReason, Request, Timings, TokenInfo, Usage};
-pub use speculate::{ngram_draft, Adapt, Speculation, COOL_MAX, COOL_START, MAX_DRAFT, NGRAM_MAX, SPEC_STEP_ROWS};
+pub use speculate::{
+    ngram_draft, Adapt, Speculation, COOL_MAX, COOL_START, MAX_DRAFT, NGRAM_MAX, SPEC_P_MIN, SPEC_STEP_ROWS,
+};
 pub use stats::{Observer, Stats, StepFigures};
 pub use text::top_logprobs;
 use tl_core::{ModelRunner, Tokenizer};
@@ -126,6 +128,7 @@ impl Engine {
         if opts.spec_step_rows > 0 {
             sched.spec.step_rows = opts.spec_step_rows;
         }
+        sched.spec.p_min = opts.spec_p_min;
         sched.publish()?;
         let mailbox = Mailbox::start(sched)?;
         Ok(Engine { mailbox, shared, next: AtomicU64::new(0), info, grammars, pd })

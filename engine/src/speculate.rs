@@ -24,6 +24,14 @@ pub const MAX_DRAFT: usize = 16;
 /// choice. Output is the same bits either way.
 pub const SPEC_STEP_ROWS: usize = 8;
 
+/// `serve`'s default for `EngineOptions::spec_p_min`: a draft model's draft ends at a
+/// token it gives less than this probability. The real pair measured in
+/// docs/benchmarks.md (Qwen2.5-Coder 0.5B drafting for the 1.5B, 2 CPU threads) drafts
+/// four tokens at a cost of about 1.3 plain target steps before any is verified, so free
+/// text, where the draft is often unsure, ran at 0.66x plain decoding with every token
+/// drafted. llama.cpp's `--draft-p-min` rule, at its value.
+pub const SPEC_P_MIN: f32 = 0.75;
+
 /// The longest suffix the n-gram lookup tries to match (then shorter ones, down to 1).
 pub const NGRAM_MAX: usize = 4;
 

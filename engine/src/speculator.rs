@@ -38,6 +38,9 @@ pub(crate) struct Speculator {
     /// Drafts join a step only while it holds fewer rows than this
     /// (`EngineOptions::spec_step_rows`).
     pub(crate) step_rows: usize,
+    /// A draft model's draft ends at a token it gives less than this probability
+    /// (`EngineOptions::spec_p_min`; 0: never).
+    pub(crate) p_min: f32,
 }
 
 impl Speculator {
@@ -60,6 +63,7 @@ impl Speculator {
             groups: 1,
             layout: tl_core::KvLayout::uniform(1),
             step_rows: SPEC_STEP_ROWS,
+            p_min: 0.0,
         }
     }
 
@@ -136,7 +140,7 @@ impl Speculator {
                 let Some(d) = s.tail.drafting_mut() else { continue };
                 jobs.push(DraftJob { tokens: &s.tokens, kv: &mut d.kv, k, out: &mut d.draft });
             }
-            draft_with_model(drafter, &mut jobs)?;
+            draft_with_model(drafter, &mut jobs, self.p_min)?;
         }
         if let (Some(head), false) = (self.head.as_mut(), by_head.is_empty()) {
             let mut jobs: Vec<MtpJob<'_>> = Vec::with_capacity(by_head.len());
@@ -155,6 +159,11 @@ impl Speculator {
             let s = &mut running[i];
             let Some(d) = s.tail.drafting_mut() else { continue };
             if d.draft.is_empty() {
+                // The draft model ran and was not sure of even one token: its forward was
+                // paid for nothing, a miss for the adaptive rule (two in a row pause it).
+                if matches!(d.spec, Speculation::Draft { .. }) {
+                    d.adapt.verified(0, 1);
+                }
                 continue;
             }
             d.spec_blocks = s.blocks.len();

@@ -48,8 +48,7 @@ fn with_draft(
     max_batch_tokens: usize,
     speculate: Option<Speculation>,
 ) -> Result<Engine, EngineError> {
-    let opts =
-        EngineOptions { max_queue: 256, observer: None, speculate, spec_step_rows: usize::MAX, disk_cache: None };
+    let opts = EngineOptions { max_queue: 256, speculate, spec_step_rows: usize::MAX, ..Default::default() };
     start(model, draft, config(n_blocks, max_batch_tokens), opts)
 }
 
@@ -203,7 +202,7 @@ fn tiny_speculation_changes_nothing_with_a_q8_cache() {
         observer: None,
         speculate,
         spec_step_rows: usize::MAX,
-        disk_cache: None,
+        ..Default::default()
     };
     let off = run_alone(&start(&tiny(), None, cfg.clone(), opts(None)).expect("start"), &reqs);
     let e = start(&tiny(), None, cfg, opts(Some(NGRAM))).expect("start");
@@ -253,7 +252,7 @@ fn drafts_join_only_steps_below_spec_step_rows() {
             observer: None,
             speculate: Some(NGRAM),
             spec_step_rows: rows,
-            disk_cache: None,
+            ..Default::default()
         };
         start(&tiny(), None, config(512, 96), opts).expect("start")
     };
@@ -316,6 +315,39 @@ fn tiny_draft_model_changes_nothing() {
     let tracer = tiny().join("../../../../arch-bigram/tests/fixtures/tracer");
     let err = with_draft(&tiny(), Some(&tracer), 64, 96, None).err();
     assert!(matches!(err, Some(EngineError::BadRequest { field: "draft", .. })), "{err:?}");
+}
+
+/// `spec_p_min`: a draft model's draft ends at the first token it gives less than that
+/// probability. The answers stay those of plain decoding whatever the threshold; a high
+/// one drafts fewer tokens than none (the cut happens); one outside 0..=1 is refused.
+#[test]
+fn a_draft_ends_where_the_draft_model_is_unsure_and_nothing_changes() {
+    let reqs: Vec<Request> = prompts().iter().enumerate().flat_map(|(i, p)| variants(p, i)).collect();
+    let off = run_alone(&engine(&tiny(), 512, 96, None), &reqs);
+    let draft = crate_fixture("arch-llama", "tiny-llama-int4");
+    let with_p_min = |p_min: f32| {
+        let opts = EngineOptions {
+            max_queue: 256,
+            speculate: Some(Speculation::Draft { k: 4 }),
+            spec_step_rows: usize::MAX,
+            spec_p_min: p_min,
+            ..Default::default()
+        };
+        start(&tiny(), Some(&draft), config(512, 96), opts)
+    };
+    let mut proposed = Vec::new();
+    for p_min in [0.0, 0.2, 0.9] {
+        let e = with_p_min(p_min).expect("start");
+        assert_same(&off, &run_alone(&e, &reqs), &reqs, &format!("p_min {p_min}, alone"));
+        assert_same(&off, &run_together(&e, &reqs), &reqs, &format!("p_min {p_min}, together"));
+        proposed.push(counters(&e).0);
+    }
+    assert!(proposed[0] > 0, "nothing drafted without a threshold: {proposed:?}");
+    assert!(proposed[2] < proposed[0], "a threshold of 0.9 cut no draft: {proposed:?}");
+    for bad in [-0.1, 1.5, f32::NAN] {
+        let err = with_p_min(bad).err();
+        assert!(matches!(err, Some(EngineError::BadRequest { field: "spec_p_min", .. })), "{bad}: {err:?}");
+    }
 }
 
 #[test]

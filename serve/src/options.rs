@@ -61,6 +61,9 @@ pub struct Options {
     /// Drafts join a step only while it holds fewer rows than this (`--spec-step-rows`;
     /// 0: the engine's default, [`tl_engine::SPEC_STEP_ROWS`]).
     pub spec_step_rows: usize,
+    /// A draft model's draft ends at a token it gives less than this probability
+    /// (`--spec-p-min`, default [`tl_engine::SPEC_P_MIN`]; 0: never).
+    pub spec_p_min: f32,
     /// How a thinking model's reasoning is returned (`--reasoning-format`).
     pub reasoning_format: ReasoningFormat,
     /// Prompt caches on disk (`--kv-disk DIR --kv-disk-max-gib N`): full prefix blocks

@@ -145,6 +145,7 @@ impl AppState {
                 observer: Some(observer),
                 speculate: opts.speculate,
                 spec_step_rows: opts.spec_step_rows,
+                spec_p_min: opts.spec_p_min,
                 disk_cache: opts.kv_disk.as_ref().map(|d| tl_engine::DiskCacheConfig {
                     dir: d.dir.clone(),
                     max_bytes: d.max_bytes,

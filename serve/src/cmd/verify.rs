@@ -222,6 +222,7 @@ fn replay(cli: &VerifyArgs, model: PathBuf, engine: tl_core::EngineConfig, file:
         speculate: None,
         draft_model: None,
         spec_step_rows: 0,
+        spec_p_min: tl_engine::SPEC_P_MIN,
         reasoning_format: Default::default(),
         kv_disk: None,
         loras: cli.loras.clone(),
