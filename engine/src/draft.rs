@@ -81,12 +81,12 @@ pub(crate) struct DraftJob<'a> {
 /// draft-model forward costs a third of the target's step and every verified row costs
 /// too, so an unlikely token is cheaper left to plain decoding (llama.cpp's `--draft-p-min`
 /// rule). A sequence whose draft blocks the pool cannot give drafts nothing (its `out` is
-/// left as it was).
+/// left as it was). Returns how many forwards ran (what the drafting cost, in passes).
 pub(crate) fn draft_with_model(
     drafter: &mut ModelRunner,
     jobs: &mut [DraftJob<'_>],
     p_min: f32,
-) -> Result<(), EngineError> {
+) -> Result<usize, EngineError> {
     let (b, groups) = (drafter.block_tokens(), drafter.kv_layout().n_groups());
     let dpool = drafter.pool();
     let mut active: Vec<(usize, usize)> = Vec::new();
@@ -110,6 +110,7 @@ pub(crate) fn draft_with_model(
     }
     let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); active.len()];
     let kmax = active.iter().map(|&(_, k)| k).max().unwrap_or(0);
+    let mut forwards = 0;
     for j in 0..kmax {
         // Sequences still drafting at position j (a missing logit row ends a draft).
         let live: Vec<usize> = (0..active.len()).filter(|&a| active[a].1 > j && drafts[a].len() == j).collect();
@@ -130,6 +131,7 @@ pub(crate) fn draft_with_model(
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
         let logits = drafter.forward(&ForwardBatch { seqs }).map_err(kv_err)?;
+        forwards += 1;
         for (row, &a) in live.iter().enumerate() {
             let job = &mut jobs[active[a].0];
             let len = job.tokens.len();
@@ -145,5 +147,5 @@ pub(crate) fn draft_with_model(
     for ((i, _), d) in active.into_iter().zip(drafts) {
         *jobs[i].out = d;
     }
-    Ok(())
+    Ok(forwards)
 }

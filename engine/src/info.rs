@@ -35,6 +35,12 @@ pub struct EngineOptions {
     /// for. `serve --spec-p-min` defaults to [`crate::speculate::SPEC_P_MIN`]. Only speed
     /// changes: whatever is drafted, verification emits the tokens of plain decoding.
     pub spec_p_min: f32,
+    /// Choose each draft's length (0 to the k asked for) from this engine's measured step
+    /// and drafting costs and the sequence's acceptance so far (`StepCosts::best_k`), so
+    /// speculation drafts only where it is faster than plain decoding; false (the default
+    /// here, which keeps the drafted counts reproducible for tests): always the k asked
+    /// for, under the adaptive pause rule. `serve` turns it on (`--spec-fixed-k` off).
+    pub spec_costs: bool,
     /// Keep full prefix blocks on disk too (disk_cache.rs), so they are found again after
     /// an eviction or a restart. Only for models of one KV layer group (no attention
     /// windows); a windowed model runs without it.

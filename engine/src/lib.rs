@@ -59,7 +59,8 @@ pub use lease::{LeaseCounts, LeaseInfo};
 pub use pd::{PdError, Preload};
 pub use request::{AdapterChoice, Event, FinishReason, Request, Timings, TokenInfo, Usage};
 pub use speculate::{
-    ngram_draft, Adapt, Speculation, COOL_MAX, COOL_START, MAX_DRAFT, NGRAM_MAX, SPEC_P_MIN, SPEC_STEP_ROWS,
+    ngram_draft, Adapt, Speculation, StepCosts, COOL_MAX, COOL_START, DRAFT_MODEL, MAX_DRAFT, MTP_HEAD, NGRAM_MAX,
+    SPEC_P_MIN, SPEC_STEP_ROWS,
 };
 pub use stats::{Observer, Stats, StepFigures};
 pub use text::top_logprobs;
@@ -129,6 +130,7 @@ impl Engine {
             sched.spec.step_rows = opts.spec_step_rows;
         }
         sched.spec.p_min = opts.spec_p_min;
+        sched.spec.measured = opts.spec_costs;
         sched.publish()?;
         let mailbox = Mailbox::start(sched)?;
         Ok(Engine { mailbox, shared, next: AtomicU64::new(0), info, grammars, pd })

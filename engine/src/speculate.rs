@@ -155,6 +155,14 @@ impl Adapt {
         true
     }
 
+    /// The measured costs say plain decoding is faster for now: pause as after two misses
+    /// (the pause doubles each time, up to [`COOL_MAX`]).
+    pub fn rest(&mut self) {
+        self.misses = 0;
+        self.pause = self.cool;
+        self.cool = (self.cool * 2).min(COOL_MAX);
+    }
+
     /// After a verify step that drafted `drafted` tokens and accepted `accepted` of them.
     pub fn verified(&mut self, accepted: usize, drafted: usize) {
         if accepted * 2 >= drafted.max(1) {
@@ -170,6 +178,126 @@ impl Adapt {
     }
 }
 
+/// The most rows a step is measured for ([`StepCosts`]): beyond, drafts do not join.
+const COST_ROWS: usize = 64;
+/// How fast the measured means follow a change (the weight of the newest figure).
+const COST_EMA: f64 = 0.125;
+
+/// What drafting costs on this machine, as measured by the engine's own steps, so each
+/// draft's length can be chosen to maximise tokens per second ([`StepCosts::best_k`]):
+/// a running mean of the forward time of steps of `r` decode rows (no prompt rows), and
+/// of one drafted position's share of a draft model's (or MTP head's) pass. On a CPU
+/// both differ by an order of magnitude between machines and activation modes (one
+/// verified row costs 0.1 of a step on some, 0.6 on others), which is why they are
+/// measured rather than assumed. Only speed depends on them: the tokens are those of
+/// plain decoding whatever is drafted.
+#[derive(Clone, Debug)]
+pub struct StepCosts {
+    step: Vec<Option<f64>>,
+    per_draft: [Option<f64>; 2],
+}
+
+impl Default for StepCosts {
+    fn default() -> Self {
+        StepCosts { step: vec![None; COST_ROWS], per_draft: [None; 2] }
+    }
+}
+
+fn mix(old: Option<f64>, x: f64) -> Option<f64> {
+    Some(old.map_or(x, |o| o + COST_EMA * (x - o)))
+}
+
+/// Which drafter a cost belongs to: `DRAFT_MODEL` or `MTP_HEAD` (n-gram lookups cost
+/// nothing measurable).
+pub const DRAFT_MODEL: usize = 0;
+/// See [`DRAFT_MODEL`].
+pub const MTP_HEAD: usize = 1;
+
+impl StepCosts {
+    /// A forward of `rows` decode rows took `secs`.
+    pub fn step(&mut self, rows: usize, secs: f64) {
+        if let Some(slot) = rows.checked_sub(1).and_then(|i| self.step.get_mut(i)) {
+            *slot = mix(*slot, secs);
+        }
+    }
+
+    /// Drafter `which` ([`DRAFT_MODEL`], [`MTP_HEAD`]) drafted `positions` positions in
+    /// `secs` (sequential forwards: the batch's longest draft).
+    pub fn drafted(&mut self, which: usize, positions: usize, secs: f64) {
+        if positions > 0 && which < 2 {
+            self.per_draft[which] = mix(self.per_draft[which], secs / positions as f64);
+        }
+    }
+
+    /// A step of `rows` decode rows: measured, else the straight line between the nearest
+    /// measured sizes below and above; `None` when there is no size above to draw it to.
+    fn time(&self, rows: usize) -> Option<f64> {
+        let at = |r: usize| self.step.get(r.checked_sub(1)?).copied().flatten();
+        if let Some(t) = at(rows) {
+            return Some(t);
+        }
+        let lo = (1..rows).rev().find_map(|r| at(r).map(|t| (r, t)))?;
+        let hi = (rows + 1..=COST_ROWS).find_map(|r| at(r).map(|t| (r, t)))?;
+        Some(lo.1 + (hi.1 - lo.1) * (rows - lo.0) as f64 / (hi.0 - lo.0) as f64)
+    }
+
+    /// The draft length, 0..=`kmax`, that gives the most tokens per second on top of a
+    /// step of `base` rows when each drafted token is accepted with probability
+    /// `accept` (so `k` drafts yield `1 + a + ... + a^k` tokens on average) and drafting
+    /// costs `which`'s measured time per position (`None`: an n-gram lookup, free). 0
+    /// means plain decoding is faster. `None` when a cost it needs is not measured yet
+    /// (the caller drafts `kmax`, which measures it).
+    pub fn best_k(&self, base: usize, kmax: usize, accept: f64, which: Option<usize>) -> Option<usize> {
+        let plain = self.time(base)?;
+        let per = match which {
+            Some(w) => (*self.per_draft.get(w)?)?,
+            None => 0.0,
+        };
+        let (mut best, mut best_rate) = (0, 1.0 / plain);
+        let (mut tokens, mut p) = (1.0, 1.0);
+        for k in 1..=kmax {
+            p *= accept;
+            tokens += p;
+            let rate = tokens / (k as f64 * per + self.time(base + k)?);
+            if rate > best_rate {
+                (best, best_rate) = (k, rate);
+            }
+        }
+        Some(best)
+    }
+}
+
+/// A sequence's drafted tokens' acceptance, as a running estimate of the chance that the
+/// next drafted token is accepted (recent verify steps weigh most), and whether its next
+/// draft is a probe (drafted in full to measure again after a pause).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Acceptance {
+    hits: f64,
+    tries: f64,
+    pub(crate) probe: bool,
+}
+
+impl Default for Acceptance {
+    fn default() -> Self {
+        Acceptance { hits: 0.0, tries: 0.0, probe: true }
+    }
+}
+
+impl Acceptance {
+    /// A verify step accepted `accepted` of `drafted` tokens (a rejection is a try too).
+    pub(crate) fn verified(&mut self, accepted: usize, drafted: usize) {
+        let tries = accepted + usize::from(accepted < drafted);
+        self.hits = 0.75 * self.hits + accepted as f64;
+        self.tries = 0.75 * self.tries + tries as f64;
+        self.probe = false;
+    }
+
+    /// The estimate, with one hit and one miss of prior weight.
+    pub(crate) fn rate(&self) -> f64 {
+        (self.hits + 1.0) / (self.tries + 2.0)
+    }
+}
+
 /// A speculating sequence's drafting state (a sequence that does not speculate has none):
 /// owned by speculator.rs, which alone reads and writes it.
 pub(crate) struct Drafting {
@@ -182,6 +310,8 @@ pub(crate) struct Drafting {
     /// Blocks held before the current step's drafts took more (those go back after).
     pub(crate) spec_blocks: usize,
     pub(crate) adapt: Adapt,
+    /// How often its drafts are accepted (for the measured-cost rule).
+    pub(crate) accept: Acceptance,
     /// Its K/V in the draft model's pool (draft-model speculation only).
     pub(crate) kv: Option<DraftKv>,
     /// Its MTP head's K/V and the target's hidden rows it has yet to use (MTP only).
@@ -202,6 +332,7 @@ impl Drafting {
             feed: Vec::new(),
             spec_blocks: 0,
             adapt: Adapt::default(),
+            accept: Acceptance::default(),
             kv: None,
             mtp: None,
             spares: Vec::new(),

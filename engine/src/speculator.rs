@@ -6,6 +6,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tl_core::{Logits, ModelRunner, SharedPool};
 
@@ -15,7 +16,7 @@ use crate::error::{kv_err, lock, EngineError};
 use crate::mtp::{draft_with_head, MtpJob, MtpState};
 use crate::request::FinishReason;
 use crate::seq::Seq;
-use crate::speculate::{ngram_draft, Speculation, SPEC_STEP_ROWS};
+use crate::speculate::{ngram_draft, Speculation, StepCosts, DRAFT_MODEL, MTP_HEAD, SPEC_STEP_ROWS};
 use crate::stats::Shared;
 
 /// The drafting half of the engine: the draft model, when there is one, and the limits
@@ -41,6 +42,10 @@ pub(crate) struct Speculator {
     /// A draft model's draft ends at a token it gives less than this probability
     /// (`EngineOptions::spec_p_min`; 0: never).
     pub(crate) p_min: f32,
+    /// Choose each draft's length from `costs` (`EngineOptions::spec_costs`).
+    pub(crate) measured: bool,
+    /// This engine's measured step and drafting costs (the step records its steps).
+    pub(crate) costs: StepCosts,
 }
 
 impl Speculator {
@@ -64,6 +69,8 @@ impl Speculator {
             layout: tl_core::KvLayout::uniform(1),
             step_rows: SPEC_STEP_ROWS,
             p_min: 0.0,
+            measured: false,
+            costs: StepCosts::default(),
         }
     }
 
@@ -106,6 +113,26 @@ impl Speculator {
             if k == 0 || !d.adapt.may_draft() {
                 continue;
             }
+            // The length that gives the most tokens per second by the measured costs; a
+            // probe (the first draft, the first after a pause) drafts `k` to measure again.
+            let k = if self.measured && !d.accept.probe {
+                let which = match d.spec {
+                    Speculation::Draft { .. } => Some(DRAFT_MODEL),
+                    Speculation::Mtp { .. } => Some(MTP_HEAD),
+                    _ => None,
+                };
+                match self.costs.best_k(rows, k, d.accept.rate(), which) {
+                    Some(0) => {
+                        d.adapt.rest();
+                        d.accept.probe = true;
+                        continue;
+                    }
+                    Some(best) => best,
+                    None => k,
+                }
+            } else {
+                k
+            };
             match d.spec {
                 Speculation::Ngram { .. } => {
                     ngram_draft(&s.tokens, k, &mut d.draft);
@@ -140,7 +167,9 @@ impl Speculator {
                 let Some(d) = s.tail.drafting_mut() else { continue };
                 jobs.push(DraftJob { tokens: &s.tokens, kv: &mut d.kv, k, out: &mut d.draft });
             }
-            draft_with_model(drafter, &mut jobs, self.p_min)?;
+            let t = Instant::now();
+            let forwards = draft_with_model(drafter, &mut jobs, self.p_min)?;
+            self.costs.drafted(DRAFT_MODEL, forwards, t.elapsed().as_secs_f64());
         }
         if let (Some(head), false) = (self.head.as_mut(), by_head.is_empty()) {
             let mut jobs: Vec<MtpJob<'_>> = Vec::with_capacity(by_head.len());
@@ -151,7 +180,10 @@ impl Speculator {
                 let Some(d) = s.tail.drafting_mut() else { continue };
                 jobs.push(MtpJob { tokens: &s.tokens, state: &mut d.mtp, k, out: &mut d.draft });
             }
+            let t = Instant::now();
             draft_with_head(head, &mut jobs)?;
+            let forwards = by_head.iter().map(|&(_, k)| k).max().unwrap_or(0);
+            self.costs.drafted(MTP_HEAD, forwards, t.elapsed().as_secs_f64());
         }
         let mut g = lock(&self.pool)?;
         let mut any = false;
@@ -163,6 +195,7 @@ impl Speculator {
                 // paid for nothing, a miss for the adaptive rule (two in a row pause it).
                 if matches!(d.spec, Speculation::Draft { .. }) {
                     d.adapt.verified(0, 1);
+                    d.accept.verified(0, 1);
                 }
                 continue;
             }
@@ -232,6 +265,7 @@ impl Speculator {
         self.shared.draft_proposed.fetch_add(draft.len(), Ordering::Relaxed);
         self.shared.draft_accepted.fetch_add(accepted, Ordering::Relaxed);
         d.adapt.verified(accepted, draft.len());
+        d.accept.verified(accepted, draft.len());
         if let Some(kv) = d.kv.as_mut() {
             // The draft model's K/V holds the draft's tokens: only accepted ones stay valid.
             kv.computed = kv.computed.min(s.computed);

@@ -91,7 +91,14 @@ impl Scheduler {
             .map(|&i| self.running[i].tail.drafting().filter(|d| !d.draft.is_empty()).map_or(&[][..], |d| &d.spares))
             .collect();
         let spares = if spares.iter().any(|s| !s.is_empty()) { &spares[..] } else { &[] };
+        let tf = Instant::now();
         let out = self.runner.forward_spares(&batch, drafting.then_some(&tails[..]), wants, spares).map_err(kv_err)?;
+        // A step of decode rows only (drafts included) is a cost the measured-cost rule
+        // of speculation weighs (speculate.rs, `StepCosts`).
+        let drafted_rows = tails.iter().sum::<usize>() - tails.len();
+        if self.spec.measured && decode_rows == planned.len() && n_tokens == decode_rows + drafted_rows {
+            self.spec.costs.step(n_tokens, tf.elapsed().as_secs_f64());
+        }
         let forward = t0.elapsed();
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
         let (mut first, mut row0) = (0, 0);

@@ -15,7 +15,7 @@ use tl_arch_llama as _;
 use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
 use tl_engine::{
     ngram_draft, Adapt, Engine, EngineError, EngineOptions, Event, FinishReason, Grammar, GrammarSpec, Request,
-    Speculation, UnboundedReceiver, Usage, COOL_MAX, COOL_START,
+    Speculation, StepCosts, UnboundedReceiver, Usage, COOL_MAX, COOL_START, DRAFT_MODEL, MTP_HEAD,
 };
 
 mod support;
@@ -499,4 +499,62 @@ fn smollm2_speculation_changes_nothing() {
     assert_same(&off, &together, &reqs, "smollm2 together");
     let (proposed, accepted) = counters(&e);
     assert!(accepted > 0 && proposed > accepted, "drafts must both hit and miss: {accepted} of {proposed}");
+}
+
+/// With the measured-cost rule on (serve's default), draft lengths follow this machine's
+/// timings, which differ run to run: the answers must not, for the draft model and n-gram
+/// lookups alike, alone and together.
+#[test]
+fn measured_draft_lengths_change_nothing() {
+    let reqs: Vec<Request> = prompts().iter().enumerate().flat_map(|(i, p)| variants(p, i)).collect();
+    let off = run_alone(&engine(&tiny(), 512, 96, None), &reqs);
+    let draft = crate_fixture("arch-llama", "tiny-llama-int4");
+    for spec in [Speculation::Draft { k: 4 }, Speculation::Ngram { k: 6 }] {
+        let opts = EngineOptions {
+            max_queue: 256,
+            speculate: Some(spec),
+            spec_step_rows: usize::MAX,
+            spec_p_min: 0.5,
+            spec_costs: true,
+            ..Default::default()
+        };
+        let e = start(&tiny(), Some(&draft), config(512, 96), opts).expect("start");
+        assert_same(&off, &run_alone(&e, &reqs), &reqs, &format!("{spec:?} measured, alone"));
+        assert_same(&off, &run_together(&e, &reqs), &reqs, &format!("{spec:?} measured, together"));
+        // Every sequence's first draft is a probe of the full length: something is drafted.
+        assert!(counters(&e).0 > 0, "{spec:?}: nothing drafted");
+    }
+}
+
+/// The measured-cost rule's choice against the arithmetic it is named for: with a verify
+/// row costing 0.58 of a step and a draft model a third of one (this CPU's q8 figures for
+/// Qwen2.5-Coder 1.5B drafted by 0.5B), no draft pays even at 90% acceptance; with rows
+/// nearly free and free n-gram drafts, the longest does; costs not measured yet give none.
+#[test]
+fn the_measured_cost_rule_drafts_only_where_it_is_faster() {
+    let mut c = StepCosts::default();
+    assert_eq!(c.best_k(1, 4, 0.9, None), None, "nothing measured");
+    c.step(1, 0.084);
+    c.step(5, 0.084 * 3.3);
+    c.drafted(DRAFT_MODEL, 4, 4.0 * 0.030);
+    assert_eq!(c.best_k(1, 4, 0.9, Some(DRAFT_MODEL)), Some(0));
+    assert_eq!(c.best_k(1, 4, 0.9, Some(MTP_HEAD)), None, "the head's cost is not measured");
+    let mut c = StepCosts::default();
+    c.step(1, 0.100);
+    c.step(5, 0.110);
+    assert_eq!(c.best_k(1, 4, 0.9, None), Some(4));
+    // Rows between two measured sizes lie on the line between them (step 3: 0.105). At
+    // 20% acceptance 2 drafts win: 1.24 tokens in 0.105 s against 1.2 in 0.1025 (one
+    // draft), 1.2496 in 0.110 (four) and 1 in 0.100 (none).
+    assert_eq!(c.best_k(1, 4, 0.2, None), Some(2));
+    // A size measured again moves its mean by an eighth of the difference: step 5 at 0.27
+    // gives 0.13, the line steepens and one draft (1.2 tokens in 0.1075 s) is best.
+    c.step(5, 0.27);
+    assert_eq!(c.best_k(1, 4, 0.2, None), Some(1));
+    // A measured size replaces the line: step 3 at 0.2 puts step 2 at 0.15, and no draft pays.
+    c.step(3, 0.2);
+    assert_eq!(c.best_k(1, 4, 0.2, None), Some(0));
+    // A drafter that costs a whole step per token never pays.
+    c.drafted(DRAFT_MODEL, 2, 0.2);
+    assert_eq!(c.best_k(1, 4, 0.99, Some(DRAFT_MODEL)), Some(0));
 }

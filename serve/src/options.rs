@@ -64,6 +64,9 @@ pub struct Options {
     /// A draft model's draft ends at a token it gives less than this probability
     /// (`--spec-p-min`, default [`tl_engine::SPEC_P_MIN`]; 0: never).
     pub spec_p_min: f32,
+    /// Choose each draft's length from measured costs (`EngineOptions::spec_costs`;
+    /// `--spec-fixed-k` turns it off).
+    pub spec_costs: bool,
     /// How a thinking model's reasoning is returned (`--reasoning-format`).
     pub reasoning_format: ReasoningFormat,
     /// Prompt caches on disk (`--kv-disk DIR --kv-disk-max-gib N`): full prefix blocks

@@ -146,6 +146,7 @@ impl AppState {
                 speculate: opts.speculate,
                 spec_step_rows: opts.spec_step_rows,
                 spec_p_min: opts.spec_p_min,
+                spec_costs: opts.spec_costs,
                 disk_cache: opts.kv_disk.as_ref().map(|d| tl_engine::DiskCacheConfig {
                     dir: d.dir.clone(),
                     max_bytes: d.max_bytes,

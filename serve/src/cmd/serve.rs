@@ -116,6 +116,11 @@ pub struct ServeArgs {
     /// a draft model's forward costs about a third of the model's step on a CPU.
     #[arg(long, default_value_t = tl_engine::SPEC_P_MIN)]
     pub spec_p_min: f32,
+    /// Draft the K asked for on every step (under the adaptive pause rule) instead of the
+    /// length this server's measured step costs and each request's acceptance make
+    /// fastest, none where plain decoding is faster.
+    #[arg(long)]
+    pub spec_fixed_k: bool,
     /// How a thinking model's reasoning (`<think>`) is returned: deepseek (apart, as
     /// `reasoning_content`) or none (left in the answer).
     #[arg(long, default_value = "deepseek")]
@@ -196,6 +201,7 @@ impl ServeArgs {
             draft_model,
             spec_step_rows: self.spec_step_rows,
             spec_p_min: self.spec_p_min,
+            spec_costs: !self.spec_fixed_k,
             reasoning_format: self.reasoning_format,
             pooling: self.pooling,
             loras: self.loras.clone(),

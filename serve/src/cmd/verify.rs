@@ -223,6 +223,7 @@ fn replay(cli: &VerifyArgs, model: PathBuf, engine: tl_core::EngineConfig, file:
         draft_model: None,
         spec_step_rows: 0,
         spec_p_min: tl_engine::SPEC_P_MIN,
+        spec_costs: false,
         reasoning_format: Default::default(),
         kv_disk: None,
         loras: cli.loras.clone(),

@@ -39,6 +39,7 @@ pub fn options(model: PathBuf, n_blocks: u32, block_tokens: u32, max_seqs: usize
         draft_model: None,
         spec_step_rows: 0,
         spec_p_min: 0.0,
+        spec_costs: false,
         reasoning_format: Default::default(),
         kv_disk: None,
         loras: Vec::new(),
