@@ -81,12 +81,14 @@ pub(crate) struct DraftJob<'a> {
 /// draft-model forward costs a third of the target's step and every verified row costs
 /// too, so an unlikely token is cheaper left to plain decoding (llama.cpp's `--draft-p-min`
 /// rule). A sequence whose draft blocks the pool cannot give drafts nothing (its `out` is
-/// left as it was). Returns how many forwards ran (what the drafting cost, in passes).
+/// left as it was). Returns the forwards after the first and the seconds they took: the
+/// cost of one drafted position (the first also feeds what the draft model has yet to
+/// see, a whole prompt for a new sequence, so it would overstate it).
 pub(crate) fn draft_with_model(
     drafter: &mut ModelRunner,
     jobs: &mut [DraftJob<'_>],
     p_min: f32,
-) -> Result<usize, EngineError> {
+) -> Result<(usize, f64), EngineError> {
     let (b, groups) = (drafter.block_tokens(), drafter.kv_layout().n_groups());
     let dpool = drafter.pool();
     let mut active: Vec<(usize, usize)> = Vec::new();
@@ -110,7 +112,7 @@ pub(crate) fn draft_with_model(
     }
     let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); active.len()];
     let kmax = active.iter().map(|&(_, k)| k).max().unwrap_or(0);
-    let mut forwards = 0;
+    let (mut forwards, mut secs) = (0, 0.0);
     for j in 0..kmax {
         // Sequences still drafting at position j (a missing logit row ends a draft).
         let live: Vec<usize> = (0..active.len()).filter(|&a| active[a].1 > j && drafts[a].len() == j).collect();
@@ -130,8 +132,11 @@ pub(crate) fn draft_with_model(
                 Ok(ForwardSeq { tokens, start, blocks: &kv.blocks, adapter: None })
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
+        let t = std::time::Instant::now();
         let logits = drafter.forward(&ForwardBatch { seqs }).map_err(kv_err)?;
-        forwards += 1;
+        if j > 0 {
+            (forwards, secs) = (forwards + 1, secs + t.elapsed().as_secs_f64());
+        }
         for (row, &a) in live.iter().enumerate() {
             let job = &mut jobs[active[a].0];
             let len = job.tokens.len();
@@ -147,5 +152,5 @@ pub(crate) fn draft_with_model(
     for ((i, _), d) in active.into_iter().zip(drafts) {
         *jobs[i].out = d;
     }
-    Ok(forwards)
+    Ok((forwards, secs))
 }

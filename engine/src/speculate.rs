@@ -275,11 +275,16 @@ pub(crate) struct Acceptance {
     hits: f64,
     tries: f64,
     pub(crate) probe: bool,
+    /// Drafts no more: the measured costs say a draft model does not pay for this
+    /// sequence. A draft model cannot pause cheaply: when drafting resumes it first feeds
+    /// every token of the pause through its own forward (on a CPU about a fifth of a
+    /// target step per paused token), so it stops for good instead.
+    pub(crate) retired: bool,
 }
 
 impl Default for Acceptance {
     fn default() -> Self {
-        Acceptance { hits: 0.0, tries: 0.0, probe: true }
+        Acceptance { hits: 0.0, tries: 0.0, probe: true, retired: false }
     }
 }
 

@@ -110,18 +110,31 @@ impl Speculator {
                 continue;
             }
             let k = d.spec.k().min(budget).min(left).min(ctx_left);
-            if k == 0 || !d.adapt.may_draft() {
+            if k == 0 || d.accept.retired || !d.adapt.may_draft() {
                 continue;
             }
-            // The length that gives the most tokens per second by the measured costs; a
-            // probe (the first draft, the first after a pause) drafts `k` to measure again.
-            let k = if self.measured && !d.accept.probe {
+            // The length that gives the most tokens per second by the measured costs. A
+            // probe (the first draft, the first after a pause) drafts `k` to measure again,
+            // unless not even drafts that are always accepted would pay.
+            let k = if self.measured {
                 let which = match d.spec {
                     Speculation::Draft { .. } => Some(DRAFT_MODEL),
                     Speculation::Mtp { .. } => Some(MTP_HEAD),
                     _ => None,
                 };
-                match self.costs.best_k(rows, k, d.accept.rate(), which) {
+                let hopeless = self.costs.best_k(rows, k, 1.0, which) == Some(0);
+                let best = if hopeless {
+                    Some(0)
+                } else if d.accept.probe {
+                    None
+                } else {
+                    self.costs.best_k(rows, k, d.accept.rate(), which)
+                };
+                match best {
+                    Some(0) if which == Some(DRAFT_MODEL) => {
+                        d.accept.retired = true;
+                        continue;
+                    }
                     Some(0) => {
                         d.adapt.rest();
                         d.accept.probe = true;
@@ -167,9 +180,8 @@ impl Speculator {
                 let Some(d) = s.tail.drafting_mut() else { continue };
                 jobs.push(DraftJob { tokens: &s.tokens, kv: &mut d.kv, k, out: &mut d.draft });
             }
-            let t = Instant::now();
-            let forwards = draft_with_model(drafter, &mut jobs, self.p_min)?;
-            self.costs.drafted(DRAFT_MODEL, forwards, t.elapsed().as_secs_f64());
+            let (forwards, secs) = draft_with_model(drafter, &mut jobs, self.p_min)?;
+            self.costs.drafted(DRAFT_MODEL, forwards, secs);
         }
         if let (Some(head), false) = (self.head.as_mut(), by_head.is_empty()) {
             let mut jobs: Vec<MtpJob<'_>> = Vec::with_capacity(by_head.len());
