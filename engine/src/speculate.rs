@@ -207,6 +207,10 @@ fn mix(old: Option<f64>, x: f64) -> Option<f64> {
     Some(old.map_or(x, |o| o + COST_EMA * (x - o)))
 }
 
+/// How much faster than plain decoding drafts that are always accepted must be for
+/// drafting to be tried at all ([`StepCosts::pays`]).
+pub const PAYS_BY: f64 = 1.1;
+
 /// Which drafter a cost belongs to: `DRAFT_MODEL` or `MTP_HEAD` (n-gram lookups cost
 /// nothing measurable).
 pub const DRAFT_MODEL: usize = 0;
@@ -241,6 +245,26 @@ impl StepCosts {
         Some(lo.1 + (hi.1 - lo.1) * (rows - lo.0) as f64 / (hi.0 - lo.0) as f64)
     }
 
+    /// Whether drafting can pay at all: drafts that are always accepted, at their best
+    /// length, beat plain decoding by [`PAYS_BY`] (a smaller gain is not worth the misses
+    /// a real acceptance brings). `None` when a cost it needs is not measured yet.
+    pub fn pays(&self, base: usize, kmax: usize, which: Option<usize>) -> Option<bool> {
+        let per = self.per_position(which)?;
+        let plain = self.time(base)?;
+        let mut best: f64 = 0.0;
+        for k in 1..=kmax {
+            best = best.max((k + 1) as f64 / (k as f64 * per + self.time(base + k)?));
+        }
+        Some(best >= PAYS_BY / plain)
+    }
+
+    fn per_position(&self, which: Option<usize>) -> Option<f64> {
+        match which {
+            Some(w) => *self.per_draft.get(w)?,
+            None => Some(0.0),
+        }
+    }
+
     /// The draft length, 0..=`kmax`, that gives the most tokens per second on top of a
     /// step of `base` rows when each drafted token is accepted with probability
     /// `accept` (so `k` drafts yield `1 + a + ... + a^k` tokens on average) and drafting
@@ -249,10 +273,7 @@ impl StepCosts {
     /// (the caller drafts `kmax`, which measures it).
     pub fn best_k(&self, base: usize, kmax: usize, accept: f64, which: Option<usize>) -> Option<usize> {
         let plain = self.time(base)?;
-        let per = match which {
-            Some(w) => (*self.per_draft.get(w)?)?,
-            None => 0.0,
-        };
+        let per = self.per_position(which)?;
         let (mut best, mut best_rate) = (0, 1.0 / plain);
         let (mut tokens, mut p) = (1.0, 1.0);
         for k in 1..=kmax {
@@ -297,9 +318,15 @@ impl Acceptance {
         self.probe = false;
     }
 
-    /// The estimate, with one hit and one miss of prior weight.
+    /// The estimate, with half a hit and half a miss of prior weight.
     pub(crate) fn rate(&self) -> f64 {
-        (self.hits + 1.0) / (self.tries + 2.0)
+        (self.hits + 0.5) / (self.tries + 1.0)
+    }
+
+    /// Enough drafts were verified (recently weighted) to trust [`Acceptance::rate`] with
+    /// stopping a draft model for good.
+    pub(crate) fn settled(&self) -> bool {
+        self.tries >= 8.0
     }
 }
 

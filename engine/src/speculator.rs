@@ -115,14 +115,14 @@ impl Speculator {
             }
             // The length that gives the most tokens per second by the measured costs. A
             // probe (the first draft, the first after a pause) drafts `k` to measure again,
-            // unless not even drafts that are always accepted would pay.
+            // unless not even drafts that are always accepted would pay enough (`pays`).
             let k = if self.measured {
                 let which = match d.spec {
                     Speculation::Draft { .. } => Some(DRAFT_MODEL),
                     Speculation::Mtp { .. } => Some(MTP_HEAD),
                     _ => None,
                 };
-                let hopeless = self.costs.best_k(rows, k, 1.0, which) == Some(0);
+                let hopeless = self.costs.pays(rows, k, which) == Some(false);
                 let best = if hopeless {
                     Some(0)
                 } else if d.accept.probe {
@@ -130,11 +130,14 @@ impl Speculator {
                 } else {
                     self.costs.best_k(rows, k, d.accept.rate(), which)
                 };
+                let model = which == Some(DRAFT_MODEL);
                 match best {
-                    Some(0) if which == Some(DRAFT_MODEL) => {
+                    Some(0) if model && (hopeless || d.accept.settled()) => {
                         d.accept.retired = true;
                         continue;
                     }
+                    // Too few verified drafts to judge: one token keeps the evidence coming.
+                    Some(0) if model => 1,
                     Some(0) => {
                         d.adapt.rest();
                         d.accept.probe = true;

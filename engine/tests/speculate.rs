@@ -539,10 +539,16 @@ fn the_measured_cost_rule_drafts_only_where_it_is_faster() {
     c.drafted(DRAFT_MODEL, 4, 4.0 * 0.030);
     assert_eq!(c.best_k(1, 4, 0.9, Some(DRAFT_MODEL)), Some(0));
     assert_eq!(c.best_k(1, 4, 0.9, Some(MTP_HEAD)), None, "the head's cost is not measured");
+    // Even drafts that are always accepted give 5 tokens for 4.7 steps (1.05x): not the
+    // 10% that makes drafting worth trying (PAYS_BY), though best_k would take 4 of them.
+    assert_eq!(c.best_k(1, 4, 1.0, Some(DRAFT_MODEL)), Some(4));
+    assert_eq!(c.pays(1, 4, Some(DRAFT_MODEL)), Some(false));
+    assert_eq!(c.pays(1, 4, Some(MTP_HEAD)), None);
     let mut c = StepCosts::default();
     c.step(1, 0.100);
     c.step(5, 0.110);
     assert_eq!(c.best_k(1, 4, 0.9, None), Some(4));
+    assert_eq!(c.pays(1, 4, None), Some(true));
     // Rows between two measured sizes lie on the line between them (step 3: 0.105). At
     // 20% acceptance 2 drafts win: 1.24 tokens in 0.105 s against 1.2 in 0.1025 (one
     // draft), 1.2496 in 0.110 (four) and 1 in 0.100 (none).
