@@ -301,11 +301,13 @@ pub(crate) struct Acceptance {
     /// every token of the pause through its own forward (on a CPU about a fifth of a
     /// target step per paused token), so it stops for good instead.
     pub(crate) retired: bool,
+    /// Verify steps seen (a draft model's unsure first token counts as one).
+    verifies: u32,
 }
 
 impl Default for Acceptance {
     fn default() -> Self {
-        Acceptance { hits: 0.0, tries: 0.0, probe: true, retired: false }
+        Acceptance { hits: 0.0, tries: 0.0, probe: true, retired: false, verifies: 0 }
     }
 }
 
@@ -316,6 +318,7 @@ impl Acceptance {
         self.hits = 0.75 * self.hits + accepted as f64;
         self.tries = 0.75 * self.tries + tries as f64;
         self.probe = false;
+        self.verifies = self.verifies.saturating_add(1);
     }
 
     /// The estimate, with half a hit and half a miss of prior weight.
@@ -323,10 +326,11 @@ impl Acceptance {
         (self.hits + 0.5) / (self.tries + 1.0)
     }
 
-    /// Enough drafts were verified (recently weighted) to trust [`Acceptance::rate`] with
-    /// stopping a draft model for good.
+    /// Enough verify steps were seen to trust [`Acceptance::rate`] with stopping a draft
+    /// model for good (counted in steps: drafts of one token would never add up to many
+    /// recent tries).
     pub(crate) fn settled(&self) -> bool {
-        self.tries >= 8.0
+        self.verifies >= 4
     }
 }
 
