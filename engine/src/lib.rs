@@ -59,8 +59,8 @@ pub use lease::{LeaseCounts, LeaseInfo};
 pub use pd::{PdError, Preload};
 pub use request::{AdapterChoice, Event, FinishReason, Request, Timings, TokenInfo, Usage};
 pub use speculate::{
-    ngram_draft, Adapt, Speculation, StepCosts, COOL_MAX, COOL_START, DRAFT_MODEL, MAX_DRAFT, MTP_HEAD, NGRAM_MAX,
-    PAYS_BY, SPEC_P_MIN, SPEC_STEP_ROWS,
+    ngram_draft, Adapt, Drafter, Speculation, StepCosts, COOL_MAX, COOL_START, MAX_DRAFT, NGRAM_MAX, PAYS_BY,
+    SPEC_P_MIN, SPEC_STEP_ROWS,
 };
 pub use stats::{Observer, Stats, StepFigures};
 pub use text::top_logprobs;

@@ -211,11 +211,14 @@ fn mix(old: Option<f64>, x: f64) -> Option<f64> {
 /// drafting to be tried at all ([`StepCosts::pays`]).
 pub const PAYS_BY: f64 = 1.1;
 
-/// Which drafter a cost belongs to: `DRAFT_MODEL` or `MTP_HEAD` (n-gram lookups cost
-/// nothing measurable).
-pub const DRAFT_MODEL: usize = 0;
-/// See [`DRAFT_MODEL`].
-pub const MTP_HEAD: usize = 1;
+/// Which drafter a drafting cost belongs to (n-gram lookups cost nothing measurable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drafter {
+    /// The engine's draft model.
+    Model,
+    /// The model's own MTP head.
+    Head,
+}
 
 impl StepCosts {
     /// A forward of `rows` decode rows took `secs`.
@@ -225,11 +228,12 @@ impl StepCosts {
         }
     }
 
-    /// Drafter `which` ([`DRAFT_MODEL`], [`MTP_HEAD`]) drafted `positions` positions in
-    /// `secs` (sequential forwards: the batch's longest draft).
-    pub fn drafted(&mut self, which: usize, positions: usize, secs: f64) {
-        if positions > 0 && which < 2 {
-            self.per_draft[which] = mix(self.per_draft[which], secs / positions as f64);
+    /// `which` drafted `positions` positions in `secs` (sequential forwards: the batch's
+    /// longest draft).
+    pub fn drafted(&mut self, which: Drafter, positions: usize, secs: f64) {
+        if positions > 0 {
+            let slot = &mut self.per_draft[which as usize];
+            *slot = mix(*slot, secs / positions as f64);
         }
     }
 
@@ -248,21 +252,9 @@ impl StepCosts {
     /// Whether drafting can pay at all: drafts that are always accepted, at their best
     /// length, beat plain decoding by [`PAYS_BY`] (a smaller gain is not worth the misses
     /// a real acceptance brings). `None` when a cost it needs is not measured yet.
-    pub fn pays(&self, base: usize, kmax: usize, which: Option<usize>) -> Option<bool> {
-        let per = self.per_position(which)?;
-        let plain = self.time(base)?;
-        let mut best: f64 = 0.0;
-        for k in 1..=kmax {
-            best = best.max((k + 1) as f64 / (k as f64 * per + self.time(base + k)?));
-        }
-        Some(best >= PAYS_BY / plain)
-    }
-
-    fn per_position(&self, which: Option<usize>) -> Option<f64> {
-        match which {
-            Some(w) => *self.per_draft.get(w)?,
-            None => Some(0.0),
-        }
+    pub fn pays(&self, base: usize, kmax: usize, which: Option<Drafter>) -> Option<bool> {
+        let (_, rate, plain) = self.best(base, kmax, 1.0, which)?;
+        Some(rate >= PAYS_BY * plain)
     }
 
     /// The draft length, 0..=`kmax`, that gives the most tokens per second on top of a
@@ -271,10 +263,18 @@ impl StepCosts {
     /// costs `which`'s measured time per position (`None`: an n-gram lookup, free). 0
     /// means plain decoding is faster. `None` when a cost it needs is not measured yet
     /// (the caller drafts `kmax`, which measures it).
-    pub fn best_k(&self, base: usize, kmax: usize, accept: f64, which: Option<usize>) -> Option<usize> {
-        let plain = self.time(base)?;
-        let per = self.per_position(which)?;
-        let (mut best, mut best_rate) = (0, 1.0 / plain);
+    pub fn best_k(&self, base: usize, kmax: usize, accept: f64, which: Option<Drafter>) -> Option<usize> {
+        self.best(base, kmax, accept, which).map(|(k, _, _)| k)
+    }
+
+    /// [`StepCosts::best_k`]'s length with its tokens per second, and plain decoding's.
+    fn best(&self, base: usize, kmax: usize, accept: f64, which: Option<Drafter>) -> Option<(usize, f64, f64)> {
+        let plain = 1.0 / self.time(base)?;
+        let per = match which {
+            Some(w) => self.per_draft[w as usize]?,
+            None => 0.0,
+        };
+        let (mut best, mut best_rate) = (0, plain);
         let (mut tokens, mut p) = (1.0, 1.0);
         for k in 1..=kmax {
             p *= accept;
@@ -284,7 +284,7 @@ impl StepCosts {
                 (best, best_rate) = (k, rate);
             }
         }
-        Some(best)
+        Some((best, best_rate, plain))
     }
 }
 

@@ -16,7 +16,7 @@ use crate::error::{kv_err, lock, EngineError};
 use crate::mtp::{draft_with_head, MtpJob, MtpState};
 use crate::request::FinishReason;
 use crate::seq::Seq;
-use crate::speculate::{ngram_draft, Speculation, StepCosts, DRAFT_MODEL, MTP_HEAD, SPEC_STEP_ROWS};
+use crate::speculate::{ngram_draft, Drafter, Speculation, StepCosts, SPEC_STEP_ROWS};
 use crate::stats::Shared;
 
 /// The drafting half of the engine: the draft model, when there is one, and the limits
@@ -118,8 +118,8 @@ impl Speculator {
             // unless not even drafts that are always accepted would pay enough (`pays`).
             let k = if self.measured {
                 let which = match d.spec {
-                    Speculation::Draft { .. } => Some(DRAFT_MODEL),
-                    Speculation::Mtp { .. } => Some(MTP_HEAD),
+                    Speculation::Draft { .. } => Some(Drafter::Model),
+                    Speculation::Mtp { .. } => Some(Drafter::Head),
                     _ => None,
                 };
                 let hopeless = self.costs.pays(rows, k, which) == Some(false);
@@ -130,7 +130,7 @@ impl Speculator {
                 } else {
                     self.costs.best_k(rows, k, d.accept.rate(), which)
                 };
-                let model = which == Some(DRAFT_MODEL);
+                let model = which == Some(Drafter::Model);
                 match best {
                     Some(0) if model && (hopeless || d.accept.settled()) => {
                         d.accept.retired = true;
@@ -184,7 +184,7 @@ impl Speculator {
                 jobs.push(DraftJob { tokens: &s.tokens, kv: &mut d.kv, k, out: &mut d.draft });
             }
             let (forwards, secs) = draft_with_model(drafter, &mut jobs, self.p_min)?;
-            self.costs.drafted(DRAFT_MODEL, forwards, secs);
+            self.costs.drafted(Drafter::Model, forwards, secs);
         }
         if let (Some(head), false) = (self.head.as_mut(), by_head.is_empty()) {
             let mut jobs: Vec<MtpJob<'_>> = Vec::with_capacity(by_head.len());
@@ -198,7 +198,7 @@ impl Speculator {
             let t = Instant::now();
             draft_with_head(head, &mut jobs)?;
             let forwards = by_head.iter().map(|&(_, k)| k).max().unwrap_or(0);
-            self.costs.drafted(MTP_HEAD, forwards, t.elapsed().as_secs_f64());
+            self.costs.drafted(Drafter::Head, forwards, t.elapsed().as_secs_f64());
         }
         let mut g = lock(&self.pool)?;
         let mut any = false;

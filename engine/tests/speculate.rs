@@ -14,8 +14,8 @@ use tl_arch_bigram as _;
 use tl_arch_llama as _;
 use tl_core::{EngineConfig, KvConfig, ModelRunner, SamplingParams, Tokenizer};
 use tl_engine::{
-    ngram_draft, Adapt, Engine, EngineError, EngineOptions, Event, FinishReason, Grammar, GrammarSpec, Request,
-    Speculation, StepCosts, UnboundedReceiver, Usage, COOL_MAX, COOL_START, DRAFT_MODEL, MTP_HEAD,
+    ngram_draft, Adapt, Drafter, Engine, EngineError, EngineOptions, Event, FinishReason, Grammar, GrammarSpec,
+    Request, Speculation, StepCosts, UnboundedReceiver, Usage, COOL_MAX, COOL_START,
 };
 
 mod support;
@@ -536,14 +536,14 @@ fn the_measured_cost_rule_drafts_only_where_it_is_faster() {
     assert_eq!(c.best_k(1, 4, 0.9, None), None, "nothing measured");
     c.step(1, 0.084);
     c.step(5, 0.084 * 3.3);
-    c.drafted(DRAFT_MODEL, 4, 4.0 * 0.030);
-    assert_eq!(c.best_k(1, 4, 0.9, Some(DRAFT_MODEL)), Some(0));
-    assert_eq!(c.best_k(1, 4, 0.9, Some(MTP_HEAD)), None, "the head's cost is not measured");
+    c.drafted(Drafter::Model, 4, 4.0 * 0.030);
+    assert_eq!(c.best_k(1, 4, 0.9, Some(Drafter::Model)), Some(0));
+    assert_eq!(c.best_k(1, 4, 0.9, Some(Drafter::Head)), None, "the head's cost is not measured");
     // Even drafts that are always accepted give 5 tokens for 4.7 steps (1.05x): not the
     // 10% that makes drafting worth trying (PAYS_BY), though best_k would take 4 of them.
-    assert_eq!(c.best_k(1, 4, 1.0, Some(DRAFT_MODEL)), Some(4));
-    assert_eq!(c.pays(1, 4, Some(DRAFT_MODEL)), Some(false));
-    assert_eq!(c.pays(1, 4, Some(MTP_HEAD)), None);
+    assert_eq!(c.best_k(1, 4, 1.0, Some(Drafter::Model)), Some(4));
+    assert_eq!(c.pays(1, 4, Some(Drafter::Model)), Some(false));
+    assert_eq!(c.pays(1, 4, Some(Drafter::Head)), None);
     let mut c = StepCosts::default();
     c.step(1, 0.100);
     c.step(5, 0.110);
@@ -561,6 +561,6 @@ fn the_measured_cost_rule_drafts_only_where_it_is_faster() {
     c.step(3, 0.2);
     assert_eq!(c.best_k(1, 4, 0.2, None), Some(0));
     // A drafter that costs a whole step per token never pays.
-    c.drafted(DRAFT_MODEL, 2, 0.2);
-    assert_eq!(c.best_k(1, 4, 0.99, Some(DRAFT_MODEL)), Some(0));
+    c.drafted(Drafter::Model, 2, 0.2);
+    assert_eq!(c.best_k(1, 4, 0.99, Some(Drafter::Model)), Some(0));
 }
