@@ -24,6 +24,7 @@
 #   and speculation baselines of docs/serving.md and docs/benchmarks.md).
 # - `--perplexity`: also build llama-perplexity (scripts/q8_perplexity.sh's baseline).
 # - `--embedding`: also build llama-embedding (scripts/bench_embeddings.sh's baseline).
+# - `--tokenize`: also build llama-tokenize (scripts/fixtures/gemma4_vocab_llama_tokenize.py).
 #
 # All progress goes to stderr; stdout is only the bin (or source) directory.
 set -euo pipefail
@@ -32,10 +33,12 @@ SOURCE_ONLY=0
 SERVE=0
 PPL=0
 EMBED=0
+TOKENIZE=0
 [ "${1:-}" = --source ] && SOURCE_ONLY=1
 [ "${1:-}" = --embedding ] && EMBED=1
 [ "${1:-}" = --serve ] && SERVE=1
 [ "${1:-}" = --perplexity ] && PPL=1
+[ "${1:-}" = --tokenize ] && TOKENIZE=1
 
 log() { echo "build_llama_cpp: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -44,7 +47,8 @@ has_bins() {
     [ -x "$1/llama-bench" ] && [ -x "$1/llama-quantize" ] && [ -x "$1/llama-batched-bench" ] || return 1
     [ "$SERVE" = 0 ] || { [ -x "$1/llama-server" ] && [ -x "$1/llama-speculative" ] && [ -x "$1/llama-lookup" ]; } || return 1
     [ "$PPL" = 0 ] || [ -x "$1/llama-perplexity" ] || return 1
-    [ "$EMBED" = 0 ] || [ -x "$1/llama-embedding" ]
+    [ "$EMBED" = 0 ] || [ -x "$1/llama-embedding" ] || return 1
+    [ "$TOKENIZE" = 0 ] || [ -x "$1/llama-tokenize" ]
 }
 
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
@@ -147,6 +151,7 @@ TARGETS=(llama-bench llama-quantize llama-batched-bench)
 [ "$SERVE" = 0 ] || TARGETS+=(llama-server llama-speculative llama-lookup)
 [ "$PPL" = 0 ] || TARGETS+=(llama-perplexity)
 [ "$EMBED" = 0 ] || TARGETS+=(llama-embedding)
+[ "$TOKENIZE" = 0 ] || TARGETS+=(llama-tokenize)
 log "building ${TARGETS[*]} with -j$JOBS (several minutes on 2 cores)"
 cmake --build "$BUILD" --config Release -j "$JOBS" --target "${TARGETS[@]}" >&2
 
